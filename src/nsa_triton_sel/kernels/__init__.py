@@ -1,0 +1,1 @@
+"""Triton kernels (``jit``), their launch configuration (``meta``) and torch launchers (``launch``)."""

@@ -1,0 +1,268 @@
+"""Triton kernels for NSA selection attention (forward).
+
+This module imports only ``triton``: the compile-smoke harness loads it in child
+processes without paying for ``import torch``.
+
+One kernel, :func:`sel_fwd_kernel`, serves every entry point; a constexpr
+``SPAN_MODE`` says where a row's keys come from:
+
+- ``MODE_RANGES``: ``ranges [B, S, G, n, 2]`` read directly, keys from ``k [B, G, T, Dk]``;
+- ``MODE_DENSE``: one span ``[0, L)`` per row of ``k [N, L, Dk]`` (seed ``sel_attn_fwd_dense``);
+- ``MODE_CU``: one span ``[cu[i], cu[i + 1])`` of ``k_all [total, Dk]`` (seed ``sel_attn_fwd_varlen``).
+
+Design (group-centric, see ``../shared/notes/perf-anchors.md``):
+
+- grid axis 0 = query token (x ``num_splits`` for split-L decode), axis 1 = group (x head
+  chunk): neighbouring programs are neighbouring tokens of one group, which select the
+  same blocks, so their K/V loads hit in L2; axis 0 also has no 65535 limit;
+- the h heads of the group are the M dimension of ``tl.dot`` (``BLOCK_H >= 16``, padded
+  rows masked), so every K/V tile is loaded once for all heads;
+- the spans of a row are flattened into one loop over key tiles: tile ``j`` finds its span
+  with two small reductions over the loop-invariant span vectors, so the loop has scalar
+  bounds, no data-dependent branch, and its loads can be software-pipelined;
+- one-pass online softmax in fp32 with ``exp2`` and the scale folded into ``qk_scale``;
+- Dk is covered by two power-of-two slices ``DK1 + DK2`` (192 = 128 + 64) rather than one
+  padded block, so a non-power-of-two head dim wastes little;
+- raw pointers, masks built at the exact tile shape, int64 row offsets.
+
+A row with no selected key stores zeros and LSE = -inf.  The LSE is the natural log.
+"""
+
+import triton
+import triton.language as tl
+
+from .meta import MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
+
+
+@triton.jit
+def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
+    """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``)."""
+    if MULTI:
+        sel = (j >= first) & (j < cum)
+        pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)
+        end = tl.sum(tl.where(sel, ends, 0), 0)
+    else:
+        pos = starts + j * BLOCK_N
+        end = ends
+    return pos, end
+
+
+@triton.jit
+def _attend_tile(
+    q1, q2, acc, m_i, l_i,
+    k_row, v_row, pos, end,
+    sk_t, sk_d, sv_t, sv_d,
+    Dk, Dv, qk_scale,
+    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the online softmax state."""
+    offs_n = tl.arange(0, BLOCK_N)
+    n_ok = (pos + offs_n) < end
+    k_tile = k_row + pos.to(tl.int64) * sk_t
+    v_tile = v_row + pos.to(tl.int64) * sv_t
+    # K is loaded transposed, [D, BLOCK_N], so the dot needs no trans.
+    offs_d1 = tl.arange(0, DK1)
+    k1 = tl.load(
+        k_tile + offs_d1[:, None] * sk_d + offs_n[None, :] * sk_t,
+        mask=(offs_d1[:, None] < Dk) & n_ok[None, :],
+        other=0.0,
+    )
+    qk = tl.dot(q1, k1)
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)
+        k2 = tl.load(
+            k_tile + offs_d2[:, None] * sk_d + offs_n[None, :] * sk_t,
+            mask=(offs_d2[:, None] < Dk) & n_ok[None, :],
+            other=0.0,
+        )
+        qk += tl.dot(q2, k2)
+    # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
+    qk = qk * qk_scale + tl.where(n_ok, 0.0, float("-inf"))[None, :]
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    v = tl.load(
+        v_tile + offs_n[:, None] * sv_t + offs_dv[None, :] * sv_d,
+        mask=n_ok[:, None] & (offs_dv[None, :] < Dv),
+        other=0.0,
+    )
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def sel_fwd_kernel(
+    Q, K, V, O, LSE, SPANS, OP, LP,
+    S, G, h, Dk, Dv, n_spans, seq_len, num_splits, qk_scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    sk_b, sk_g, sk_t, sk_d,
+    sv_b, sv_g, sv_t, sv_d,
+    so_b, so_s, so_g, so_h, so_d,
+    sl_b, sl_s, sl_g, sl_h,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    SPAN_MODE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """Selection attention of one (query token, group, head chunk[, key split]).
+
+    With ``SPLIT`` the program handles only its share of the row's key tiles and writes
+    an fp32 partial output ``OP [rows, num_splits, h, Dv]`` and its log2 LSE
+    ``LP [rows, num_splits, h]``; :func:`merge_splits_kernel` combines them.
+    """
+    pid0 = tl.program_id(0)
+    pid1 = tl.program_id(1)
+    if SPLIT:
+        token = pid0 // num_splits
+        split = pid0 % num_splits
+    else:
+        token = pid0
+        split = 0
+    n_hc = tl.cdiv(h, BLOCK_H)
+    g = pid1 // n_hc
+    hc = pid1 % n_hc
+    b = token // S
+    s = token % S
+
+    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs_h < h
+    q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
+    offs_d1 = tl.arange(0, DK1)
+    q1 = tl.load(
+        q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,
+        mask=h_ok[:, None] & (offs_d1[None, :] < Dk),
+        other=0.0,
+    )
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)
+        q2 = tl.load(
+            q_row + offs_h[:, None] * sq_h + offs_d2[None, :] * sq_d,
+            mask=h_ok[:, None] & (offs_d2[None, :] < Dk),
+            other=0.0,
+        )
+    else:
+        q2 = q1  # unused
+    k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
+    v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
+
+    # The row's spans, and how many BLOCK_N tiles each one needs.
+    if SPAN_MODE == 0:
+        offs_s = tl.arange(0, BLOCK_S)
+        r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
+        s_ok = offs_s < n_spans
+        starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)
+        ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)
+        tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N
+        cum = tl.cumsum(tiles, 0)
+        first = cum - tiles
+        total = tl.sum(tiles, 0)
+    else:
+        if SPAN_MODE == 1:
+            starts = 0
+            ends = seq_len
+        else:
+            starts = tl.load(SPANS + b).to(tl.int32)
+            ends = tl.load(SPANS + b + 1).to(tl.int32)
+        first = 0
+        cum = 0
+        total = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N
+    if SPLIT:
+        per_split = tl.cdiv(total, num_splits)
+        j_lo = split * per_split
+        j_hi = tl.minimum(j_lo + per_split, total)
+    else:
+        j_lo = 0
+        j_hi = total
+
+    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
+    for j in range(j_lo, j_hi):
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0)
+        acc, m_i, l_i = _attend_tile(
+            q1, q2, acc, m_i, l_i, k_row, v_row, pos, end,
+            sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+            BLOCK_N, DK1, DK2, BLOCK_DV,
+        )
+
+    # Every tile holds at least one key, so m_i is finite wherever l_i > 0.
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    offs_dv = tl.arange(0, BLOCK_DV)
+    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)
+    if SPLIT:
+        part = ((token * G + g) * num_splits + split).to(tl.int64)
+        tl.store(OP + part * h * Dv + offs_h[:, None] * Dv + offs_dv[None, :], out, mask=o_mask)
+        tl.store(LP + part * h + offs_h, lse2, mask=h_ok)
+    else:
+        o_row = O + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
+        tl.store(
+            o_row + offs_h[:, None] * so_h + offs_dv[None, :] * so_d,
+            out.to(O.dtype.element_ty),
+            mask=o_mask,
+        )
+        if HAS_LSE:
+            l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
+            tl.store(l_row + offs_h * sl_h, lse2 * 0.6931471805599453, mask=h_ok)
+
+
+@triton.jit
+def merge_splits_kernel(
+    OP, LP, O, LSE,
+    S, G, h, Dv, num_splits,
+    so_b, so_s, so_g, so_h, so_d,
+    sl_b, sl_s, sl_g, sl_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+):
+    """Combine the split-L partial results of one (token, group, head chunk) by their LSE."""
+    token = tl.program_id(0)
+    pid1 = tl.program_id(1)
+    n_hc = tl.cdiv(h, BLOCK_H)
+    g = pid1 // n_hc
+    hc = pid1 % n_hc
+    b = token // S
+    s = token % S
+    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs_h < h
+    offs_dv = tl.arange(0, BLOCK_DV)
+    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)
+    row = (token * G + g).to(tl.int64) * num_splits
+    # Finite start, so an empty split (lse2 = -inf) adds weight 0 and never NaN.
+    m = tl.full((BLOCK_H,), -1.0e30, tl.float32)
+    l = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
+    for sp in range(0, num_splits):
+        part = row + sp
+        lse_sp = tl.load(LP + part * h + offs_h, mask=h_ok, other=float("-inf"))
+        o_sp = tl.load(
+            OP + part * h * Dv + offs_h[:, None] * Dv + offs_dv[None, :], mask=o_mask, other=0.0
+        )
+        m_new = tl.maximum(m, lse_sp)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(lse_sp - m_new)
+        acc = acc * alpha[:, None] + o_sp * w[:, None]
+        l = l * alpha + w
+        m = m_new
+    empty = l == 0.0
+    out = acc / tl.where(empty, 1.0, l)[:, None]
+    o_row = O + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
+    tl.store(
+        o_row + offs_h[:, None] * so_h + offs_dv[None, :] * so_d,
+        out.to(O.dtype.element_ty),
+        mask=o_mask,
+    )
+    if HAS_LSE:
+        lse = tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453)
+        l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
+        tl.store(l_row + offs_h * sl_h, lse, mask=h_ok)

@@ -1,0 +1,162 @@
+"""Reference implementations of NSA selection attention.
+
+- :func:`oracle` computes the definition directly in float64 on the CPU: for every row
+  ``(b, s, g)`` gather the selected keys, take a plain (non-causal) softmax of the
+  scaled scores, and weight the values.  Slow, obviously right, for tests.
+- :func:`packed_sdpa` is the fast reference and the dispatcher's fallback: a vectorised
+  gather of every row's selected keys into a padded buffer plus a key-padding mask,
+  then ``scaled_dot_product_attention`` with that mask and no causal flag, in chunks
+  of rows so memory stays bounded.  No Python loop over rows, one host sync (the
+  longest row), differentiable.
+- :func:`sdpa_rows` is the same SDPA call on already-packed rows ``[N, L, D]``; the
+  benchmarks time it against the packed Triton kernels.
+
+Why no causal flag: with one query per row, PyTorch's ``is_causal`` is aligned to the
+top-left corner and lets the query see only the first key (math/cuDNN backends) or
+the first 64 keys (memory-efficient backend).  Causality lives in the ranges.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .contract import Dims, check_qkv, check_ranges
+
+DEFAULT_CHUNK_BYTES = 256 << 20
+
+
+def _scale(scale: float | None, Dk: int) -> float:
+    return 1.0 / math.sqrt(Dk) if scale is None else float(scale)
+
+
+def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
+    """Float64 selection attention, computed row by row on the CPU.
+
+    Returns ``out`` ``[B, S, G, h, Dv]`` (float64, CPU) and, with ``return_lse``, the
+    natural-log LSE ``[B, S, G, h]`` (float64; ``-inf`` for a row with no key).
+    """
+    dims = check_qkv(q, k, v, allow_fp32=True)
+    check_ranges(ranges, dims, q.device, validate=validate)
+    B, S, G, h, Dk, T, Dv = dims
+    sc = _scale(scale, Dk)
+    qd = q.detach().to("cpu", torch.float64)
+    kd = k.detach().to("cpu", torch.float64)
+    vd = v.detach().to("cpu", torch.float64)
+    spans = ranges.detach().to("cpu", torch.int64).tolist()
+    out = torch.zeros(B, S, G, h, Dv, dtype=torch.float64)
+    lse = torch.full((B, S, G, h), float("-inf"), dtype=torch.float64)
+    for b in range(B):
+        for s in range(S):
+            for g in range(G):
+                idx = [torch.arange(st, en) for st, en in spans[b][s][g] if en > st]
+                if not idx:
+                    continue
+                sel = torch.cat(idx)
+                scores = (qd[b, s, g] @ kd[b, g, sel].T) * sc  # [h, L]
+                row_lse = torch.logsumexp(scores, dim=-1)
+                p = torch.exp(scores - row_lse[:, None])
+                out[b, s, g] = p @ vd[b, g, sel]
+                lse[b, s, g] = row_lse
+    return (out, lse) if return_lse else out
+
+
+def _row_key_index(ranges_rows: torch.Tensor, L_max: int):
+    """For rows of spans ``[R, n, 2]``, the key index of each of the ``L_max`` slots.
+
+    Returns ``(key [R, L_max] int64, valid [R, L_max] bool)``: slot ``p`` of a row holds
+    the p-th selected key of that row, in span order.
+    """
+    r = ranges_rows.to(torch.int64)
+    start, end = r[..., 0], r[..., 1]
+    lens = (end - start).clamp_min(0)
+    cum = lens.cumsum(-1)  # inclusive
+    slot = torch.arange(L_max, device=r.device).expand(r.shape[0], L_max).contiguous()
+    span = torch.searchsorted(cum, slot, right=True).clamp_max(r.shape[1] - 1)
+    first = (cum - lens).gather(-1, span)
+    key = start.gather(-1, span) + slot - first
+    valid = slot < cum[:, -1:]
+    return torch.where(valid, key, torch.zeros_like(key)), valid
+
+
+def packed_sdpa(
+    q,
+    k,
+    v,
+    ranges,
+    *,
+    scale=None,
+    return_lse=False,
+    validate=True,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+):
+    """Selection attention through a vectorised gather and masked SDPA.
+
+    Output ``[B, S, G, h, Dv]`` in v's dtype; with ``return_lse`` also the natural-log
+    LSE ``[B, S, G, h]`` in float32.  A row with no selected key gives zeros (LSE -inf).
+    """
+    dims = check_qkv(q, k, v, allow_fp32=True)
+    check_ranges(ranges, dims, q.device, validate=validate)
+    B, S, G, h, Dk, T, Dv = dims
+    sc = _scale(scale, Dk)
+    R = dims.rows
+    n = ranges.shape[3]
+    rows_r = ranges.reshape(R, n, 2)
+    lens = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0)
+    L_row = lens.sum(-1)
+    L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
+    if L_max == 0:
+        out = torch.zeros(B, S, G, h, Dv, dtype=v.dtype, device=q.device)
+        lse = torch.full((B, S, G, h), float("-inf"), device=q.device)
+        return (out, lse) if return_lse else out
+    q_rows = q.reshape(R, h, Dk)
+    row = torch.arange(R, device=q.device)
+    b_of = row // (S * G)
+    g_of = row % G
+    per_row = L_max * (Dk + Dv) * v.element_size() + L_max * 16
+    chunk = max(1, chunk_bytes // per_row)
+    outs, lses = [], []
+    for r0 in range(0, R, chunk):
+        r1 = min(R, r0 + chunk)
+        key, valid = _row_key_index(rows_r[r0:r1], L_max)
+        kb = k[b_of[r0:r1, None], g_of[r0:r1, None], key]  # [r, L_max, Dk]
+        vb = v[b_of[r0:r1, None], g_of[r0:r1, None], key]  # [r, L_max, Dv]
+        nonempty = (L_row[r0:r1] > 0)[:, None]
+        # An empty row would make SDPA divide 0 by 0 (NaN, also in the backward):
+        # let it see slot 0 (key 0) and zero its output afterwards.
+        mask = (valid | (~nonempty & (torch.arange(L_max, device=q.device) == 0)))[:, None, None, :]
+        # The h heads of a row share its keys: run them as h query positions of one
+        # attention "head", so SDPA sees every head attend every selected key.
+        o = F.scaled_dot_product_attention(
+            q_rows[r0:r1, None], kb[:, None], vb[:, None], attn_mask=mask, scale=sc
+        )[:, 0]
+        outs.append(torch.where(nonempty[:, :, None], o, torch.zeros_like(o)))
+        if return_lse:
+            s = torch.einsum("rhd,rld->rhl", q_rows[r0:r1].float(), kb.float()) * sc
+            s = s.masked_fill(~valid[:, None, :], float("-inf"))
+            lses.append(torch.logsumexp(s, dim=-1))
+    out = torch.cat(outs).reshape(B, S, G, h, Dv).to(v.dtype)
+    if not return_lse:
+        return out
+    return out, torch.cat(lses).reshape(B, S, G, h).float()
+
+
+def sdpa_rows(q, k, v, *, scale=None, key_valid=None):
+    """SDPA on packed rows: ``q [N, H, Dk]``, ``k [N, L, Dk]``, ``v [N, L, Dv]``.
+
+    Every one of the H heads of row n attends all L keys of row n (optionally only
+    those where ``key_valid [N, L]`` is True); returns ``[N, H, Dv]``.  This is the
+    correct packed-SDPA computation the benchmarks time against the Triton kernels.
+    """
+    mask = None if key_valid is None else key_valid[:, None, None, :]
+    return F.scaled_dot_product_attention(
+        q[:, None], k[:, None], v[:, None], attn_mask=mask, scale=scale
+    )[:, 0]
+
+
+def dims_of(q, k, v) -> Dims:
+    """Sizes of a call, for callers that already validated their inputs."""
+    B, S, G, h, Dk = q.shape
+    return Dims(B, S, G, h, Dk, k.shape[2], v.shape[3])
