@@ -145,18 +145,165 @@ def _torch_version() -> str | None:
     return torch.__version__
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel doctor [--json] [--no-interp]``."""
-    p = argparse.ArgumentParser(prog="nsa-sel doctor", description=__doc__.splitlines()[0])
-    p.add_argument("--json", action="store_true", help="print one JSON object to stdout")
-    p.add_argument("--no-interp", action="store_true", help="skip the Triton interpreter probe")
-    args = p.parse_args(argv)
+# ---------------------------------------------------------------------------------
+# Interpreter probe
+# ---------------------------------------------------------------------------------
+
+PROBE_TIMEOUT_S = 180.0
+_PROBE_MARK = "NSA_SEL_PROBE_RESULT "
+
+
+def _probe_child() -> dict:
+    """Run the known kernels; called in a child whose TRITON_INTERPRET=1 predates import.
+
+    Two kernels cover what the selection kernels rely on: a masked load/add/store with a
+    ragged tail (Triton 3.0/3.1 + numpy 2.x get the masked lanes wrong), and a ``tl.dot``
+    accumulated over a loop with a *runtime* bound (Triton 3.2-3.6 + numpy 2.4 raise a
+    TypeError there).  Returns max errors against numpy.
+    """
+    import numpy as np
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def masked_add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m, other=0.0)
+        y = tl.load(y_ptr + offs, mask=m, other=0.0)
+        tl.store(o_ptr + offs, x + y, mask=m)
+
+    @triton.jit
+    def small_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm = tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):  # runtime bound on purpose
+            a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+            b = tl.load(b_ptr + (k0 + rk)[:, None] * BN + rn[None, :])
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+    rng = np.random.default_rng(0)
+    n = 100  # not a multiple of BLOCK: the tail is masked
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    o = torch.zeros(n)
+    masked_add[(triton.cdiv(n, 64),)](torch.from_numpy(x), torch.from_numpy(y), o, n, BLOCK=64)
+    add_err = float(np.abs(o.numpy() - (x + y)).max())
+
+    M, N, K = 16, 16, 32
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = torch.zeros(M, N)
+    small_dot[(1,)](torch.from_numpy(a), torch.from_numpy(b), c, K, BM=M, BN=N, BK=16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    dot_err = float(np.abs(c.numpy() - want).max())
+    return {"add_max_err": add_err, "dot_max_err": dot_err}
+
+
+def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
+    """Can the Triton interpreter be trusted here?  Runs the probe in a child process.
+
+    ``TRITON_INTERPRET`` is read when triton is imported, so the probe needs a fresh
+    interpreter with the variable set from the start.  Returns ``{"status": "ok" |
+    "wrong" | "error", "detail": str, ...}``: ``wrong`` means the kernels ran but
+    disagree with numpy (a silent miscompute, the dangerous case), ``error`` means they
+    did not run (exception, crash, timeout, triton missing).
+    """
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    code = (
+        "import json, nsa_triton_sel.env as e; "
+        f"print({_PROBE_MARK!r} + json.dumps(e._probe_child()))"
+    )
+    base = {"triton": _version("triton"), "numpy": _version("numpy")}
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "error", "detail": f"probe timed out after {timeout:.0f} s"}
+    found = [ln for ln in res.stdout.splitlines() if ln.startswith(_PROBE_MARK)]
+    if res.returncode != 0 or not found:
+        return {**base, "status": "error", "detail": _last_error(res)}
+    return {**base, **_judge(json.loads(found[-1][len(_PROBE_MARK):]))}
+
+
+def _last_error(res: subprocess.CompletedProcess) -> str:
+    """The informative tail of a failed child: its last stderr line and exit code."""
+    lines = [ln for ln in (res.stderr or "").splitlines() if ln.strip()]
+    tail = lines[-1].strip() if lines else "no output"
+    return f"exit code {res.returncode}: {tail}"
+
+
+def _judge(errs: dict) -> dict:
+    """ok/wrong from the probe's errors.  fp32 add is exact; the fp16 dot accumulates in
+    fp32 over K=32 products of ~N(0,1) values, so 1e-2 is generous yet far below the
+    errors of a broken interpreter (~1e37 and ~20)."""
+    ok = errs["add_max_err"] <= 1e-6 and errs["dot_max_err"] <= 1e-2
+    detail = f"masked add max err {errs['add_max_err']:.3g}, tl.dot max err {errs['dot_max_err']:.3g}"
+    return {"status": "ok" if ok else "wrong", "detail": detail, **errs}
+
+
+def _doctor_report(probe: bool) -> dict:
+    """Fingerprint plus, unless skipped, the interpreter verdict."""
     report = fingerprint()
+    report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
+    return report
+
+
+def _as_text(report: dict) -> list[tuple[str, str]]:
+    """(key, value) lines; nested dicts flattened as ``parent.child``; None shown as '-'."""
+    rows = []
+    for key, val in report.items():
+        if isinstance(val, dict):
+            if not val:
+                rows.append((key, "-"))
+            for sub, v in val.items():
+                rows.append((f"{key}.{sub}", "-" if v is None else str(v)))
+        else:
+            rows.append((key, "-" if val is None else str(val)))
+    return rows
+
+
+def _print_text(report: dict) -> None:
+    """A two-column table: rich if it is installed, plain text otherwise."""
+    rows = _as_text(report)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        width = max(len(k) for k, _ in rows)
+        print("nsa-sel doctor")
+        for k, v in rows:
+            print(f"{k:<{width}}  {v}")
+        return
+    table = Table(title="nsa-sel doctor", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, v)
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nsa-sel doctor [--json] [--no-interp]``; returns the process exit code (0)."""
+    p = argparse.ArgumentParser(
+        prog="nsa-sel doctor",
+        description="Print the environment fingerprint a compatibility report needs.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object to stdout")
+    p.add_argument(
+        "--no-interp", action="store_true", help="skip the Triton interpreter probe (a child process)"
+    )
+    args = p.parse_args(argv)
+    report = _doctor_report(probe=not args.no_interp)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        for key, val in report.items():
-            print(f"{key:<26} {val}")
+        _print_text(report)
     return 0
 
 
