@@ -1,0 +1,25 @@
+"""Shared test set-up.
+
+Without a CUDA device the Triton kernels run under the interpreter.  ``triton.jit``
+reads ``TRITON_INTERPRET`` when a kernel is *decorated*, so it must be set before any
+test module imports ``nsa_triton_sel.kernels``: that is why it is set here, at conftest
+import time, and not in the test modules.
+"""
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none found: torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
