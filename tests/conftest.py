@@ -7,6 +7,7 @@ import time, and not in the test modules.
 """
 
 import os
+import zlib
 
 import pytest
 import torch
@@ -23,3 +24,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A seed per test: stable across runs (derived from the test id), different between
+    tests so they do not all draw the same data.  Also seeds torch's global generator."""
+    value = zlib.crc32(request.node.nodeid.encode()) & 0x7FFFFFFF
+    torch.manual_seed(value)
+    return value

@@ -203,6 +203,8 @@ def block_indices_to_ranges(
     _require_integer("block_indices", block_indices)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if isinstance(T, bool) or not isinstance(T, int) or T < 0:
+        raise ValueError(f"T (the number of keys) must be an int >= 0, got {T!r}")
     B, S, G, n = block_indices.shape
     dev = block_indices.device
     if positions is None:
@@ -232,7 +234,7 @@ def block_indices_to_ranges(
         if flags[0] or flags[1]:
             b, s, g, i = _first_index(bad_low | bad_high)
             raise ValueError(
-                f"block_indices[b={b}, s={s}, g={g}, {i}] = {int(idx[b, s, g, i])}: out of range; "
+                f"block_indices[b={b}, s={s}, g={g}, slot={i}] = {int(idx[b, s, g, i])}: out of range; "
                 f"accepted: -1 (no block) or 0 <= index < ceil(T / block_size) = {n_blocks}"
             )
         if flags[2]:
@@ -242,7 +244,12 @@ def block_indices_to_ranges(
                 f"the selected blocks of a row must be distinct (use -1 for padding)"
             )
         if flags[3]:
-            raise ValueError("positions must be >= 0")
+            # Index into the caller's tensor ([S] or [B, S]), not our broadcast view.
+            where = _first_index(positions < 0)
+            raise ValueError(
+                f"positions[{', '.join(map(str, where))}] = {int(positions[where])}: "
+                f"a query position must be >= 0"
+            )
     limit = torch.clamp(pos + 1, max=T).view(pos.shape[0], S, 1, 1)
     start = idx * block_size
     end = torch.minimum(start + block_size, limit)
