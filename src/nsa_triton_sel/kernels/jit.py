@@ -23,7 +23,10 @@ Design (group-centric, see ``../shared/notes/perf-anchors.md``):
 - one-pass online softmax in fp32 with ``exp2`` and the scale folded into ``qk_scale``;
 - Dk is covered by two power-of-two slices ``DK1 + DK2`` (192 = 128 + 64) rather than one
   padded block, so a non-power-of-two head dim wastes little;
-- raw pointers, masks built at the exact tile shape, int64 row offsets.
+- raw pointers, masks built at the exact tile shape, int64 row offsets;
+- ``DOT_F32`` upcasts the dot operands to fp32.  Only the launchers' interpreter mode sets
+  it for bf16: the Triton interpreter computes bf16 ``tl.dot`` wrongly (measured on 3.9.0:
+  errors of 1e10), so CPU parity checks everything but the bf16 MMA, which the GPU tests cover.
 
 A row with no selected key stores zeros and LSE = -inf.  The LSE is the natural log.
 """
@@ -54,6 +57,7 @@ def _attend_tile(
     sk_t, sk_d, sv_t, sv_d,
     Dk, Dv, qk_scale,
     BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the online softmax state."""
     offs_n = tl.arange(0, BLOCK_N)
@@ -67,6 +71,8 @@ def _attend_tile(
         mask=(offs_d1[:, None] < Dk) & n_ok[None, :],
         other=0.0,
     )
+    if DOT_F32:
+        k1 = k1.to(tl.float32)
     qk = tl.dot(q1, k1)
     if DK2 > 0:
         offs_d2 = DK1 + tl.arange(0, DK2)
@@ -75,6 +81,8 @@ def _attend_tile(
             mask=(offs_d2[:, None] < Dk) & n_ok[None, :],
             other=0.0,
         )
+        if DOT_F32:
+            k2 = k2.to(tl.float32)
         qk += tl.dot(q2, k2)
     # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
     qk = qk * qk_scale + tl.where(n_ok, 0.0, float("-inf"))[None, :]
@@ -88,7 +96,10 @@ def _attend_tile(
         mask=n_ok[:, None] & (offs_dv[None, :] < Dv),
         other=0.0,
     )
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    if DOT_F32:
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l_i
 
 
@@ -111,6 +122,7 @@ def sel_fwd_kernel(
     BLOCK_S: tl.constexpr,
     HAS_LSE: tl.constexpr,
     SPLIT: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     """Selection attention of one (query token, group, head chunk[, key split]).
 
@@ -150,6 +162,9 @@ def sel_fwd_kernel(
         )
     else:
         q2 = q1  # unused
+    if DOT_F32:
+        q1 = q1.to(tl.float32)
+        q2 = q2.to(tl.float32)
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
@@ -190,7 +205,7 @@ def sel_fwd_kernel(
         acc, m_i, l_i = _attend_tile(
             q1, q2, acc, m_i, l_i, k_row, v_row, pos, end,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
-            BLOCK_N, DK1, DK2, BLOCK_DV,
+            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
         )
 
     # Every tile holds at least one key, so m_i is finite wherever l_i > 0.

@@ -17,6 +17,7 @@ would make the kernel read out of bounds or compile something unsupported.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -25,6 +26,11 @@ from .meta import MODE_CU, MODE_DENSE, MODE_RANGES, KernelMeta, kernel_meta
 
 LOG2E = 1.4426950408889634
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _interpreter_dot_f32(dtype) -> bool:
+    """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see jit.py)."""
+    return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _check_kernel_inputs(*named):
@@ -96,7 +102,7 @@ def _ranges_call(q, k, v, ranges, *, scale, return_lse, out, split, per_head, nu
     _check_kernel_inputs(("q", q), ("k", k), ("v", v))
     o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
     meta = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=return_lse,
-                       split=split, per_head=per_head, **tune)
+                       split=split, per_head=per_head, dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     if n == 0:  # no span at all: every row is empty
         o.zero_()
         if lse is not None:
@@ -157,7 +163,8 @@ def sel_attn_fwd_dense(q, k, v, *, scale=None, return_lse=False, out=None, **tun
     N, H, Dk = q.shape
     L, Dv = k.shape[1], v.shape[2]
     o, lse = _outputs((N, H, Dv), (N, H), v.dtype, q.device, return_lse, out)
-    meta = kernel_meta(mode=MODE_DENSE, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse, **tune)
+    meta = kernel_meta(mode=MODE_DENSE, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse,
+                       dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     _launch(
         q, k, v, o, lse, q,  # SPANS unused in dense mode
         B=N, S=1, G=1, h=H, Dk=Dk, Dv=Dv, n_spans=1, seq_len=L,
@@ -183,7 +190,8 @@ def sel_attn_fwd_varlen(q, k_all, v_all, cu_seqlens, *, scale=None, return_lse=F
         raise TypeError(f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
     Dv = v_all.shape[1]
     o, lse = _outputs((N, H, Dv), (N, H), v_all.dtype, q.device, return_lse, out)
-    meta = kernel_meta(mode=MODE_CU, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse, **tune)
+    meta = kernel_meta(mode=MODE_CU, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse,
+                       dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     _launch(
         q, k_all, v_all, o, lse, cu_seqlens,
         B=N, S=1, G=1, h=H, Dk=Dk, Dv=Dv, n_spans=1, seq_len=k_all.shape[0],

@@ -49,6 +49,7 @@ class KernelMeta:
     BLOCK_S: int
     HAS_LSE: bool
     SPLIT: bool
+    DOT_F32: bool
     num_warps: int
     num_stages: int
 
@@ -63,6 +64,7 @@ class KernelMeta:
             "BLOCK_S": self.BLOCK_S,
             "HAS_LSE": self.HAS_LSE,
             "SPLIT": self.SPLIT,
+            "DOT_F32": self.DOT_F32,
         }
 
 
@@ -83,6 +85,7 @@ def kernel_meta(
     has_lse: bool = False,
     split: bool = False,
     per_head: bool = False,
+    dot_f32: bool = False,
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
@@ -112,6 +115,7 @@ def kernel_meta(
         BLOCK_S=max(2, next_pow2(n_spans)) if mode == MODE_RANGES else 2,
         HAS_LSE=bool(has_lse),
         SPLIT=bool(split),
+        DOT_F32=bool(dot_f32),
         num_warps=nw,
         num_stages=ns,
     )

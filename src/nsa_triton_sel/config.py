@@ -1,0 +1,130 @@
+"""Runtime configuration of the dispatcher: the seeds' environment flags and the thresholds file.
+
+Flags are read on every call (an ``os.environ`` lookup is cheap next to a kernel launch),
+so a test or a user can change them at run time:
+
+========================  =======  =====================================================
+flag                      default  effect
+========================  =======  =====================================================
+NSA_USE_TRITON_SEL        auto     ``0`` forces the packed-SDPA path, ``1`` asks for Triton
+NSA_SEL_TRITON_MIN_L      file     rows with fewer selected keys go to the packed-SDPA path
+NSA_SEL_TRITON_GROUP      1        ``0``: one program per head instead of per GQA group
+NSA_FORCE_PARITY          0        ``1``: the reference path (packed SDPA in float32)
+NSA_DEBUG_TIMING          0        log the time of each path (synchronises)
+NSA_DEBUG_COMPARE         0        log the error of the result against the packed-SDPA path
+NSA_DEBUG_SHAPES          0        log shapes, strides, dtypes and the chosen path
+========================  =======  =====================================================
+
+``sel_triton_min_L`` defaults come from ``data/thresholds.json``, written from benchmark
+evidence by ``bench/sel_threshold_from_csv.py --write-config``: one entry per
+(GPU, Triton minor version); ``null`` there means "keep Triton off on this GPU".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+THRESHOLDS_ENV = "NSA_SEL_THRESHOLDS_FILE"  # points the dispatcher at another thresholds file
+OFF = None  # a min_L of None keeps Triton off
+
+
+def _flag(name: str, default: str = "0") -> str:
+    return os.environ.get(name, default).strip().lower()
+
+
+def _bool_flag(name: str, default: bool) -> bool:
+    raw = _flag(name, "1" if default else "0")
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{name}={os.environ.get(name)!r} is not a boolean; accepted: 0/1, true/false, yes/no, on/off")
+
+
+@dataclass(frozen=True)
+class Flags:
+    use_triton: bool | None  # None: auto
+    min_L_override: int | None
+    group: bool
+    force_parity: bool
+    debug_timing: bool
+    debug_compare: bool
+    debug_shapes: bool
+
+
+def read_flags() -> Flags:
+    """The NSA_* environment flags, validated (a typo raises instead of being ignored)."""
+    use = os.environ.get("NSA_USE_TRITON_SEL")
+    use_triton = None if use is None or use.strip().lower() in ("", "auto") else _bool_flag("NSA_USE_TRITON_SEL", False)
+    raw_min = os.environ.get("NSA_SEL_TRITON_MIN_L")
+    min_L = None
+    if raw_min is not None and raw_min.strip():
+        try:
+            min_L = int(raw_min)
+        except ValueError:
+            raise ValueError(f"NSA_SEL_TRITON_MIN_L={raw_min!r} is not an integer; accepted: an integer >= 0") from None
+        if min_L < 0:
+            raise ValueError(f"NSA_SEL_TRITON_MIN_L={min_L} is negative; accepted: an integer >= 0")
+    return Flags(
+        use_triton=use_triton,
+        min_L_override=min_L,
+        group=_bool_flag("NSA_SEL_TRITON_GROUP", True),
+        force_parity=_bool_flag("NSA_FORCE_PARITY", False),
+        debug_timing=_bool_flag("NSA_DEBUG_TIMING", False),
+        debug_compare=_bool_flag("NSA_DEBUG_COMPARE", False),
+        debug_shapes=_bool_flag("NSA_DEBUG_SHAPES", False),
+    )
+
+
+def thresholds_path() -> Path:
+    override = os.environ.get(THRESHOLDS_ENV)
+    if override:
+        return Path(override)
+    return Path(str(resources.files("nsa_triton_sel") / "data" / "thresholds.json"))
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> dict:
+    with open(path) as fh:
+        data = json.load(fh)
+    if data.get("schema") != 1 or not isinstance(data.get("entries"), list):
+        raise ValueError(f"{path}: not a thresholds file (expected schema 1 with an 'entries' list)")
+    return data
+
+
+def load_thresholds(path: str | Path | None = None) -> dict:
+    """The thresholds file (cached until it changes on disk)."""
+    p = Path(path) if path is not None else thresholds_path()
+    return _load(str(p), p.stat().st_mtime)
+
+
+def _minor(version: str) -> str:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return version
+    return f"{v.major}.{v.minor}"
+
+
+def lookup_min_L(gpu_name: str, cc: str, triton_version: str, path: str | Path | None = None) -> int | None:
+    """``sel_triton_min_L`` for this GPU and Triton: exact GPU name first, then compute capability.
+
+    Entries are matched on the Triton minor version (``"3.6"``) or ``"*"``; with no match
+    the file's ``default_min_L`` applies.  ``None`` means keep Triton off.
+    """
+    data = load_thresholds(path)
+    minor = _minor(triton_version)
+    candidates = [e for e in data["entries"] if e.get("triton") in (minor, "*")]
+    for key, want in (("gpu", gpu_name), ("cc", cc)):
+        hits = [e for e in candidates if e.get(key) == want]
+        if hits:
+            hits.sort(key=lambda e: e.get("triton") == "*")  # an exact minor wins over "*"
+            return hits[0]["sel_triton_min_L"]
+    return data.get("default_min_L", 4096)

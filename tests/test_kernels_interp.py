@@ -1,0 +1,127 @@
+"""Every Triton kernel against the float64 oracle, under the Triton interpreter (CPU).
+
+This module is the parity suite of the CPU lanes (``nox -s parity-X`` runs ``pytest -m
+interp``).  Shapes are tiny because the interpreter runs each program in Python, yet they
+cover what broke the seeds: L = 1, 63, 64, 65, 200; several spans per row; empty rows;
+h in {1, 3, 16, 20}; Dk = 192 and Dk != Dv; T not a multiple of 64; decode with fewer
+rows than splits.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import kernel_checks
+from kernel_checks import packed_as_5d, varlen_as_5d
+from nsa_triton_sel.testing import make_problem
+
+pytestmark = [
+    pytest.mark.interp,
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests (a CUDA device is present: see test_kernels_gpu)"
+    ),
+]
+
+launch = pytest.importorskip("nsa_triton_sel.kernels.launch")
+
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def check_against_oracle(out, lse, q, *args, **kw):
+    # The interpreter converts fp32 -> bf16 by truncation, not round-to-nearest (measured on
+    # 3.9.0: twice the rounding error of torch's conversion), so a bf16 result may carry twice
+    # the error the GPU bound allows; the GPU tests hold the 2x bound.
+    factor = 4.0 if q.dtype == torch.bfloat16 else 2.0
+    return kernel_checks.check_against_oracle(out, lse, q, *args, rel_factor=factor, **kw)
+
+
+@pytest.mark.parametrize("L", [1, 63, 64, 65, 200])
+def test_ranges_single_span_lengths(L):
+    p = make_problem(B=1, S=2, G=1, h=3, Dk=64, Dv=64, T=200, n=2, ranges="single", L=L, seed=L)
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"ranges L={L}")
+
+
+@pytest.mark.parametrize("h", [1, 3, 16, 20])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ranges_multi_span_heads(h, dtype):
+    # T = 150 is not a multiple of 64; random spans are unaligned; ~1/3 of rows are empty.
+    p = make_problem(B=2, S=2, G=2, h=h, Dk=32, Dv=48, T=150, n=4, dtype=dtype, seed=h, empty_frac=0.3)
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"ranges h={h} {dtype}")
+
+
+def test_ranges_dk192_dk_ne_dv_noncontiguous():
+    p = make_problem(B=1, S=2, G=2, h=4, Dk=192, Dv=128, T=130, n=3, seed=7, noncontiguous=True)
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="Dk=192 Dv=128 strided")
+
+
+def test_ranges_all_rows_empty_and_no_spans():
+    p = make_problem(B=1, S=2, G=1, h=2, T=70, n=2, seed=3)
+    zero = torch.zeros_like(p.ranges)
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, zero, return_lse=True)
+    assert torch.count_nonzero(out) == 0 and torch.isneginf(lse).all()
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges[..., :0, :], return_lse=True)
+    assert torch.count_nonzero(out) == 0 and torch.isneginf(lse).all()
+
+
+def test_ranges_writes_every_output_element():
+    p = make_problem(B=1, S=3, G=2, h=3, Dk=32, Dv=32, T=100, n=3, seed=11, empty_frac=0.3)
+    clean = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges)
+    dirty = torch.full_like(clean, float("nan"))
+    launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
+    assert torch.equal(clean, dirty)
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_ranges_per_head_programs(per_head):
+    p = make_problem(B=1, S=2, G=2, h=5, Dk=32, Dv=32, T=90, n=3, seed=5)
+    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True, per_head=per_head)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"per_head={per_head}")
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 16])
+def test_decode_split_merge(num_splits):
+    # B*G = 2 rows, up to 16 splits: most splits of a short row have no tile at all.
+    p = make_problem(B=2, S=1, G=1, h=20, Dk=64, Dv=32, T=260, n=4, seed=num_splits, empty_frac=0.25)
+    p.ranges[1] = 0  # one empty row
+    out, lse = launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=num_splits)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"decode splits={num_splits}")
+
+
+def test_decode_default_splits_dk192():
+    p = make_problem(B=1, S=1, G=2, h=3, Dk=192, Dv=64, T=200, n=2, seed=9, empty_frac=0.0)
+    out, lse = launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="decode default splits")
+
+
+@pytest.mark.parametrize("L", [1, 64, 65, 200])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dense_seed_api(L, dtype):
+    g = torch.Generator().manual_seed(L)
+    N, H, Dk, Dv = 3, 3, 64, 32
+    q = torch.randn(N, H, Dk, generator=g).to(dtype)
+    k = torch.randn(N, L, Dk, generator=g).to(dtype)
+    v = torch.randn(N, L, Dv, generator=g).to(dtype)
+    out, lse = launch.sel_attn_fwd_dense(q, k, v, return_lse=True)
+    q5, k5, v5, r5 = packed_as_5d(q, k, v)
+    check_against_oracle(out.reshape(N, 1, 1, H, Dv), lse.reshape(N, 1, 1, H), q5, k5, v5, r5,
+                         what=f"dense L={L} {dtype}")
+
+
+def test_varlen_seed_api_with_empty_row():
+    g = torch.Generator().manual_seed(0)
+    lens = torch.tensor([65, 0, 1, 200, 63])
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    cu[1:] = lens.cumsum(0)
+    N, H, Dk, Dv = len(lens), 16, 192, 128
+    q = torch.randn(N, H, Dk, generator=g).half()
+    k_all = torch.randn(int(cu[-1]), Dk, generator=g).half()
+    v_all = torch.randn(int(cu[-1]), Dv, generator=g).half()
+    out, lse = launch.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
+    q5, k5, v5, r5 = varlen_as_5d(q, k_all, v_all, cu)
+    check_against_oracle(out.reshape(1, N, 1, H, Dv), lse.reshape(1, N, 1, H), q5, k5, v5, r5, what="varlen")
