@@ -1,0 +1,242 @@
+"""The dispatcher: every flag's effect, the thresholds file reaching the decision, fallbacks.
+
+Runs on the CPU with the Triton interpreter (conftest sets TRITON_INTERPRET=1 there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+
+from kernel_checks import check_against_oracle
+from nsa_triton_sel import dispatch, reference, selection_attention
+from nsa_triton_sel.kernels import launch
+from nsa_triton_sel.testing import make_problem
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU dispatcher tests use the interpreter")
+
+FLAGS = ["NSA_USE_TRITON_SEL", "NSA_SEL_TRITON_MIN_L", "NSA_SEL_TRITON_GROUP", "NSA_FORCE_PARITY",
+         "NSA_DEBUG_TIMING", "NSA_DEBUG_COMPARE", "NSA_DEBUG_SHAPES", "NSA_SEL_THRESHOLDS_FILE"]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in FLAGS:
+        monkeypatch.delenv(name, raising=False)
+    dispatch._FAILED.clear()
+    yield
+    dispatch._FAILED.clear()
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record the calls the dispatcher makes to the Triton launchers."""
+    calls = []
+
+    def wrap(name):
+        real = getattr(launch, name)
+
+        def f(*a, **kw):
+            calls.append((name, a, kw))
+            return real(*a, **kw)
+
+        monkeypatch.setattr(launch, name, f)
+
+    wrap("sel_attn_ranges")
+    wrap("sel_attn_decode")
+    return calls
+
+
+def problem(**kw):
+    args = dict(B=1, S=3, G=2, h=3, Dk=32, Dv=32, T=140, n=3, seed=1, empty_frac=0.2)
+    args.update(kw)
+    return make_problem(**args)
+
+
+def test_min_L_zero_runs_triton_and_matches_oracle(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem()
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    assert [c[0] for c in spy] == ["sel_attn_ranges"]
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="dispatch min_L=0")
+
+
+def test_use_triton_sel_0_forces_sdpa(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    monkeypatch.setenv("NSA_USE_TRITON_SEL", "0")
+    p = problem()
+    out = selection_attention(p.q, p.k, p.v, p.ranges)
+    assert spy == []
+    assert torch.equal(out, reference.packed_sdpa(p.q, p.k, p.v, p.ranges))
+
+
+def test_min_L_splits_rows_between_paths(monkeypatch, spy):
+    p = problem(S=4, n=4, seed=3)
+    lens = (p.ranges[..., 1] - p.ranges[..., 0]).sum(-1)
+    cut = int(lens.flatten().sort().values[lens.numel() // 2])  # about half the rows each way
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", str(cut))
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    sent = spy[0][1][3]  # the ranges the kernel saw
+    sent_lens = (sent[..., 1] - sent[..., 0]).sum(-1)
+    assert torch.equal(sent_lens, torch.where(lens < cut, 0, lens)), "rows below min_L must not reach Triton"
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="split rows")
+
+
+def test_group_flag_selects_per_head_programs(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem()
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    monkeypatch.setenv("NSA_SEL_TRITON_GROUP", "0")
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    assert [c[2]["per_head"] for c in spy] == [False, True]
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="per-head")
+
+
+def test_force_parity_takes_reference_path(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    monkeypatch.setenv("NSA_FORCE_PARITY", "1")
+    p = problem()
+    assert dispatch.decide(p.q, p.k, p.v).path == "reference"
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    assert spy == [] and out.dtype == p.v.dtype
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="reference path")
+
+
+@pytest.mark.parametrize(
+    "flag, text",
+    [("NSA_DEBUG_SHAPES", "q=[1, 3, 2, 3, 32]"), ("NSA_DEBUG_TIMING", "time="), ("NSA_DEBUG_COMPARE", "max_abs=")],
+)
+def test_debug_flags_log(monkeypatch, caplog, flag, text):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem()
+    with caplog.at_level(logging.INFO, logger="nsa_triton_sel"):
+        selection_attention(p.q, p.k, p.v, p.ranges)
+    assert text not in caplog.text
+    monkeypatch.setenv(flag, "1")
+    with caplog.at_level(logging.INFO, logger="nsa_triton_sel"):
+        selection_attention(p.q, p.k, p.v, p.ranges)
+    assert text in caplog.text
+
+
+def test_bad_flag_value_is_an_error(monkeypatch):
+    p = problem()
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "lots")
+    with pytest.raises(ValueError, match="NSA_SEL_TRITON_MIN_L"):
+        selection_attention(p.q, p.k, p.v, p.ranges)
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    monkeypatch.setenv("NSA_USE_TRITON_SEL", "maybe")
+    with pytest.raises(ValueError, match="NSA_USE_TRITON_SEL"):
+        selection_attention(p.q, p.k, p.v, p.ranges)
+
+
+def write_thresholds(path, min_L, triton_minor):
+    path.write_text(json.dumps({"schema": 1, "default_min_L": 4096, "entries": [
+        {"gpu": "cpu", "cc": "cpu", "triton": triton_minor, "sel_triton_min_L": min_L, "source": "test"}]}))
+
+
+def test_thresholds_file_reaches_the_decision(monkeypatch, tmp_path, spy):
+    import triton
+    from packaging.version import Version
+
+    v = Version(triton.__version__)
+    path = tmp_path / "thresholds.json"
+    monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
+    p = problem()
+    write_thresholds(path, 0, f"{v.major}.{v.minor}")
+    d = dispatch.decide(p.q, p.k, p.v)
+    assert (d.path, d.min_L) == ("triton", 0)
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    assert len(spy) == 1
+    os.utime(path, (1, 1))  # a new mtime invalidates the cache
+    write_thresholds(path, None, f"{v.major}.{v.minor}")
+    d = dispatch.decide(p.q, p.k, p.v)
+    assert d.path == "sdpa" and "off" in d.reason
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    assert len(spy) == 1
+    # An entry for another Triton minor does not apply: the file's default does.
+    write_thresholds(path, 0, "2.9")
+    os.utime(path, (2, 2))
+    assert dispatch.decide(p.q, p.k, p.v).min_L == 4096
+    # The environment variable overrides the file.
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "7")
+    assert dispatch.decide(p.q, p.k, p.v).min_L == 7
+
+
+def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    calls = []
+
+    def broken(*a, **kw):
+        calls.append(1)
+        raise RuntimeError("forced failure")
+
+    monkeypatch.setattr(launch, "sel_attn_ranges", broken)
+    p = problem()
+    with pytest.warns(RuntimeWarning, match="forced failure"):
+        out = selection_attention(p.q, p.k, p.v, p.ranges)
+    assert torch.equal(out, reference.packed_sdpa(p.q, p.k, p.v, p.ranges))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out2 = selection_attention(p.q, p.k, p.v, p.ranges)
+    assert calls == [1], "a failed configuration must not be retried"
+    assert torch.equal(out, out2)
+    assert "failed earlier" in dispatch.decide(p.q, p.k, p.v).reason
+    # Another configuration (other h) is still tried.
+    p2 = problem(h=2)
+    with pytest.warns(RuntimeWarning):
+        selection_attention(p2.q, p2.k, p2.v, p2.ranges)
+    assert calls == [1, 1]
+
+
+def test_requires_grad_goes_to_differentiable_sdpa(monkeypatch, spy, caplog):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    monkeypatch.setenv("NSA_DEBUG_SHAPES", "1")
+    p = problem(dtype=torch.float32)
+    q = p.q.clone().requires_grad_(True)
+    with caplog.at_level(logging.INFO, logger="nsa_triton_sel"):
+        out = selection_attention(q, p.k, p.v, p.ranges)
+    out.sum().backward()
+    assert spy == [] and q.grad is not None and torch.isfinite(q.grad).all()
+    assert "require grad" in caplog.text
+
+
+def test_explicit_backends(monkeypatch):
+    p = problem()
+    ref = reference.oracle(p.q, p.k, p.v, p.ranges)
+    for backend in ("triton", "sdpa", "reference", "oracle"):
+        out = selection_attention(p.q, p.k, p.v, p.ranges, backend=backend)
+        assert (out.double() - ref).abs().mean() < 1e-3, backend
+    with pytest.raises(ValueError, match="backend"):
+        selection_attention(p.q, p.k, p.v, p.ranges, backend="cuda")
+    p32 = problem(dtype=torch.float32)
+    with pytest.raises(ValueError, match="backend='triton' cannot run"):
+        selection_attention(p32.q, p32.k, p32.v, p32.ranges, backend="triton")
+
+
+def test_decode_shape_uses_split_kernel(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem(S=1, G=1, h=4, T=300, n=4)
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    assert [c[0] for c in spy] == ["sel_attn_decode"]
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="dispatch decode")
+
+
+def test_block_indices_input(monkeypatch):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem(S=5, T=130)
+    bi = torch.tensor([0, 1, -1, 2], dtype=torch.int32).expand(1, 5, 2, 4).contiguous()
+    out = selection_attention(p.q, p.k, p.v, block_indices=bi, block_size=64)
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    r = block_indices_to_ranges(bi, 64, 130)
+    check_against_oracle(out, None, p.q, p.k, p.v, r, what="block indices")
+    with pytest.raises(ValueError, match="exactly one"):
+        selection_attention(p.q, p.k, p.v, p.ranges, block_indices=bi, block_size=64)
+    with pytest.raises(ValueError, match="block_size"):
+        selection_attention(p.q, p.k, p.v, block_indices=bi)
