@@ -81,6 +81,16 @@ def _row_key_index(ranges_rows: torch.Tensor, L_max: int):
     return torch.where(valid, key, torch.zeros_like(key)), valid
 
 
+def _bytes_per_row(L_max: int, h: int, Dk: int, Dv: int, elem: int) -> int:
+    """Estimated peak bytes one row costs in a chunk, to size chunks.
+
+    The gathered keys and values (plus a float32 copy, which the math backend and the
+    LSE make for half inputs), the slot-index bookkeeping (a few int64 per slot) and
+    the h x L_max float32 scores and probabilities.
+    """
+    return L_max * ((Dk + Dv) * (elem + 4) + 48 + 16 * h)
+
+
 def packed_sdpa(
     q,
     k,
@@ -115,8 +125,7 @@ def packed_sdpa(
     row = torch.arange(R, device=q.device)
     b_of = row // (S * G)
     g_of = row % G
-    per_row = L_max * (Dk + Dv) * v.element_size() + L_max * 16
-    chunk = max(1, chunk_bytes // per_row)
+    chunk = max(1, chunk_bytes // _bytes_per_row(L_max, h, Dk, Dv, v.element_size()))
     outs, lses = [], []
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
@@ -126,7 +135,8 @@ def packed_sdpa(
         nonempty = (L_row[r0:r1] > 0)[:, None]
         # An empty row would make SDPA divide 0 by 0 (NaN, also in the backward):
         # let it see slot 0 (key 0) and zero its output afterwards.
-        mask = (valid | (~nonempty & (torch.arange(L_max, device=q.device) == 0)))[:, None, None, :]
+        seen = valid | (~nonempty & (torch.arange(L_max, device=q.device) == 0))  # [r, L_max]
+        mask = seen[:, None, None, :]
         # The h heads of a row share its keys: run them as h query positions of one
         # attention "head", so SDPA sees every head attend every selected key.
         o = F.scaled_dot_product_attention(
@@ -135,8 +145,11 @@ def packed_sdpa(
         outs.append(torch.where(nonempty[:, :, None], o, torch.zeros_like(o)))
         if return_lse:
             s = torch.einsum("rhd,rld->rhl", q_rows[r0:r1].float(), kb.float()) * sc
-            s = s.masked_fill(~valid[:, None, :], float("-inf"))
-            lses.append(torch.logsumexp(s, dim=-1))
+            # Same dummy key as above so logsumexp never sees an all -inf row (its
+            # gradient would be NaN); the empty rows' LSE is then set to -inf.
+            s = s.masked_fill(~seen[:, None, :], float("-inf"))
+            lse = torch.logsumexp(s, dim=-1)
+            lses.append(lse.masked_fill(~nonempty, float("-inf")))
     out = torch.cat(outs).reshape(B, S, G, h, Dv).to(v.dtype)
     if not return_lse:
         return out
