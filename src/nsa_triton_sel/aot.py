@@ -1,0 +1,272 @@
+"""Ahead-of-time compile of one kernel specialisation, without a GPU, on Triton 3.0 - 3.9.
+
+This module runs inside the smoke harness's child processes (``python -m
+nsa_triton_sel.aot REQUEST.json RESULT.json``); it imports triton and the kernel's
+module, never torch.  A compiler abort (a C++ assertion) kills the child, not the
+harness: the parent turns the missing result plus the exit status into a ``crash``.
+
+``triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, warp_size))`` takes its
+arguments in two families, told apart by introspection, never by version strings:
+
+- 3.0 - 3.2: ``ASTSource(fn, signature, constants, attrs)`` - the signature lists only
+  the runtime arguments (name -> type), constexpr values go in ``constants``, ``attrs``
+  is an ``AttrsDescriptor`` (3.0/3.1 in ``triton.compiler.compiler`` with
+  ``divisible_by_16``; 3.2 in ``triton.backends.compiler`` with ``from_hints``);
+- 3.3 and later: ``ASTSource(fn, signature, constexprs, attrs)`` - the signature lists
+  every argument in order, constexpr ones typed ``"constexpr"``; ``attrs`` maps
+  ``(index,)`` to ``[["tt.divisibility", 16]]``.
+
+Pointer arguments are compiled as 16-byte aligned, which is what a torch allocation gives
+and what a real launch specialises on; integer arguments get no value hints.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+from .specs import derive_signature, load_object
+
+# Verdicts the child itself can reach; ``crash`` and ``timeout`` are decided by the parent.
+OK, COMPILE_ERROR, UNSUPPORTED = "ok", "compile_error", "unsupported"
+FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
+
+
+class Unsupported(Exception):
+    """The installed Triton lacks an API or a target that the compile needs."""
+
+
+def ast_family(ast_source_cls) -> str:
+    """``"constexprs"`` (3.3+) or ``"constants"`` (3.0 - 3.2), read from ``ASTSource.__init__``."""
+    params = inspect.signature(ast_source_cls.__init__).parameters
+    if FAMILY_CONSTEXPRS in params:
+        return FAMILY_CONSTEXPRS
+    if FAMILY_CONSTANTS in params:
+        return FAMILY_CONSTANTS
+    # A signature we have never seen: say so rather than guess.
+    raise Unsupported(f"unknown ASTSource signature {list(params)}")
+
+
+def triton_api():
+    """``(triton, ASTSource, GPUTarget, family)`` of the installed Triton."""
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as e:
+        raise Unsupported(f"this Triton has no ahead-of-time compile API: {e}") from e
+    return triton, ASTSource, GPUTarget, ast_family(ASTSource)
+
+
+def _old_attrs(aligned_idx: list[int]):
+    """3.0 - 3.2: the ``AttrsDescriptor`` that marks ``aligned_idx`` divisible by 16."""
+    import triton.backends.compiler as backend_compiler
+
+    if hasattr(backend_compiler, "AttrsDescriptor"):  # 3.2
+        return backend_compiler.AttrsDescriptor.from_hints({i: 16 for i in aligned_idx})
+    from triton.compiler.compiler import AttrsDescriptor  # 3.0, 3.1
+
+    return AttrsDescriptor(divisible_by_16=set(aligned_idx), equal_to_1=set())
+
+
+def make_source(ASTSource, family: str, fn, types: dict, constexprs: dict, aligned=None):
+    """The ``ASTSource`` for ``fn`` in the argument family this Triton accepts.
+
+    ``types`` maps every runtime argument to a type string, ``constexprs`` every constexpr
+    one to its value; ``aligned`` names pointer arguments to mark 16-byte aligned
+    (default: all of them).
+    """
+    names = list(fn.arg_names)
+    if aligned is None:
+        aligned = [n for n, t in types.items() if t.startswith("*")]
+    aligned_idx = [names.index(n) for n in aligned]
+    if family == FAMILY_CONSTEXPRS:
+        signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
+        attrs = {(i,): [["tt.divisibility", 16]] for i in aligned_idx}
+        return ASTSource(fn, signature, constexprs=dict(constexprs), attrs=attrs)
+    signature = {n: types[n] for n in names if n not in constexprs}
+    return ASTSource(fn, signature, constants=dict(constexprs), attrs=_old_attrs(aligned_idx))
+
+
+def compile_request(req: dict) -> dict:
+    """Compile one request (``CompileSpec.request(arch)``); returns the result dict, never raises."""
+    t0 = time.perf_counter()
+    result = {"verdict": OK, "message": "", "metrics": {}, "family": None}
+    try:
+        triton, ASTSource, GPUTarget, family = triton_api()
+        result["family"] = family
+        fn = _load_kernel(req["kernel"])
+        types, constexprs = derive_signature(fn, req)
+        result["signature"] = types
+        src = make_source(ASTSource, family, fn, types, constexprs)
+        target = GPUTarget("cuda", int(req["arch"]), int(req.get("warp_size", 32)))
+        options = {"num_warps": int(req["num_warps"]), "num_stages": int(req["num_stages"])}
+        compiled = triton.compile(src, target=target, options=options)
+        result["metrics"] = collect_metrics(compiled)
+    except Unsupported as e:
+        result.update(verdict=UNSUPPORTED, message=str(e))
+    except Exception as e:  # noqa: BLE001 - every compiler failure is a verdict, not a harness error
+        verdict, message = classify_exception(e)
+        result.update(verdict=verdict, message=message, chain=error_chain(e),
+                      traceback=traceback.format_exc()[-4000:])
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result
+
+
+def _load_kernel(ref: str):
+    try:
+        fn = load_object(ref)
+    except ImportError as e:
+        # A kernel module importing a triton API this version lacks (tensor descriptors
+        # before 3.4, say) is "unsupported"; any other import error is the spec's fault.
+        if (e.name or "").startswith("triton"):
+            raise Unsupported(f"importing {ref}: {e}") from e
+        raise
+    if not hasattr(fn, "arg_names") or not hasattr(fn, "params"):
+        raise TypeError(f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel "
+                        "(is TRITON_INTERPRET set in the environment?)")
+    return fn
+
+
+def cause_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its ``__cause__``/``__context__`` ancestors, outermost first, cycle-safe."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return chain
+
+
+def _last_line(text) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def error_chain(exc: BaseException) -> list[str]:
+    """``Type: last line`` of each exception in the chain, outermost first."""
+    return [f"{type(e).__name__}: {_last_line(e)}"[:600] for e in cause_chain(exc)]
+
+
+def root_message(exc: BaseException) -> str:
+    """The innermost non-empty message: on Triton 3.0 - 3.4 the text is only in ``__cause__``."""
+    for e in reversed(cause_chain(exc)):
+        text = _last_line(e)
+        if text:
+            return f"{type(e).__name__}: {text}"[:1000]
+    return type(exc).__name__
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """``unsupported`` for an API this Triton removed or lacks, else ``compile_error``."""
+    message = root_message(exc)
+    for e in cause_chain(exc):
+        if isinstance(e, NotImplementedError):
+            return UNSUPPORTED, message
+        if isinstance(e, AttributeError) and "triton" in str(e):
+            return UNSUPPORTED, message  # e.g. "module 'triton.language' has no attribute 'advance'"
+    return COMPILE_ERROR, message
+
+
+# ---------------------------------------------------------------- metrics
+
+_RES_RE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+
+
+def collect_metrics(compiled) -> dict:
+    """PTX/cubin sizes, shared memory, tensor-core kind, and registers/local memory from cuobjdump."""
+    asm = getattr(compiled, "asm", {}) or {}
+    ptx, cubin = asm.get("ptx"), asm.get("cubin")
+    metrics = {
+        "ptx_bytes": len(ptx) if ptx is not None else None,
+        "cubin_bytes": len(cubin) if cubin is not None else None,
+        "registers": None,
+        "spills": None,
+        "shared": _meta(compiled, "shared"),
+        "num_warps": _meta(compiled, "num_warps"),
+        "num_stages": _meta(compiled, "num_stages"),
+        "mma": mma_kind(ptx or ""),
+    }
+    if isinstance(cubin, (bytes, bytearray)):
+        metrics.update(resource_usage(bytes(cubin)))
+    return metrics
+
+
+def mma_kind(ptx: str) -> str:
+    """Which tensor-core instruction the dots became (``"none"``: FMA or no dot at all)."""
+    if "tcgen05.mma" in ptx:
+        return "tcgen05"
+    if "wgmma.mma_async" in ptx:
+        return "wgmma"
+    if re.search(r"\bmma\.sync", ptx):
+        return "mma.sync"
+    return "none"
+
+
+def _meta(compiled, key):
+    md = getattr(compiled, "metadata", None)
+    value = md.get(key) if isinstance(md, dict) else getattr(md, key, None)
+    return value if isinstance(value, int) else None
+
+
+def _cuobjdump() -> str | None:
+    """The ``cuobjdump`` bundled with the Triton wheel (every 3.x ships one), else ``PATH``'s."""
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return path if os.access(path, os.X_OK) else shutil.which("cuobjdump")
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """Registers and local-memory bytes per thread of the cubin (best effort).
+
+    Triton deletes its ``ptxas -v`` log, so the numbers are read back from the cubin;
+    ``spills`` is cuobjdump's ``LOCAL`` (spill stores plus local arrays; 0 = no spill).
+    """
+    tool = _cuobjdump()
+    if tool is None:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    finally:
+        os.unlink(f.name)
+    m = _RES_RE.search(out)
+    if not m:
+        return {}
+    reg, stack, _shared, local = (int(x) for x in m.groups())
+    return {"registers": reg, "spills": local, "stack": stack}
+
+
+# ---------------------------------------------------------------- child entry point
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m nsa_triton_sel.aot REQUEST.json RESULT.json``: compile, write the result, exit 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2:
+        print("usage: python -m nsa_triton_sel.aot REQUEST.json RESULT.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        req = json.load(f)
+    result = compile_request(req)
+    tmp = argv[1] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, argv[1])  # atomic: a half-written result never reads as a verdict
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Compile-spec registry: every kernel variant the package ships, enumerated in one place.
+
+A :class:`CompileSpec` names a ``@triton.jit`` kernel (``"module:attr"`` or
+``"path/file.py:attr"``), the constexpr values and launch options of one
+specialisation, and the element dtype of its data pointers.  It never lists the
+kernel's runtime arguments: :func:`derive_signature` reads them from the
+JITFunction (``fn.params``) and types them with a small rule, so an argument the
+kernel gains later is typed without editing this file or the smoke code:
+
+- a name listed in ``spec.types`` gets that type (``"{dtype}"`` is substituted);
+- an UPPERCASE name is a pointer to the spec's dtype (``Q`` -> ``*fp16``);
+- a name in :data:`FLOAT_ARGS` is ``fp32``; any other runtime argument is ``i32``.
+
+The same format describes a user's own kernels: ``nsa-sel smoke --specs
+my_pkg.my_module:SPECS`` (see ``tests/user_specs_example.py``).  This module imports
+neither torch nor triton, so the parent process and the children stay light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
+
+VERDICTS = ("ok", "compile_error", "crash", "timeout", "unsupported")
+DTYPES = ("fp16", "bf16", "fp32")
+FLOAT_ARGS = frozenset({"qk_scale", "sm_scale", "scale", "softmax_scale", "eps"})
+
+# Pointer arguments of this package's kernels whose element type is not the data dtype.
+SEL_TYPES = {
+    "LSE": "*fp32",   # natural-log LSE output
+    "OP": "*fp32",    # split-L partial outputs
+    "LP": "*fp32",    # split-L partial log2-LSE
+    "SPANS": "*i32",  # ranges [B, S, G, n, 2] or cu_seqlens
+    "S": "i32",       # UPPERCASE sizes, not pointers
+    "G": "i32",
+}
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """One kernel specialisation to compile ahead of time.
+
+    ``expected`` (canaries only) maps a version specifier (``"<3.5"``) to the verdict
+    or verdicts accepted there; the first matching specifier wins.  ``expected_message``
+    maps specifiers to a substring the verdict's message must contain.
+    """
+
+    name: str
+    kernel: Any  # "module:attr", "path.py:attr", or the JITFunction itself (resolved on load)
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+    dtype: str = "fp16"
+    num_warps: int = 4
+    num_stages: int = 3
+    types: Mapping[str, str] = field(default_factory=dict)
+    canary: bool = False
+    expected: Mapping[str, Any] | None = None
+    expected_message: Mapping[str, str] | None = None
+    note: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.kernel, str):
+            object.__setattr__(self, "kernel", kernel_ref(self.kernel))
+        if ":" not in self.kernel:
+            raise ValueError(f"spec {self.name!r}: kernel must be 'module:attr' or 'file.py:attr', got {self.kernel!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"spec {self.name!r}: dtype {self.dtype!r} not in {DTYPES}")
+        for spec, verdicts in (self.expected or {}).items():
+            bad = set(_as_list(verdicts)) - set(VERDICTS)
+            if bad:
+                raise ValueError(f"spec {self.name!r}: expected[{spec!r}] has unknown verdicts {sorted(bad)}")
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.rpartition(":")[2]
+
+    def request(self, arch: int, warp_size: int = 32) -> dict:
+        """The JSON request a child process compiles (see :func:`nsa_triton_sel.aot.compile_request`)."""
+        return {
+            "name": self.name, "kernel": self.kernel, "dtype": self.dtype,
+            "constexprs": dict(self.constexprs), "types": dict(self.types),
+            "num_warps": self.num_warps, "num_stages": self.num_stages,
+            "arch": int(arch), "warp_size": int(warp_size),
+        }
+
+    def expected_verdicts(self, version) -> list[str] | None:
+        """The verdicts a canary may have on Triton ``version`` (``None``: no expectation)."""
+        hit = _first_match(self.expected, version)
+        return None if hit is None else _as_list(hit)
+
+    def expected_substring(self, version) -> str | None:
+        return _first_match(self.expected_message, version)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _as_list(v) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _first_match(table, version):
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    v = Version(str(version))
+    for spec, value in (table or {}).items():
+        if SpecifierSet(spec).contains(v, prereleases=True):
+            return value
+    return None
+
+
+# ---------------------------------------------------------------- signature derivation
+
+def arg_type(name: str, dtype: str, types: Mapping[str, str]) -> str:
+    """Triton type string of runtime argument ``name`` under the typing rule above."""
+    if name in types:
+        return types[name].format(dtype=dtype)
+    if name.isupper():
+        return f"*{dtype}"
+    if name in FLOAT_ARGS:
+        return "fp32"
+    return "i32"
+
+
+def derive_signature(fn, req: Mapping) -> tuple[dict, dict]:
+    """``(types of the runtime arguments, constexpr values)`` of JITFunction ``fn`` for a request.
+
+    Raises ``ValueError`` when the request misses a constexpr that has no default, or
+    names one the kernel does not have (a stale spec must fail loudly, not compile
+    something else).
+    """
+    given = dict(req.get("constexprs") or {})
+    types, constexprs = {}, {}
+    for p in fn.params:
+        name = p.name
+        if getattr(p, "is_constexpr", False):
+            if name in given:
+                constexprs[name] = given.pop(name)
+            elif p.default is not inspect.Parameter.empty:
+                constexprs[name] = p.default
+            else:
+                raise ValueError(f"{req.get('name')}: no value for constexpr {name} of {fn.__name__}")
+        else:
+            types[name] = arg_type(name, req.get("dtype", "fp16"), req.get("types") or {})
+    if given:
+        raise ValueError(f"{req.get('name')}: {fn.__name__} has no constexpr {sorted(given)}")
+    return types, constexprs
+
+
+# ---------------------------------------------------------------- loading specs and kernels
+
+def kernel_ref(obj) -> str:
+    """A reference a child process can load: ``module:attr`` if importable, else ``file.py:attr``."""
+    fn = getattr(obj, "fn", obj)
+    name, module = fn.__name__, getattr(fn, "__module__", None)
+    path = inspect.getsourcefile(fn)
+    loaded = sys.modules.get(module) if module else None
+    if module and module != "__main__" and not getattr(loaded, "__nsa_by_path__", False):
+        found = importlib.util.find_spec(module) if _safe_find(module) else None
+        if found is not None and found.origin and path and os.path.samefile(found.origin, path):
+            return f"{module}:{name}"
+    if not path:
+        raise ValueError(f"cannot locate the source of kernel {name!r}")
+    return f"{os.path.abspath(path)}:{name}"
+
+
+def _safe_find(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def load_object(ref: str):
+    """Resolve ``"pkg.module:attr"`` or ``"path/file.py:attr"`` (a directory means its ``__init__.py``)."""
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr:
+        raise ValueError(f"bad reference {ref!r}: expected 'module:attr' or 'path/file.py:attr'")
+    if target.endswith(".py") or os.sep in target or os.path.isdir(target):
+        module = _load_file(target)
+    else:
+        if os.getcwd() not in sys.path:  # console scripts do not put the cwd on sys.path
+            sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(target)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"{target} has no attribute {attr!r}") from None
+
+
+def _load_file(path: str):
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "__init__.py")
+    if not os.path.isfile(path):
+        raise ValueError(f"no such file: {path}")
+    # A stable name (str hash() is salted per process): children load the same file alike.
+    mod_name = "_nsa_specs_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__nsa_by_path__ = True  # kernel_ref() must then refer to it by path
+    sys.modules[mod_name] = module  # triton's JIT looks the module up while decorating
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_specs(ref: str) -> list[CompileSpec]:
+    """The specs behind ``ref``: a list/tuple of :class:`CompileSpec` or dicts, or a callable returning one."""
+    obj = load_object(ref if ":" in ref else ref + ":SPECS")
+    if callable(obj) and not isinstance(obj, (list, tuple)):
+        obj = obj()
+    if not isinstance(obj, Iterable):
+        raise ValueError(f"{ref} is not a list of compile specs")
+    specs = [s if isinstance(s, CompileSpec) else CompileSpec(**s) for s in obj]
+    check_unique(specs)
+    return specs
+
+
+def check_unique(specs: list[CompileSpec]) -> None:
+    seen = set()
+    for s in specs:
+        if s.name in seen:
+            raise ValueError(f"duplicate spec name {s.name!r}")
+        seen.add(s.name)
+
+
+# ---------------------------------------------------------------- this package's registry
+
+SEL_FWD = "nsa_triton_sel.kernels.jit:sel_fwd_kernel"
+MERGE = "nsa_triton_sel.kernels.jit:merge_splits_kernel"
+HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+DTYPES_SHIPPED = ("fp16", "bf16")
+N_SPANS = 16  # NSA's typical selected-block count per row
+
+
+def _sel_spec(dtype, mode, Dk, Dv, h, **kw) -> CompileSpec:
+    meta = kernel_meta(mode=mode, h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **kw)
+    tags = "".join(f"+{k}" for k in ("has_lse", "split", "per_head") if kw.get(k))
+    tags = tags.replace("has_lse", "lse")
+    return CompileSpec(
+        name=f"sel_fwd/{MODE_NAMES[mode]}/{dtype}/dk{Dk}-dv{Dv}/h{h}{tags}",
+        kernel=SEL_FWD, constexprs=meta.constexprs(), dtype=dtype, types=SEL_TYPES,
+        num_warps=meta.num_warps, num_stages=meta.num_stages,
+    )
+
+
+def _merge_spec(dtype, Dv, h) -> CompileSpec:
+    meta = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dv, Dv=Dv, has_lse=True, split=True)
+    return CompileSpec(
+        name=f"merge_splits/{dtype}/dv{Dv}/h{h}", kernel=MERGE, dtype=dtype, types=SEL_TYPES,
+        constexprs={"BLOCK_H": meta.BLOCK_H, "BLOCK_DV": meta.BLOCK_DV, "HAS_LSE": True},
+        num_warps=4, num_stages=meta.num_stages,  # launch.py launches the merge with 4 warps
+    )
+
+
+def registry() -> list[CompileSpec]:
+    """Every shipped variant: each kernel x fp16/bf16 x head dims x the launch configs it can get.
+
+    Representative, not exhaustive, so the full run (x 3 archs) stays under 3 minutes on
+    2 cores: the h=16 ranges path over every head dim and dtype (4-warp tiles), the
+    h=64 path (8 warps, BLOCK_N 32 for big head dims), decode split-L with LSE, the
+    packed dense/varlen modes, and the split merge.
+    """
+    specs = []
+    for dtype in DTYPES_SHIPPED:
+        for Dk, Dv in HEAD_DIMS:
+            specs.append(_sel_spec(dtype, MODE_RANGES, Dk, Dv, 16))
+            specs.append(_sel_spec(dtype, MODE_RANGES, Dk, Dv, 64, has_lse=True))
+        specs.append(_sel_spec(dtype, MODE_RANGES, 128, 128, 16, has_lse=True, split=True))
+        specs.append(_sel_spec(dtype, MODE_CU, 128, 128, 16, has_lse=True))
+        specs.append(_merge_spec(dtype, 128, 16))
+    specs.append(_sel_spec("fp16", MODE_RANGES, 192, 128, 64, has_lse=True, split=True))
+    specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16))
+    specs.append(_merge_spec("fp16", 64, 64))
+    check_unique(specs)
+    return specs
+
+
+SPECS = registry()
+
+
+def uncovered_kernels(module: str = "nsa_triton_sel.kernels.jit", specs=None) -> list[str]:
+    """Public ``@triton.jit`` kernels of ``module`` that no spec compiles (imports triton)."""
+    mod = importlib.import_module(module)
+    covered = {s.kernel for s in (SPECS if specs is None else specs)}
+    names = [n for n, obj in vars(mod).items()
+             if not n.startswith("_") and hasattr(obj, "params") and hasattr(obj, "arg_names")]
+    return [n for n in names if f"{module}:{n}" not in covered]
