@@ -56,11 +56,15 @@ def _run(cmd: list[str], timeout: float = 5.0, cwd: str | None = None) -> str | 
 
 def _git_commit() -> str | None:
     """Commit of the checkout this package was imported from (None for a wheel install)."""
-    here = Path(__file__).resolve().parent
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=str(here))
+    here = Path(__file__).resolve()
+    # Only if this very file is tracked there: an installed copy inside some other
+    # repository (a venv under a checkout) must not report that repository's commit.
+    if _run(["git", "ls-files", "--error-unmatch", here.name], cwd=str(here.parent)) is None:
+        return None
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=str(here.parent))
     if commit is None:
         return None
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(here))
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=str(here.parent))
     return commit + ("-dirty" if dirty else "")
 
 

@@ -1,0 +1,155 @@
+"""``fingerprint()``, the interpreter probe and ``nsa-sel doctor`` on a CPU-only machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+import pytest
+import torch
+
+from nsa_triton_sel import env
+
+REQUIRED = {
+    "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
+    "cuda_available", "gpu_name", "compute_capability", "sm_count", "git_commit",
+    "TRITON_DEFAULT_FP_FUSION", "triton_env",
+}
+
+
+def test_fingerprint_has_every_field_and_is_json():
+    fp = env.fingerprint()
+    assert REQUIRED <= set(fp)
+    assert json.loads(json.dumps(fp)) == fp
+    assert fp["python"] == platform.python_version()
+    assert fp["torch"] == torch.__version__
+    assert fp["cuda_runtime"] == torch.version.cuda
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answers")
+def test_fingerprint_without_gpu_says_none():
+    fp = env.fingerprint()
+    assert fp["cuda_available"] is False and fp["gpu_count"] == 0
+    for key in ("gpu_name", "compute_capability", "sm_count", "cuda_driver"):
+        assert fp[key] is None
+
+
+@pytest.mark.gpu
+def test_fingerprint_with_gpu_names_it():
+    fp = env.fingerprint()
+    major, minor = torch.cuda.get_device_capability(0)
+    assert fp["compute_capability"] == f"{major}.{minor}"
+    assert fp["gpu_name"] == torch.cuda.get_device_name(0) and fp["sm_count"] > 0
+    assert fp["cuda_driver"]
+
+
+def test_fingerprint_records_triton_knobs(monkeypatch):
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/somewhere")
+    fp = env.fingerprint()
+    assert fp["TRITON_DEFAULT_FP_FUSION"] == "0"
+    assert fp["triton_env"]["TRITON_CACHE_DIR"] == "/tmp/somewhere"
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+    assert env.fingerprint()["TRITON_DEFAULT_FP_FUSION"] is None
+
+
+def test_fingerprint_git_commit_is_a_sha_or_none():
+    commit = env.fingerprint()["git_commit"]
+    assert commit is None or (len(commit.removesuffix("-dirty")) == 40 and int(commit[:40], 16) >= 0)
+
+
+def test_fingerprint_is_cheap_and_needs_no_triton_import(monkeypatch):
+    # Benchmarks call it per row: no kernel runs, and it must work where importing
+    # triton fails (None in sys.modules makes any `import triton` raise ImportError).
+    monkeypatch.setitem(sys.modules, "triton", None)
+    t0 = time.perf_counter()
+    fp = env.fingerprint()
+    assert time.perf_counter() - t0 < 2.0
+    assert fp["triton"] == metadata.version("triton")
+
+
+@pytest.mark.parametrize(
+    "errs, status",
+    [
+        ({"add_max_err": 0.0, "dot_max_err": 2e-6}, "ok"),
+        ({"add_max_err": 1e37, "dot_max_err": 2e-6}, "wrong"),  # Triton 3.0/3.1 + numpy 2.x
+        ({"add_max_err": 0.0, "dot_max_err": 20.0}, "wrong"),
+        ({"add_max_err": float("nan"), "dot_max_err": 0.0}, "wrong"),
+    ],
+)
+def test_probe_verdict(errs, status):
+    assert env._judge(errs)["status"] == status
+
+
+def test_probe_reports_a_crash_as_error(monkeypatch):
+    def fake_run(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="Traceback...\nTypeError: only 0-dimensional arrays\n")
+
+    monkeypatch.setattr(env.subprocess, "run", fake_run)
+    res = env.interpreter_usable()
+    assert res["status"] == "error" and "TypeError: only 0-dimensional arrays" in res["detail"]
+
+
+def test_probe_reports_a_timeout_as_error(monkeypatch):
+    def fake_run(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args, kwargs.get("timeout"))
+
+    monkeypatch.setattr(env.subprocess, "run", fake_run)
+    assert env.interpreter_usable(timeout=1)["status"] == "error"
+
+
+def test_probe_sets_triton_interpret_in_the_child_only(monkeypatch):
+    seen = {}
+
+    def fake_run(cmd, env=None, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 0, stdout=env_mark({"add_max_err": 0.0, "dot_max_err": 0.0}), stderr="")
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(env.subprocess, "run", fake_run)
+    assert env.interpreter_usable()["status"] == "ok"
+    assert seen["TRITON_INTERPRET"] == "1"
+    assert "TRITON_INTERPRET" not in os.environ
+
+
+def env_mark(errs):
+    return "noise\n" + env._PROBE_MARK + json.dumps(errs) + "\n"
+
+
+def test_doctor_json_without_probe(capsys):
+    assert env.main(["--json", "--no-interp"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert REQUIRED <= set(report) and report["interpreter"] == {"status": "skipped"}
+
+
+def test_doctor_text_without_probe(capsys):
+    assert env.main(["--no-interp"]) == 0
+    out = capsys.readouterr().out
+    for word in ("torch", "triton", "numpy", "compute_capability", "interpreter.status", torch.__version__):
+        assert word in out
+
+
+def test_nsa_sel_doctor_routes_through_the_cli(capsys):
+    from nsa_triton_sel import cli
+
+    assert cli.main(["doctor", "--no-interp"]) == 0
+    assert "compute_capability" in capsys.readouterr().out
+
+
+def test_nsa_sel_doctor_json_command_runs_with_the_probe():
+    # The real command line in a fresh process, interpreter probe included (the one
+    # run of the probe in this file: it costs a few seconds).
+    res = subprocess.run(
+        [sys.executable, "-m", "nsa_triton_sel.cli", "doctor", "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert REQUIRED <= set(report) and report["torch"] == torch.__version__
+    # triton 3.9 + numpy 2.4 is a known-good pair: the probe must say so.
+    assert report["interpreter"]["status"] == "ok", report["interpreter"]
+    assert report["interpreter"]["add_max_err"] == 0.0 and report["interpreter"]["dot_max_err"] < 1e-3
