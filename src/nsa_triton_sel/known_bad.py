@@ -1,0 +1,185 @@
+"""Known-bad Triton windows (``constraints/known-bad.toml``) and the runtime guard.
+
+A window is data: a PEP 440 specifier of Triton versions, optionally the GPU architectures it
+affects and the checks it explains, and a one-line reason.  Three consumers read it:
+
+- :func:`check_installed`, called by the dispatcher at import, returns the reason when the
+  installed Triton is known-bad (for this GPU when one is visible), so it can warn once;
+- the pin logic (:mod:`nsa_triton_sel.ledger`) keeps versions under an all-arch window out of
+  ``known-good.txt`` and lists every window in ``MATRIX.md``;
+- tests and check-upgrade ask :func:`matching` / :func:`expected_failure` whether a failure is
+  expected.
+
+Only the standard library and ``packaging`` are imported: this runs at package import.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SCHEMA = 1
+
+
+class KnownBadTritonWarning(UserWarning):
+    """The installed Triton falls in a known-bad window."""
+
+
+@dataclass(frozen=True)
+class Window:
+    id: str
+    triton: SpecifierSet
+    reason: str
+    arch: tuple[int, ...] = ()  # empty: every target
+    checks: tuple[str, ...] = ()  # empty: every check
+    link: str = ""
+
+    def covers(self, version: str | Version, arch: int | None = None, check: str | None = None) -> bool:
+        """Whether this window applies to that Triton (and arch/check when given).
+
+        An arch-specific window does not cover a question asked without an arch: the caller does
+        not know the target, so it cannot claim the failure.  Pre-releases of an affected version
+        count (``3.4.0rc1`` is inside ``>=3.4``).
+        """
+        v = version if isinstance(version, Version) else Version(version)
+        if not self.triton.contains(v, prereleases=True):
+            return False
+        if self.arch and (arch is None or int(arch) not in self.arch):
+            return False
+        return not (self.checks and check is not None and check not in self.checks)
+
+    @property
+    def all_arch(self) -> bool:
+        return not self.arch
+
+    def describe(self) -> str:
+        where = f" on sm_{'/'.join(map(str, self.arch))}" if self.arch else ""
+        return f"triton {self.triton}{where}: {self.reason}"
+
+
+def default_path() -> Path | None:
+    """``$NSA_SEL_KNOWN_BAD``, else the checkout's ``constraints/known-bad.toml``, else packaged data."""
+    env = os.environ.get("NSA_SEL_KNOWN_BAD")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parents[1] / "constraints" / "known-bad.toml", here / "data" / "known_bad.toml"):
+        if cand.exists():
+            return cand
+    return None
+
+
+def parse(text: str, source: str = "<known-bad>") -> list[Window]:
+    """Windows from TOML text; every field is validated so a typo fails loudly, not silently."""
+    data = tomllib.loads(text)
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{source}: schema {data.get('schema')!r}, this code reads {SCHEMA}")
+    windows = []
+    for raw in data.get("window", []):
+        missing = {"id", "triton", "reason"} - raw.keys()
+        if missing:
+            raise ValueError(f"{source}: window {raw.get('id', '?')!r} lacks {sorted(missing)}")
+        windows.append(
+            Window(
+                id=raw["id"],
+                triton=SpecifierSet(raw["triton"]),
+                reason=raw["reason"],
+                arch=tuple(int(a) for a in raw.get("arch", ())),
+                checks=tuple(raw.get("checks", ())),
+                link=raw.get("link", ""),
+            )
+        )
+    return windows
+
+
+def load(path: Path | None = None) -> list[Window]:
+    """The windows in ``path`` (default: :func:`default_path`); none if there is no file."""
+    path = path or default_path()
+    if path is None or not Path(path).exists():
+        return []
+    return parse(Path(path).read_text(), str(path))
+
+
+@lru_cache(maxsize=1)
+def _cached() -> tuple[Window, ...]:
+    return tuple(load())
+
+
+def matching(version: str, arch: int | None = None, check: str | None = None,
+             windows: list[Window] | None = None) -> list[Window]:
+    """Every window covering that Triton version (and arch/check when given)."""
+    pool = _cached() if windows is None else windows
+    return [w for w in pool if w.covers(version, arch, check)]
+
+
+def expected_failure(version: str, arch: int | None = None, check: str | None = None,
+                     windows: list[Window] | None = None) -> str | None:
+    """The reason a failure of ``check`` is expected there, or None (for xfail marks)."""
+    hits = matching(version, arch, check, windows)
+    return "; ".join(f"[{w.id}] {w.reason}" for w in hits) or None
+
+
+def excluding_windows(version: str, windows: list[Window] | None = None) -> list[Window]:
+    """All-arch windows covering the version: these keep it out of known-good.txt."""
+    return [w for w in matching(version, None, None, windows) if w.all_arch]
+
+
+def _installed_triton() -> str | None:
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _current_arch() -> int | None:
+    """Compute capability of device 0 as an int (90), only if torch is already imported."""
+    torch = sys.modules.get("torch")  # never import torch from here
+    try:
+        if torch is not None and torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return major * 10 + minor
+    except Exception:  # noqa: BLE001 - a guard must never break the import
+        return None
+    return None
+
+
+def check_installed(arch: int | None = None, windows: list[Window] | None = None) -> str | None:
+    """The reason the installed Triton is known-bad here, or None.
+
+    ``arch`` defaults to the visible GPU's compute capability; without a GPU only all-arch
+    windows apply.  Never raises: a broken windows file or version is reported as None plus a
+    warning, because the dispatcher calls this at import.
+    """
+    version = _installed_triton()
+    if version is None:
+        return None
+    try:
+        arch = arch if arch is not None else _current_arch()
+        hits = [w for w in (_cached() if windows is None else windows) if w.covers(version, arch)]
+    except (InvalidVersion, ValueError, OSError) as exc:
+        warnings.warn(f"known-bad windows unreadable: {exc}", KnownBadTritonWarning, stacklevel=2)
+        return None
+    if not hits:
+        return None
+    return f"Triton {version} is known-bad: " + "; ".join(f"{w.reason} [{w.id}]" for w in hits)
+
+
+def warn_if_known_bad(arch: int | None = None) -> str | None:
+    """Emit a :class:`KnownBadTritonWarning` naming the reason; returns it (or None)."""
+    reason = check_installed(arch)
+    if reason:
+        warnings.warn(reason, KnownBadTritonWarning, stacklevel=2)
+    return reason
