@@ -33,3 +33,19 @@ def seed(request) -> int:
     value = zlib.crc32(request.node.nodeid.encode()) & 0x7FFFFFFF
     torch.manual_seed(value)
     return value
+
+
+@pytest.fixture
+def host_syncs(monkeypatch) -> list[str]:
+    """Records every call of a Tensor method that copies values to the host (a device
+    synchronisation on a GPU), so CPU tests can prove a path has no per-row syncs."""
+    calls: list[str] = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(t, *args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(t, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return calls

@@ -88,7 +88,8 @@ def test_probe_verdict(errs, status):
 
 def test_probe_reports_a_crash_as_error(monkeypatch):
     def fake_run(*args, **kwargs):
-        return subprocess.CompletedProcess(args, 1, stdout="", stderr="Traceback...\nTypeError: only 0-dimensional arrays\n")
+        err = "Traceback...\nTypeError: only 0-dimensional arrays\n"
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr=err)
 
     monkeypatch.setattr(env.subprocess, "run", fake_run)
     res = env.interpreter_usable()
@@ -108,7 +109,8 @@ def test_probe_sets_triton_interpret_in_the_child_only(monkeypatch):
 
     def fake_run(cmd, env=None, **kwargs):
         seen.update(env)
-        return subprocess.CompletedProcess(cmd, 0, stdout=env_mark({"add_max_err": 0.0, "dot_max_err": 0.0}), stderr="")
+        out = env_mark({"add_max_err": 0.0, "dot_max_err": 0.0})
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(env.subprocess, "run", fake_run)
@@ -145,7 +147,8 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
     # The real command line in a fresh process, interpreter probe included (the one
     # run of the probe in this file: it costs a few seconds).
     res = subprocess.run(
-        [sys.executable, "-m", "nsa_triton_sel.cli", "doctor", "--json"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "nsa_triton_sel.cli", "doctor", "--json"],
+        capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)

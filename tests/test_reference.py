@@ -188,9 +188,8 @@ class _SdpaSpy:
         real = F.scaled_dot_product_attention
 
         def spy(q, k, v, *args, **kwargs):
-            self.calls.append(
-                dict(rows=q.shape[0], kv_bytes=(k.numel() * k.element_size() + v.numel() * v.element_size()), **kwargs)
-            )
+            kv_bytes = k.numel() * k.element_size() + v.numel() * v.element_size()
+            self.calls.append(dict(rows=q.shape[0], kv_bytes=kv_bytes, **kwargs))
             return real(q, k, v, *args, **kwargs)
 
         monkeypatch.setattr(reference.F, "scaled_dot_product_attention", spy)
@@ -220,20 +219,15 @@ def test_default_chunk_is_one_call_for_small_problems(monkeypatch):
     assert len(spy.calls) == 1
 
 
-def test_host_syncs_do_not_grow_with_rows(monkeypatch):
-    # "No Python loop over rows, no .item() per span": count the Tensor methods that
-    # copy values to the host; the count must be the same for 8 rows and 512 rows.
-    names = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy")
-    calls = []
-    for name in names:
-        real = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real, _n=name, **kw: (calls.append(_n), _r(t, *a, **kw))[1])
+def test_host_syncs_do_not_grow_with_rows(host_syncs):
+    # "No Python loop over rows, no .item() per span": the host copies must be the same
+    # for 8 rows and 512 rows (several chunks each).
     counts = []
     for S in (2, 128):
         p = make_problem(B=1, S=S, G=4, h=2, Dk=16, Dv=16, T=200, n=4, dtype=torch.float16, seed=2)
-        calls.clear()
+        host_syncs.clear()
         packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, chunk_bytes=1 << 14)
-        counts.append(list(calls))
+        counts.append(list(host_syncs))
     assert counts[0] == counts[1] and len(counts[0]) <= 2, counts  # validation + longest row
 
 
@@ -250,7 +244,9 @@ def test_packed_sdpa_never_asks_sdpa_for_is_causal(monkeypatch):
 
 def _one_span_rows(L, seed):
     """Rows whose single span has L keys, as float32, with the oracle's answer."""
-    p = make_problem(B=1, S=4, G=2, h=8, Dk=64, Dv=64, T=L + 37, n=1, ranges="single", L=L, dtype=torch.float32, seed=seed)
+    p = make_problem(
+        B=1, S=4, G=2, h=8, Dk=64, Dv=64, T=L + 37, n=1, ranges="single", L=L, dtype=torch.float32, seed=seed
+    )
     want = oracle(p.q, p.k, p.v, p.ranges).reshape(8, 8, 64)  # [rows, h, Dv]
     st = p.ranges[..., 0, 0].reshape(8).long()
     g = torch.arange(8) % 2
@@ -280,9 +276,8 @@ def test_is_causal_with_heads_as_queries_is_also_wrong(seed):
     # The decode fallback's variant: q [1, h, D] against k [1, L, D] with is_causal=True
     # makes head i see keys 0..i.
     q, kb, vb, want = _one_span_rows(200, seed)
-    buggy = torch.stack(
-        [F.scaled_dot_product_attention(q[i : i + 1], kb[i : i + 1], vb[i : i + 1], is_causal=True)[0] for i in range(q.shape[0])]
-    )
+    rows = [slice(i, i + 1) for i in range(q.shape[0])]
+    buggy = torch.cat([F.scaled_dot_product_attention(q[r], kb[r], vb[r], is_causal=True) for r in rows])
     assert (buggy.double() - want).abs().mean() > 0.1
 
 
