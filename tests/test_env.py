@@ -54,8 +54,14 @@ def test_fingerprint_records_triton_knobs(monkeypatch):
     fp = env.fingerprint()
     assert fp["TRITON_DEFAULT_FP_FUSION"] == "0"
     assert fp["triton_env"]["TRITON_CACHE_DIR"] == "/tmp/somewhere"
+    monkeypatch.setenv("TRITON_SOME_FUTURE_KNOB", "x")  # unknown knobs are recorded too
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    fp = env.fingerprint()
+    assert fp["triton_env"]["TRITON_SOME_FUTURE_KNOB"] == "x" and fp["triton_env"]["CUDA_VISIBLE_DEVICES"] == "1"
     monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
-    assert env.fingerprint()["TRITON_DEFAULT_FP_FUSION"] is None
+    fp = env.fingerprint()  # read fresh, not from the per-process cache
+    assert fp["TRITON_DEFAULT_FP_FUSION"] is None and "TRITON_DEFAULT_FP_FUSION" not in fp["triton_env"]
+    assert "HOME" not in fp["triton_env"]
 
 
 def test_fingerprint_git_commit_is_a_sha_or_none():
@@ -156,3 +162,10 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
     # triton 3.9 + numpy 2.4 is a known-good pair: the probe must say so.
     assert report["interpreter"]["status"] == "ok", report["interpreter"]
     assert report["interpreter"]["add_max_err"] == 0.0 and report["interpreter"]["dot_max_err"] < 1e-3
+
+
+def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert env.main(["--no-interp"]) == 0
+    out = capsys.readouterr().out
+    assert "nsa-sel doctor" in out and "knobs.TRITON_DEFAULT_FP_FUSION" in out

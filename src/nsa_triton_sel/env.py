@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -21,18 +22,27 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-# Knobs that change what Triton compiles or how it runs; a ledger row without them
-# cannot be reproduced.  (TRITON_DEFAULT_FP_FUSION changes its default in 3.10.)
+# Every set TRITON_* variable is recorded (a ledger row without the knobs cannot be
+# reproduced); these are the ones that matter most, and TRITON_DEFAULT_FP_FUSION also
+# gets its own key because its default changes in Triton 3.10.
 TRITON_KNOBS = (
     "TRITON_DEFAULT_FP_FUSION",
     "TRITON_INTERPRET",
-    "TRITON_CACHE_DIR",
-    "TRITON_PTXAS_PATH",
     "TRITON_F32_DEFAULT",
+    "TRITON_PTXAS_PATH",
+    "TRITON_CACHE_DIR",
     "TRITON_ALWAYS_COMPILE",
     "TRITON_DEBUG",
-    "TRITON_HIP_USE_BLOCK_PINGPONG",
 )
+# Not Triton's, but they change which device or how CUDA runs.
+OTHER_KNOBS = ("CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING")
+
+
+def _knobs(prefix: str = "TRITON_") -> dict:
+    """Set environment variables named ``prefix*`` or in OTHER_KNOBS, sorted by name."""
+    return {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith(prefix) or k in OTHER_KNOBS
+    }
 
 
 def _version(dist: str) -> str | None:
@@ -87,6 +97,7 @@ def _cuda_info() -> dict:
         "gpu_name": None,
         "compute_capability": None,
         "sm_count": None,
+        "cudnn": None,
     }
     try:
         import torch
@@ -101,6 +112,7 @@ def _cuda_info() -> dict:
     info["gpu_name"] = props.name
     info["compute_capability"] = f"{props.major}.{props.minor}"
     info["sm_count"] = props.multi_processor_count
+    info["cudnn"] = torch.backends.cudnn.version()
     smi = _nvidia_smi()
     info["cuda_driver"] = smi.get("driver") or _driver_from_torch()
     return info
@@ -121,11 +133,21 @@ def fingerprint() -> dict:
     """The software and hardware a result was produced on, as a flat JSON-able dict.
 
     Cheap: version look-ups, ``torch.cuda`` queries, one ``git`` and (on a GPU box) one
-    ``nvidia-smi`` call.  Triton itself is not imported, so this works where triton is
-    missing or broken.
+    ``nvidia-smi`` call, made once per process and cached; the date and the knobs are
+    read fresh on every call.  Triton itself is not imported, so this works where
+    triton is missing or broken.
     """
+    fp = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    fp.update(_static_fingerprint())
+    fp["triton_env"] = _knobs()
+    fp["TRITON_DEFAULT_FP_FUSION"] = os.environ.get("TRITON_DEFAULT_FP_FUSION")
+    return fp
+
+
+@functools.lru_cache(maxsize=1)
+def _static_fingerprint() -> dict:
+    """The parts that cannot change while a process runs (a copy is returned)."""
     fp = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine(),
@@ -136,8 +158,6 @@ def fingerprint() -> dict:
         "git_commit": _git_commit(),
     }
     fp.update(_cuda_info())
-    fp["triton_env"] = {k: os.environ.get(k) for k in TRITON_KNOBS if os.environ.get(k) is not None}
-    fp["TRITON_DEFAULT_FP_FUSION"] = os.environ.get("TRITON_DEFAULT_FP_FUSION")
     return fp
 
 
@@ -254,14 +274,22 @@ def _judge(errs: dict) -> dict:
 def _doctor_report(probe: bool) -> dict:
     """Fingerprint plus, unless skipped, the interpreter verdict."""
     report = fingerprint()
+    # The key knobs shown even when unset, so "unset" is visible, not just absent.
+    report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
     report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
     return report
+
+
+# Shown in the text view under "knobs" already; JSON keeps them for the ledger.
+_TEXT_SKIP = ("triton_env", "TRITON_DEFAULT_FP_FUSION")
 
 
 def _as_text(report: dict) -> list[tuple[str, str]]:
     """(key, value) lines; nested dicts flattened as ``parent.child``; None shown as '-'."""
     rows = []
     for key, val in report.items():
+        if key in _TEXT_SKIP:
+            continue
         if isinstance(val, dict):
             if not val:
                 rows.append((key, "-"))
@@ -273,12 +301,15 @@ def _as_text(report: dict) -> list[tuple[str, str]]:
 
 
 def _print_text(report: dict) -> None:
-    """A two-column table: rich if it is installed, plain text otherwise."""
+    """A two-column table on a terminal (rich, if installed); plain aligned text
+    otherwise, which reads better in CI logs and pastes cleanly into reports."""
     rows = _as_text(report)
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:
+        Console = None
+    if Console is None or not sys.stdout.isatty():
         width = max(len(k) for k, _ in rows)
         print("nsa-sel doctor")
         for k, v in rows:
