@@ -1,0 +1,109 @@
+"""Known-bad windows: parsing, version/arch/check matching with packaging, the runtime guard."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from nsa_triton_sel import known_bad
+
+TOML = """
+schema = 1
+
+[[window]]
+id = "hopper-miscompile"
+triton = ">=3.4,<3.7.1"
+arch = [90]
+checks = ["parity"]
+reason = "wrong results on sm_90"
+
+[[window]]
+id = "everywhere"
+triton = "==3.10.*"
+reason = "does not compile at all"
+"""
+
+
+@pytest.fixture
+def windows():
+    return known_bad.parse(TOML)
+
+
+def test_committed_file_parses():
+    assert all(w.reason for w in known_bad.load())
+
+
+@pytest.mark.parametrize(
+    "version, arch, check, expected",
+    [
+        ("3.4.0", 90, "parity", ["hopper-miscompile"]),
+        ("3.6.0", 90, None, ["hopper-miscompile"]),
+        ("3.7.1", 90, "parity", []),  # the fixing release is outside the window
+        ("3.7.0", 90, "parity", ["hopper-miscompile"]),
+        ("3.5.1", 80, "parity", []),  # other arch
+        ("3.5.1", None, "parity", []),  # arch unknown: an arch window cannot claim it
+        ("3.5.1", 90, "compile", []),  # other check
+        ("3.5.0rc1", 90, "parity", ["hopper-miscompile"]),  # pre-release inside the window counts
+        ("3.4.0rc1", 90, "parity", []),  # PEP 440: 3.4.0rc1 < 3.4, outside ">=3.4"
+        ("3.10.0", None, None, ["everywhere"]),
+        ("3.10.2", 80, "bench", ["everywhere"]),
+        ("3.1.0", None, None, []),  # "3.1.0" >= "3.10" as strings; packaging knows better
+    ],
+)
+def test_matching(windows, version, arch, check, expected):
+    assert [w.id for w in known_bad.matching(version, arch, check, windows)] == expected
+
+
+def test_expected_failure_names_window_and_reason(windows):
+    why = known_bad.expected_failure("3.5.1", 90, "parity", windows)
+    assert "hopper-miscompile" in why and "wrong results" in why
+    assert known_bad.expected_failure("3.9.0", 90, "parity", windows) is None
+
+
+def test_only_all_arch_windows_exclude_from_known_good(windows):
+    assert [w.id for w in known_bad.excluding_windows("3.10.0", windows)] == ["everywhere"]
+    assert known_bad.excluding_windows("3.5.1", windows) == []
+
+
+def test_missing_fields_and_bad_specifiers_fail_loudly():
+    with pytest.raises(ValueError, match="lacks"):
+        known_bad.parse('schema = 1\n[[window]]\nid = "x"\ntriton = ">=3.0"\n')
+    with pytest.raises(Exception):
+        known_bad.parse('schema = 1\n[[window]]\nid = "x"\ntriton = "3.0 or so"\nreason = "r"\n')
+    with pytest.raises(ValueError, match="schema"):
+        known_bad.parse("schema = 7\n")
+
+
+def test_check_installed_reports_reason_for_installed_version(monkeypatch, windows):
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "3.10.1")
+    reason = known_bad.check_installed(arch=None, windows=windows)
+    assert reason.startswith("Triton 3.10.1 is known-bad") and "does not compile" in reason
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "3.6.0")
+    assert known_bad.check_installed(arch=80, windows=windows) is None
+    assert "wrong results on sm_90" in known_bad.check_installed(arch=90, windows=windows)
+
+
+def test_check_installed_without_triton_is_none(monkeypatch, windows):
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: None)
+    assert known_bad.check_installed(windows=windows) is None
+
+
+def test_warn_if_known_bad_emits_warning(monkeypatch, tmp_path):
+    path = tmp_path / "kb.toml"
+    path.write_text(TOML)
+    monkeypatch.setenv("NSA_SEL_KNOWN_BAD", str(path))
+    known_bad._cached.cache_clear()
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "3.10.0")
+    try:
+        with pytest.warns(known_bad.KnownBadTritonWarning, match="does not compile"):
+            assert known_bad.warn_if_known_bad(arch=80)
+    finally:
+        known_bad._cached.cache_clear()
+
+
+def test_guard_never_raises_on_garbage_version(monkeypatch, windows):
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "not-a-version")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert known_bad.check_installed(arch=90, windows=windows) is None
