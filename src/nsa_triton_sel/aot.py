@@ -102,7 +102,7 @@ def compile_request(req: dict) -> dict:
     result = {"verdict": OK, "message": "", "metrics": {}, "family": None}
     try:
         triton, ASTSource, GPUTarget, family = triton_api()
-        result["family"] = family
+        result.update(family=family, triton=triton.__version__)
         fn = _load_kernel(req["kernel"])
         types, constexprs = derive_signature(fn, req)
         result["signature"] = types
@@ -226,10 +226,12 @@ def _cuobjdump() -> str | None:
 
 
 def resource_usage(cubin: bytes) -> dict:
-    """Registers and local-memory bytes per thread of the cubin (best effort).
+    """Registers and stack-frame bytes per thread of the cubin (best effort).
 
-    Triton deletes its ``ptxas -v`` log, so the numbers are read back from the cubin;
-    ``spills`` is cuobjdump's ``LOCAL`` (spill stores plus local arrays; 0 = no spill).
+    Triton deletes its ``ptxas -v`` log, so the numbers are read back from the cubin
+    with the bundled cuobjdump.  ptxas puts spilled registers in the stack frame, so
+    ``spills`` is its ``STACK`` plus ``LOCAL`` bytes (0 = no spill; ``registers`` at the
+    255 ceiling with ``spills > 0`` is register pressure).
     """
     tool = _cuobjdump()
     if tool is None:
@@ -247,7 +249,7 @@ def resource_usage(cubin: bytes) -> dict:
     if not m:
         return {}
     reg, stack, _shared, local = (int(x) for x in m.groups())
-    return {"registers": reg, "spills": local, "stack": stack}
+    return {"registers": reg, "spills": stack + local, "stack": stack, "local": local}
 
 
 # ---------------------------------------------------------------- child entry point

@@ -131,6 +131,24 @@ def arg_type(name: str, dtype: str, types: Mapping[str, str]) -> str:
     return "i32"
 
 
+def kernel_params(fn) -> list[tuple[str, bool, Any]]:
+    """``(name, is_constexpr, default)`` of each argument of a ``@triton.jit`` function, in order.
+
+    Reads ``fn.params`` (a JITFunction); under ``TRITON_INTERPRET=1`` the decorated object
+    has no ``params``, so the Python signature and its ``tl.constexpr`` annotations are used.
+    """
+    if hasattr(fn, "params"):
+        return [(p.name, bool(p.is_constexpr), getattr(p, "default", inspect.Parameter.empty))
+                for p in fn.params]
+    py = getattr(fn, "fn", fn)
+    out = []
+    for p in inspect.signature(py).parameters.values():
+        ann = p.annotation
+        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+        out.append((p.name, "constexpr" in str(text), p.default))
+    return out
+
+
 def derive_signature(fn, req: Mapping) -> tuple[dict, dict]:
     """``(types of the runtime arguments, constexpr values)`` of JITFunction ``fn`` for a request.
 
@@ -140,19 +158,19 @@ def derive_signature(fn, req: Mapping) -> tuple[dict, dict]:
     """
     given = dict(req.get("constexprs") or {})
     types, constexprs = {}, {}
-    for p in fn.params:
-        name = p.name
-        if getattr(p, "is_constexpr", False):
+    kname = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
+    for name, is_constexpr, default in kernel_params(fn):
+        if is_constexpr:
             if name in given:
                 constexprs[name] = given.pop(name)
-            elif p.default is not inspect.Parameter.empty:
-                constexprs[name] = p.default
+            elif default is not inspect.Parameter.empty:
+                constexprs[name] = default
             else:
-                raise ValueError(f"{req.get('name')}: no value for constexpr {name} of {fn.__name__}")
+                raise ValueError(f"{req.get('name')}: no value for constexpr {name} of {kname}")
         else:
             types[name] = arg_type(name, req.get("dtype", "fp16"), req.get("types") or {})
     if given:
-        raise ValueError(f"{req.get('name')}: {fn.__name__} has no constexpr {sorted(given)}")
+        raise ValueError(f"{req.get('name')}: {kname} has no constexpr {sorted(given)}")
     return types, constexprs
 
 

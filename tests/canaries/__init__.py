@@ -1,0 +1,1 @@
+"""Canary kernels that reproduce the seeds' compile-failure classes (see ``kernels.py``)."""
