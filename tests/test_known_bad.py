@@ -107,3 +107,8 @@ def test_guard_never_raises_on_garbage_version(monkeypatch, windows):
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         assert known_bad.check_installed(arch=90, windows=windows) is None
+
+
+def test_touching_ignores_arch_and_check(windows):
+    assert [w.id for w in known_bad.touching("3.5.1", windows)] == ["hopper-miscompile"]
+    assert known_bad.touching("3.9.0", windows) == []

@@ -125,6 +125,13 @@ def matching(version: str, arch: int | None = None, check: str | None = None,
     return [w for w in pool if w.covers(version, arch, check)]
 
 
+def touching(version: str, windows: list[Window] | None = None) -> list[Window]:
+    """Every window whose Triton range covers the version, whatever its arch or checks."""
+    pool = _cached() if windows is None else windows
+    v = Version(version)
+    return [w for w in pool if w.triton.contains(v, prereleases=True)]
+
+
 def expected_failure(version: str, arch: int | None = None, check: str | None = None,
                      windows: list[Window] | None = None) -> str | None:
     """The reason a failure of ``check`` is expected there, or None (for xfail marks)."""
