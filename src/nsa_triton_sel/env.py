@@ -19,6 +19,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -177,39 +178,49 @@ PROBE_TIMEOUT_S = 180.0
 _PROBE_MARK = "NSA_SEL_PROBE_RESULT "
 
 
-def _probe_child() -> dict:
-    """Run the known kernels; called in a child whose TRITON_INTERPRET=1 predates import.
+# The probe is a standalone script, written to a temporary directory and run by the
+# same Python: Triton 3.0/3.1 only accept ``tl`` as a module global of the kernel's
+# module (kernels defined inside a function fail with "triton.language must be visible
+# from within jit'd function"), and a script needs nothing of this package, so it also
+# works in a lane environment where the package is not installed.
+#
+# It covers what the selection kernels rely on: a masked load/add/store with a ragged
+# tail (Triton 3.0/3.1 + numpy 2.x get the masked lanes wrong), and a ``tl.dot``
+# accumulated over a loop with a *runtime* bound (Triton 3.2-3.6 + numpy 2.4 raise a
+# TypeError there).  It prints the max errors against numpy.
+_PROBE_SCRIPT = """
+import json
+import numpy as np
+import torch
+import triton
+import triton.language as tl
 
-    Two kernels cover what the selection kernels rely on: a masked load/add/store with a
-    ragged tail (Triton 3.0/3.1 + numpy 2.x get the masked lanes wrong), and a ``tl.dot``
-    accumulated over a loop with a *runtime* bound (Triton 3.2-3.6 + numpy 2.4 raise a
-    TypeError there).  Returns max errors against numpy.
-    """
-    import numpy as np
-    import torch
-    import triton
-    import triton.language as tl
 
-    @triton.jit
-    def masked_add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        x = tl.load(x_ptr + offs, mask=m, other=0.0)
-        y = tl.load(y_ptr + offs, mask=m, other=0.0)
-        tl.store(o_ptr + offs, x + y, mask=m)
+@triton.jit
+def masked_add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    y = tl.load(y_ptr + offs, mask=m, other=0.0)
+    tl.store(o_ptr + offs, x + y, mask=m)
 
-    @triton.jit
-    def small_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-        rm = tl.arange(0, BM)
-        rn = tl.arange(0, BN)
-        rk = tl.arange(0, BK)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(0, K, BK):  # runtime bound on purpose
-            a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
-            b = tl.load(b_ptr + (k0 + rk)[:, None] * BN + rn[None, :])
-            acc += tl.dot(a, b)
-        tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
 
+@triton.jit
+def small_dot(a_ptr, b_ptr, c_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):  # runtime bound on purpose
+        a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * BN + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+def main():
+    # Data lives in here, not in module globals: Triton 3.0/3.1 scan the kernel's
+    # globals with `value in [tl, tl.core]`, which raises on a global numpy array.
     rng = np.random.default_rng(0)
     n = 100  # not a multiple of BLOCK: the tail is masked
     x = rng.standard_normal(n).astype(np.float32)
@@ -223,9 +234,13 @@ def _probe_child() -> dict:
     b = rng.standard_normal((K, N)).astype(np.float16)
     c = torch.zeros(M, N)
     small_dot[(1,)](torch.from_numpy(a), torch.from_numpy(b), c, K, BM=M, BN=N, BK=16)
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    dot_err = float(np.abs(c.numpy() - want).max())
-    return {"add_max_err": add_err, "dot_max_err": dot_err}
+    dot_err = float(np.abs(c.numpy() - a.astype(np.float64) @ b.astype(np.float64)).max())
+    versions = {"triton": triton.__version__, "numpy": np.__version__}
+    print(MARK + json.dumps({"add_max_err": add_err, "dot_max_err": dot_err, **versions}))
+
+
+main()
+"""
 
 
 def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
@@ -238,20 +253,21 @@ def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
     did not run (exception, crash, timeout, triton missing).
     """
     env = dict(os.environ, TRITON_INTERPRET="1")
-    code = (
-        "import json, nsa_triton_sel.env as e; "
-        f"print({_PROBE_MARK!r} + json.dumps(e._probe_child()))"
-    )
     base = {"triton": _version("triton"), "numpy": _version("numpy")}
-    try:
-        res = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "error", "detail": f"probe timed out after {timeout:.0f} s"}
+    with tempfile.TemporaryDirectory(prefix="nsa_sel_probe_") as tmp:
+        script = Path(tmp) / "nsa_sel_interp_probe.py"
+        script.write_text(f"MARK = {_PROBE_MARK!r}\n" + _PROBE_SCRIPT)
+        try:
+            res = subprocess.run(
+                [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout,
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired:
+            return {**base, "status": "error", "detail": f"probe timed out after {timeout:.0f} s"}
     found = [ln for ln in res.stdout.splitlines() if ln.startswith(_PROBE_MARK)]
     if res.returncode != 0 or not found:
         return {**base, "status": "error", "detail": _last_error(res)}
+    # The child's own versions (what it imported) override the installed metadata.
     return {**base, **_judge(json.loads(found[-1][len(_PROBE_MARK):]))}
 
 
@@ -268,7 +284,7 @@ def _judge(errs: dict) -> dict:
     errors of a broken interpreter (~1e37 and ~20)."""
     ok = errs["add_max_err"] <= 1e-6 and errs["dot_max_err"] <= 1e-2
     detail = f"masked add max err {errs['add_max_err']:.3g}, tl.dot max err {errs['dot_max_err']:.3g}"
-    return {"status": "ok" if ok else "wrong", "detail": detail, **errs}
+    return {**errs, "status": "ok" if ok else "wrong", "detail": detail}
 
 
 def _doctor_report(probe: bool) -> dict:
