@@ -6,8 +6,9 @@
 - :func:`packed_sdpa` is the fast reference and the dispatcher's fallback: a vectorised
   gather of every row's selected keys into a padded buffer plus a key-padding mask,
   then ``scaled_dot_product_attention`` with that mask and no causal flag, in chunks
-  of rows so memory stays bounded.  No Python loop over rows, one host sync (the
-  longest row), differentiable.
+  of rows so memory stays bounded.  No Python loop over rows; host syncs: one for
+  the longest row, plus one for the range check unless ``validate=False``;
+  differentiable (empty rows get zero gradients, never NaN).
 - :func:`sdpa_rows` is the same SDPA call on already-packed rows ``[N, L, D]``; the
   benchmarks time it against the packed Triton kernels.
 
@@ -106,6 +107,8 @@ def packed_sdpa(
 
     Output ``[B, S, G, h, Dv]`` in v's dtype; with ``return_lse`` also the natural-log
     LSE ``[B, S, G, h]`` in float32.  A row with no selected key gives zeros (LSE -inf).
+    Rows are processed in chunks whose gathered buffers stay under ``chunk_bytes``
+    (estimated; at least one row per chunk), so memory does not grow with B * S * G.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
