@@ -421,14 +421,18 @@ def render(report: SmokeReport, console=None) -> None:
     table.add_column("spec", no_wrap=True)
     for a in report.archs:
         table.add_column(f"sm_{a}", no_wrap=True)
-    table.add_column("expected (canaries)")
+    any_canary = any(r.canary for r in report.results)
+    if any_canary:
+        table.add_column("expected (canaries)")
     rows: dict[str, dict] = {}
     for r in report.results:
         rows.setdefault(r.spec, {})[r.arch] = r
     for spec, by_arch in rows.items():
         first = next(iter(by_arch.values()))
-        table.add_row(spec, *(_cell(by_arch[a]) if a in by_arch else "" for a in report.archs),
-                      _expect_cell(list(by_arch.values())) if first.canary else "")
+        cells = [_cell(by_arch[a]) if a in by_arch else "" for a in report.archs]
+        if any_canary:
+            cells.append(_expect_cell(list(by_arch.values())) if first.canary else "")
+        table.add_row(spec, *cells)
     console.print(table)
     _print_messages(report, console)
     _print_static(report, console)

@@ -1,0 +1,161 @@
+"""The smoke harness end to end, on the installed Triton, kept small for CI (2 cores).
+
+One run compiles the canaries plus one real variant for sm_80 in child processes; the
+abort and hang cases use stand-in "kernel modules" that abort or sleep when the child
+imports them, so they cost no compile.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from nsa_triton_sel import smoke
+from nsa_triton_sel.specs import SPECS, CompileSpec, load_specs, uncovered_kernels
+
+HERE = Path(__file__).parent
+CANARIES = HERE / "canaries" / "kernels.py"
+
+
+def _triton_version() -> Version:
+    import triton
+
+    return Version(triton.__version__)
+
+
+@pytest.fixture(scope="module")
+def report():
+    real = next(s for s in SPECS if s.name == "sel_fwd/ranges/fp16/dk64-dv64/h16")
+    specs = [real] + load_specs(f"{CANARIES}:SPECS")
+    return smoke.run_smoke(specs, archs=(80,), jobs=2, timeout=300, progress=False)
+
+
+def _get(report, name):
+    return next(r for r in report.results if r.spec == name)
+
+
+def test_real_variant_compiles_with_metrics(report):
+    r = _get(report, "sel_fwd/ranges/fp16/dk64-dv64/h16")
+    assert r.verdict == "ok", r.message
+    assert r.metrics["ptx_bytes"] > 0 and r.metrics["cubin_bytes"] > 0
+    assert r.metrics["shared"] > 0 and r.metrics["mma"] == "mma.sync"
+    assert report.failed == [] and report.exit_code == 0
+
+
+def test_broadcast_canaries(report):
+    load, store = _get(report, "canary/broadcast_load"), _get(report, "canary/broadcast_store")
+    if _triton_version() < Version("3.5"):
+        assert load.verdict == "compile_error" and "Cannot broadcast" in load.message
+    else:
+        assert load.verdict == "ok"
+    assert store.verdict == "compile_error"
+    assert load.as_expected and store.as_expected
+
+
+def test_loop_bound_canary_is_a_crash(report):
+    r = _get(report, "canary/loop_bound_tensor")
+    assert r.verdict == "crash" and r.returncode == -signal.SIGABRT
+    assert "isIntOrFloat" in r.message and r.as_expected
+
+
+def test_block_pointer_canary(report):
+    r = _get(report, "canary/block_ptr")
+    if _triton_version() >= Version("3.9"):
+        assert r.verdict in ("compile_error", "unsupported")
+    else:
+        assert r.verdict == "ok"
+    assert r.as_expected
+
+
+def test_json_has_the_ledger_keys(report):
+    data = json.loads(report.to_json())
+    for key in ("schema", "tool", "triton", "python", "platform", "started", "wall_s", "jobs", "archs", "env",
+                "results"):
+        assert key in data
+    assert data["schema"] == 1 and data["tool"] == "nsa-sel smoke" and data["archs"] == [80]
+    assert data["env"]["TRITON_DEFAULT_FP_FUSION"]
+    row = data["results"][0]
+    for key in ("spec", "kernel", "arch", "verdict", "message", "canary", "expected", "as_expected", "seconds",
+                "metrics"):
+        assert key in row
+    assert row["kernel"] == "sel_fwd_kernel"
+    for key in ("ptx_bytes", "cubin_bytes", "registers", "spills", "shared"):
+        assert key in row["metrics"]
+
+
+def _stand_in(tmp_path, body: str) -> str:
+    """A "kernel module" whose import does ``body`` in the child."""
+    path = tmp_path / "stand_in.py"
+    path.write_text(f"import os, time\n{body}\n")
+    return f"{path}:kernel"
+
+
+def test_sigabrt_child_is_a_crash_not_a_harness_failure(tmp_path):
+    req = CompileSpec(name="abort", kernel=_stand_in(tmp_path, "print('Assertion `x` failed.', flush=True, "
+                                                                "file=__import__('sys').stderr); os.abort()")
+                      ).request(80)
+    raw = smoke.run_child(req, tmp_path / "work", timeout=60, python=sys.executable)
+    assert raw["verdict"] == "crash" and raw["returncode"] == -signal.SIGABRT
+    assert "SIGABRT" in raw["message"] and "Assertion" in raw["message"]
+
+
+def test_hanging_compile_becomes_a_timeout(tmp_path):
+    req = CompileSpec(name="hang", kernel=_stand_in(tmp_path, "time.sleep(600)")).request(80)
+    t0 = time.perf_counter()
+    raw = smoke.run_child(req, tmp_path / "work", timeout=2, python=sys.executable)
+    assert raw["verdict"] == "timeout"
+    assert time.perf_counter() - t0 < 30
+
+
+def test_failed_variant_sets_exit_code():
+    rep = smoke.SmokeReport(triton="3.9.0", archs=[80], jobs=1, env={}, started="now")
+    rep.results = [smoke.SmokeResult(spec="a", kernel="k", arch=80, verdict="crash"),
+                   smoke.SmokeResult(spec="c", kernel="k", arch=80, verdict="crash", canary=True, as_expected=True)]
+    assert [r.spec for r in rep.failed] == ["a"] and rep.exit_code == 1
+    rep.results = rep.results[1:] + [smoke.SmokeResult(spec="d", kernel="k", arch=80, verdict="ok", canary=True,
+                                                       as_expected=False)]
+    assert rep.failed == [] and rep.exit_code == 3
+
+
+def test_user_specs_example_through_the_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(HERE))
+    out = tmp_path / "smoke.json"
+    rc = smoke.main(["--specs", "user_specs_example:SPECS", "--arch", "80", "--json", str(out), "--no-progress"])
+    data = json.loads(out.read_text())
+    assert rc == 0, capsys.readouterr().out
+    assert {r["spec"] for r in data["results"]} == {"user/scaled_matmul/fp16/64x64x32",
+                                                     "user/scaled_matmul/bf16/64x64x32"}
+    assert all(r["verdict"] == "ok" for r in data["results"])
+    assert "user/scaled_matmul/fp16/64x64x32" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--arch", "eighty"], ["--specs", "no_such_module_xyz:SPECS"], ["--jobs", "0"]])
+def test_bad_usage_exits_2(argv, capsys):
+    assert smoke.main(argv + ["--no-progress"]) == 2
+    assert "nsa-sel smoke:" in capsys.readouterr().err
+
+
+def test_parse_archs():
+    assert smoke.parse_archs("90,sm_80, 89") == [80, 89, 90]
+    assert smoke.parse_archs([100, 120]) == [100, 120]
+
+
+def test_registry_covers_every_kernel_dtype_and_head_dim():
+    assert uncovered_kernels() == []
+    assert set(uncovered_kernels(specs=[])) >= {"sel_fwd_kernel", "merge_splits_kernel"}  # not vacuous
+    names = [s.name for s in SPECS]
+    assert len(names) == len(set(names))
+    for token in ("fp16", "bf16", "dk64", "dk128", "dk192", "+split", "merge_splits"):
+        assert any(token in n for n in names), token
+
+
+def test_children_never_run_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    env = smoke.child_env("/tmp/x")
+    assert "TRITON_INTERPRET" not in env and env["TRITON_CACHE_DIR"] == "/tmp/x"
+    assert env["TRITON_DEFAULT_FP_FUSION"] in ("0", "1") or os.environ.get("TRITON_DEFAULT_FP_FUSION")
