@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from .kernels import meta as _meta
 from .kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
 
 VERDICTS = ("ok", "compile_error", "crash", "timeout", "unsupported")
@@ -257,6 +258,7 @@ def check_unique(specs: list[CompileSpec]) -> None:
 
 SEL_FWD = "nsa_triton_sel.kernels.jit:sel_fwd_kernel"
 MERGE = "nsa_triton_sel.kernels.jit:merge_splits_kernel"
+SEL_TOK = "nsa_triton_sel.kernels.jit:sel_fwd_tok_kernel"
 HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 DTYPES_SHIPPED = ("fp16", "bf16")
 N_SPANS = 16  # NSA's typical selected-block count per row
@@ -282,6 +284,26 @@ def _merge_spec(dtype, Dv, h) -> CompileSpec:
     )
 
 
+def _tok_spec(dtype, Dk, Dv, h, **kw) -> CompileSpec:
+    meta = _meta.tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **kw)
+    tags = "+lse" if kw.get("has_lse") else ""
+    return CompileSpec(
+        name=f"sel_fwd_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{meta.TOK}{tags}", kernel=SEL_TOK,
+        constexprs=meta.constexprs(), dtype=dtype, types=SEL_TYPES,
+        num_warps=meta.num_warps, num_stages=meta.num_stages,
+    )
+
+
+def _tok_specs() -> list[CompileSpec]:
+    """The multi-token kernel's variants (only when meta.py has its launch config)."""
+    if not hasattr(_meta, "tok_meta"):
+        return []
+    specs = [_tok_spec("fp16", Dk, Dv, 16) for Dk, Dv in HEAD_DIMS]
+    specs.append(_tok_spec("bf16", 128, 128, 16, has_lse=True))
+    specs.append(_tok_spec("fp16", 128, 128, 4, has_lse=True))  # 16 tokens x 4 heads
+    return specs
+
+
 def registry() -> list[CompileSpec]:
     """Every shipped variant: each kernel x fp16/bf16 x head dims x the launch configs it can get.
 
@@ -301,6 +323,7 @@ def registry() -> list[CompileSpec]:
     specs.append(_sel_spec("fp16", MODE_RANGES, 192, 128, 64, has_lse=True, split=True))
     specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16))
     specs.append(_merge_spec("fp16", 64, 64))
+    specs += _tok_specs()
     check_unique(specs)
     return specs
 
