@@ -20,6 +20,7 @@ from nsa_triton_sel.testing import make_problem
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU dispatcher tests use the interpreter")
 
 FLAGS = ["NSA_USE_TRITON_SEL", "NSA_SEL_TRITON_MIN_L", "NSA_SEL_TRITON_GROUP", "NSA_FORCE_PARITY",
+         "NSA_SEL_TRITON_TOKENS",
          "NSA_DEBUG_TIMING", "NSA_DEBUG_COMPARE", "NSA_DEBUG_SHAPES", "NSA_SEL_THRESHOLDS_FILE"]
 
 
@@ -48,6 +49,7 @@ def spy(monkeypatch):
 
     wrap("sel_attn_ranges")
     wrap("sel_attn_decode")
+    wrap("sel_attn_tokens")
     return calls
 
 
@@ -240,3 +242,22 @@ def test_block_indices_input(monkeypatch):
         selection_attention(p.q, p.k, p.v, p.ranges, block_indices=bi, block_size=64)
     with pytest.raises(ValueError, match="block_size"):
         selection_attention(p.q, p.k, p.v, block_indices=bi)
+
+
+def test_multi_token_kernel_chosen_for_shared_selections(monkeypatch, spy):
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    p = problem(S=12, G=1, h=16, n=3)
+    selection_attention(p.q, p.k, p.v, p.ranges)  # random spans: neighbours share nothing
+    shared = p.ranges[:, :1].expand_as(p.ranges).contiguous()
+    out, lse = selection_attention(p.q, p.k, p.v, shared, return_lse=True)
+    assert [c[0] for c in spy] == ["sel_attn_ranges", "sel_attn_tokens"]
+    check_against_oracle(out, lse, p.q, p.k, p.v, shared, what="auto multi-token")
+    monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "1")
+    selection_attention(p.q, p.k, p.v, shared)
+    monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "2")
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    assert [c[0] for c in spy[2:]] == ["sel_attn_ranges", "sel_attn_tokens"]
+    assert spy[3][2]["tokens"] == 2
+    monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "3")
+    with pytest.raises(ValueError, match="NSA_SEL_TRITON_TOKENS"):
+        selection_attention(p.q, p.k, p.v, p.ranges)

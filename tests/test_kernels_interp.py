@@ -125,3 +125,44 @@ def test_varlen_seed_api_with_empty_row():
     out, lse = launch.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
     q5, k5, v5, r5 = varlen_as_5d(q, k_all, v_all, cu)
     check_against_oracle(out.reshape(1, N, 1, H, Dv), lse.reshape(1, N, 1, H), q5, k5, v5, r5, what="varlen")
+
+
+def nsa_local_ranges(B, T, G, n, block, *, seed):
+    """NSA-like selections: tokens of one block share their blocks; ends clamped to t + 1."""
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    g = torch.Generator().manual_seed(seed)
+    nb = -(-T // block)
+    scores = torch.rand(B, nb, G, nb, generator=g)[:, torch.arange(T) // block]  # [B, T, G, nb]
+    cur = (torch.arange(T) // block)[None, :, None, None]
+    blk = torch.arange(nb)[None, None, None, :]
+    scores = torch.where(blk > cur, -1.0, scores)
+    scores = torch.where((blk == 0) | (blk == cur), 2.0, scores)
+    top = scores.topk(min(n, nb), dim=-1)
+    idx = torch.where(top.values < 0, -1, top.indices)
+    return block_indices_to_ranges(idx, block, T)
+
+
+@pytest.mark.parametrize("h", [3, 16])
+@pytest.mark.parametrize("selection", ["local", "random"])
+def test_multi_token_kernel(h, selection):
+    # Local: tokens of a block share spans except the causal end (phase 1 with per-row masks);
+    # random: hardly anything shared (phase 2 carries the work).  S is not a multiple of the
+    # tokens per program, so the last program has tokens past S.
+    B, T, G = 1, 75, 2
+    p = make_problem(B=B, S=T, G=G, h=h, Dk=32, Dv=48, T=T, n=3, seed=h, empty_frac=0.1)
+    if selection == "local":
+        p.ranges = nsa_local_ranges(B, T, G, 3, 16, seed=h)
+    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"tokens {selection} h={h}")
+
+
+def test_multi_token_kernel_bf16_overlapping_leader():
+    # The leader's spans only partly cover the others' (phase 2 masks covered keys out).
+    p = make_problem(B=1, S=8, G=1, h=4, Dk=64, Dv=64, T=160, n=2, dtype=torch.bfloat16, seed=4)
+    p.ranges[0, :, 0, 0] = torch.tensor([10, 100], dtype=torch.int32)
+    p.ranges[0, :, 0, 1] = torch.tensor([120, 121], dtype=torch.int32)
+    p.ranges[0, 7, 0, 0] = torch.tensor([40, 70], dtype=torch.int32)  # a leader covering only part
+    p.ranges[0, 3, 0] = 0  # an empty row among them
+    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=8)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="tokens partial leader")

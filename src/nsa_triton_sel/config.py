@@ -9,6 +9,7 @@ flag                      default  effect
 NSA_USE_TRITON_SEL        auto     ``0`` forces the packed-SDPA path, ``1`` asks for Triton
 NSA_SEL_TRITON_MIN_L      file     rows with fewer selected keys go to the packed-SDPA path
 NSA_SEL_TRITON_GROUP      1        ``0``: one program per head instead of per GQA group
+NSA_SEL_TRITON_TOKENS     auto     tokens per program: ``1`` one token, ``N`` force N (power of 2)
 NSA_FORCE_PARITY          0        ``1``: the reference path (packed SDPA in float32)
 NSA_DEBUG_TIMING          0        log the time of each path (synchronises)
 NSA_DEBUG_COMPARE         0        log the error of the result against the packed-SDPA path
@@ -53,6 +54,7 @@ class Flags:
     use_triton: bool | None  # None: auto
     min_L_override: int | None
     group: bool
+    tokens: int | None  # None: auto (multi-token kernel when neighbouring tokens share spans)
     force_parity: bool
     debug_timing: bool
     debug_compare: bool
@@ -72,10 +74,23 @@ def read_flags() -> Flags:
             raise ValueError(f"NSA_SEL_TRITON_MIN_L={raw_min!r} is not an integer; accepted: an integer >= 0") from None
         if min_L < 0:
             raise ValueError(f"NSA_SEL_TRITON_MIN_L={min_L} is negative; accepted: an integer >= 0")
+    raw_tok = os.environ.get("NSA_SEL_TRITON_TOKENS", "auto").strip().lower()
+    if raw_tok in ("", "auto"):
+        tokens = None
+    else:
+        try:
+            tokens = int(raw_tok)
+        except ValueError:
+            tokens = 0
+        if tokens < 1 or tokens & (tokens - 1):
+            raise ValueError(
+                f"NSA_SEL_TRITON_TOKENS={raw_tok!r}; accepted: auto, 1, or a power of two (tokens per program)"
+            )
     return Flags(
         use_triton=use_triton,
         min_L_override=min_L,
         group=_bool_flag("NSA_SEL_TRITON_GROUP", True),
+        tokens=tokens,
         force_parity=_bool_flag("NSA_FORCE_PARITY", False),
         debug_timing=_bool_flag("NSA_DEBUG_TIMING", False),
         debug_compare=_bool_flag("NSA_DEBUG_COMPARE", False),

@@ -46,6 +46,7 @@ class Decision:
     min_L: int | None = None  # rows below it go to SDPA (Triton path only)
     decode: bool = False  # split-L flash-decoding kernel
     per_head: bool = False  # NSA_SEL_TRITON_GROUP=0
+    tokens: int | None = None  # tokens per program: None = decide from the ranges, 1 = single-token kernel
 
 
 def _triton_version() -> str | None:
@@ -125,19 +126,50 @@ def decide(q, k, v, *, backend: str = "auto", flags: config.Flags | None = None)
         return Decision("sdpa", blocker)
     per_head = not flags.group
     decode = _use_decode(q, per_head)
+    tokens = _tokens(q, flags, per_head, decode)
     if explicit:
-        return Decision("triton", "backend='triton'", 0, decode, per_head)
+        return Decision("triton", "backend='triton'", 0, decode, per_head, tokens)
     min_L, source = _min_L(q, flags)
     if min_L is None:
         return Decision("sdpa", f"sel_triton_min_L is off in {source}")
-    return Decision("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head)
+    return Decision("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head, tokens)
+
+
+def _tokens(q, flags: config.Flags, per_head: bool, decode: bool) -> int | None:
+    """Tokens per program: 1, a forced count, or None ("look at the ranges")."""
+    from .kernels.meta import tokens_per_program
+
+    if per_head or decode:
+        return 1
+    if flags.tokens is not None:
+        return flags.tokens
+    tok = tokens_per_program(q.shape[3])
+    return None if tok > 1 and q.shape[1] >= 2 * tok else 1
+
+
+def _neighbours_share(ranges) -> bool:
+    """Do most neighbouring tokens select the same span starts?  (One host sync.)
+
+    Real NSA selections do (a block stays selected for many consecutive tokens); random
+    ones don't, and for them the single-token kernel is faster.
+    """
+    same = (ranges[:, 1:, ..., 0] == ranges[:, :-1, ..., 0]).all(-1)
+    return bool(same.float().mean() >= 0.5)
 
 
 def _run_triton(q, k, v, ranges, scale, return_lse, d: Decision):
     from .kernels import launch  # imported late: keeps `import nsa_triton_sel` light
 
-    fn = launch.sel_attn_decode if d.decode else launch.sel_attn_ranges
-    return fn(q, k, v, ranges, scale=scale, return_lse=True, per_head=d.per_head)
+    if d.decode:
+        return launch.sel_attn_decode(q, k, v, ranges, scale=scale, return_lse=True, per_head=d.per_head)
+    tokens = d.tokens
+    if tokens is None:
+        from .kernels.meta import tokens_per_program
+
+        tokens = tokens_per_program(q.shape[3]) if _neighbours_share(ranges) else 1
+    if tokens > 1:
+        return launch.sel_attn_tokens(q, k, v, ranges, scale=scale, return_lse=True, tokens=tokens)
+    return launch.sel_attn_ranges(q, k, v, ranges, scale=scale, return_lse=True, per_head=d.per_head)
 
 
 def _triton_with_threshold(q, k, v, ranges, scale, d: Decision):

@@ -51,17 +51,20 @@ def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.c
 
 
 @triton.jit
-def _attend_tile(
+def _attend(
     q1, q2, acc, m_i, l_i,
-    k_row, v_row, pos, end,
+    k_row, v_row, pos, n_ok, bias,
     sk_t, sk_d, sv_t, sv_d,
     Dk, Dv, qk_scale,
     BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
-    """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the online softmax state."""
+    """Fold the key tile at ``pos`` into the online softmax state.
+
+    ``n_ok [BLOCK_N]`` says which keys of the tile may be loaded; ``bias`` (0 or -inf,
+    ``[1, BLOCK_N]`` or ``[M, BLOCK_N]``) says which (row, key) pairs count.
+    """
     offs_n = tl.arange(0, BLOCK_N)
-    n_ok = (pos + offs_n) < end
     k_tile = k_row + pos.to(tl.int64) * sk_t
     v_tile = v_row + pos.to(tl.int64) * sv_t
     # K is loaded transposed, [D, BLOCK_N], so the dot needs no trans.
@@ -84,8 +87,7 @@ def _attend_tile(
         if DOT_F32:
             k2 = k2.to(tl.float32)
         qk += tl.dot(q2, k2)
-    # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
-    qk = qk * qk_scale + tl.where(n_ok, 0.0, float("-inf"))[None, :]
+    qk = qk * qk_scale + bias
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(qk - m_new[:, None])
@@ -101,6 +103,26 @@ def _attend_tile(
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _attend_tile(
+    q1, q2, acc, m_i, l_i,
+    k_row, v_row, pos, end,
+    sk_t, sk_d, sv_t, sv_d,
+    Dk, Dv, qk_scale,
+    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the state of rows that all see them."""
+    n_ok = (pos + tl.arange(0, BLOCK_N)) < end
+    # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
+    bias = tl.where(n_ok, 0.0, float("-inf"))[None, :]
+    return _attend(
+        q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+        sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+        BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+    )
 
 
 @triton.jit
@@ -281,3 +303,148 @@ def merge_splits_kernel(
         lse = tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453)
         l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
         tl.store(l_row + offs_h * sl_h, lse, mask=h_ok)
+
+
+@triton.jit
+def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
+    """The q tile ``[M, DK1]`` (+ ``[M, DK2]``) of rows at element offsets ``q_off [M]``."""
+    offs_d1 = tl.arange(0, DK1)
+    q1 = tl.load(Q + q_off[:, None] + offs_d1[None, :] * sq_d,
+                 mask=rows_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)
+        q2 = tl.load(Q + q_off[:, None] + offs_d2[None, :] * sq_d,
+                     mask=rows_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
+    else:
+        q2 = q1  # unused
+    if DOT_F32:
+        q1 = q1.to(tl.float32)
+        q2 = q2.to(tl.float32)
+    return q1, q2
+
+
+@triton.jit
+def sel_fwd_tok_kernel(
+    Q, K, V, O, LSE, SPANS,
+    S, G, h, Dk, Dv, n_spans, qk_scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    sk_b, sk_g, sk_t, sk_d,
+    sv_b, sv_g, sv_t, sv_d,
+    so_b, so_s, so_g, so_h, so_d,
+    sl_b, sl_s, sl_g, sl_h,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    TOK: tl.constexpr,
+    HP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Selection attention of ``TOK`` consecutive tokens of one group: M = TOK x HP rows.
+
+    Neighbouring NSA tokens select mostly the same blocks.  Phase 1 walks the spans of the
+    program's last token (the "leader", whose causal clamp reaches furthest) and folds each
+    K/V tile into every row whose token selected those keys, so a shared tile is loaded
+    once for TOK tokens.  Phase 2 walks, per other token, only its spans that are not inside
+    a leader span, masking out the keys the leader already covered, so every selected key
+    of every row is counted exactly once whatever the selections are.
+    """
+    n_tb = tl.cdiv(S, TOK)
+    pid0 = tl.program_id(0)
+    g = tl.program_id(1)
+    b = pid0 // n_tb
+    t0 = (pid0 % n_tb) * TOK
+
+    rows = tl.arange(0, TOK * HP)
+    r_tok = rows // HP
+    r_head = rows % HP
+    r_ok = (r_head < h) & (t0 + r_tok < S)
+    q_off = (b.to(tl.int64) * sq_b + (t0 + r_tok).to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
+             + r_head.to(tl.int64) * sq_h)
+    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)
+    k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
+    v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
+
+    # Spans of all TOK tokens, [TOK, BLOCK_S]; padding and tokens past S are empty.
+    r_base = SPANS + b.to(tl.int64) * sr_b + g.to(tl.int64) * sr_g
+    offs_t = tl.arange(0, TOK)
+    offs_s = tl.arange(0, BLOCK_S)
+    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]
+    sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
+    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)
+    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)
+
+    # The leader's spans, [BLOCK_S].
+    lead = tl.minimum(TOK - 1, S - 1 - t0)
+    l_ok = offs_s < n_spans
+    l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
+    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)
+    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)
+    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N
+    cumL = tl.cumsum(tilesL, 0)
+    firstL = cumL - tilesL
+    totalL = tl.sum(tilesL, 0)
+
+    # A finite start keeps rows that see no key of a tile free of inf - inf.
+    m_i = tl.full((TOK * HP,), -1.0e30, tl.float32)
+    l_i = tl.zeros((TOK * HP,), tl.float32)
+    acc = tl.zeros((TOK * HP, BLOCK_DV), tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)
+    for j in range(0, totalL):
+        pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
+        kp = pos + offs_n
+        n_ok = kp < end
+        inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])
+        member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
+        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))
+        bias = tl.where(valid & n_ok[None, :], 0.0, float("-inf"))
+        acc, m_i, l_i = _attend(
+            q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+            sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+        )
+
+    # Phase 2: the other tokens' spans that are not inside one leader span, as a flat list
+    # of TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
+    offs_e = tl.arange(0, TOK * BLOCK_S)
+    e_tok = offs_e // BLOCK_S
+    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)
+    e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
+    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)
+    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)
+    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])
+    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)
+    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)
+    cum2 = tl.cumsum(tiles2, 0)
+    first2 = cum2 - tiles2
+    total2 = tl.sum(tiles2, 0)
+    for j in range(0, total2):
+        pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
+        sel = (j >= first2) & (j < cum2)
+        tok = tl.sum(tl.where(sel, e_tok, 0), 0)
+        kp = pos + offs_n
+        n_ok = kp < end
+        covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0
+        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]
+        bias = tl.where(valid, 0.0, float("-inf"))
+        acc, m_i, l_i = _attend(
+            q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+            sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+        )
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    offs_dv = tl.arange(0, BLOCK_DV)
+    o_off = (b.to(tl.int64) * so_b + (t0 + r_tok).to(tl.int64) * so_s + g.to(tl.int64) * so_g
+             + r_head.to(tl.int64) * so_h)
+    tl.store(O + o_off[:, None] + offs_dv[None, :] * so_d, out.to(O.dtype.element_ty),
+             mask=r_ok[:, None] & (offs_dv[None, :] < Dv))
+    if HAS_LSE:
+        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+        l_off = (b.to(tl.int64) * sl_b + (t0 + r_tok).to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
+                 + r_head.to(tl.int64) * sl_h)
+        tl.store(LSE + l_off, lse, mask=r_ok)

@@ -22,7 +22,7 @@ import os
 import torch
 
 from . import jit
-from .meta import MODE_CU, MODE_DENSE, MODE_RANGES, KernelMeta, kernel_meta
+from .meta import MODE_CU, MODE_DENSE, MODE_RANGES, KernelMeta, kernel_meta, tok_meta
 
 LOG2E = 1.4426950408889634
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
@@ -122,6 +122,35 @@ def sel_attn_ranges(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
     """Ranges-native selection attention: one program per (token, group), no host packing."""
     return _ranges_call(q, k, v, ranges, scale=scale, return_lse=return_lse, out=out,
                         split=False, per_head=per_head, num_splits=1, **tune)
+
+
+def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, tokens=None, **tune):
+    """Multi-token kernel: ``tokens`` consecutive query positions share each K/V tile they all selected.
+
+    Fastest when neighbouring tokens select mostly the same blocks (real NSA selections);
+    correct for any selections.
+    """
+    B, S, G, h, Dk = q.shape
+    Dv = v.shape[3]
+    n = ranges.shape[3]
+    _check_kernel_inputs(("q", q), ("k", k), ("v", v))
+    o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
+    meta = tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=return_lse,
+                    dot_f32=_interpreter_dot_f32(q.dtype), tokens=tokens, **tune)
+    if n == 0:
+        o.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return (o, lse) if return_lse else o
+    sl = lse.stride() if lse is not None else (0, 0, 0, 0)
+    grid = (B * triton_cdiv(S, meta.TOK), G)
+    jit.sel_fwd_tok_kernel[grid](
+        q, k, v, o, lse if lse is not None else o, ranges,
+        S, G, h, Dk, Dv, n, _scale(scale, Dk) * LOG2E,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride(),
+        num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
+    )
+    return (o, lse) if return_lse else o
 
 
 def decode_splits(rows: int, T: int, block_n: int, device: torch.device) -> int:

@@ -119,3 +119,51 @@ def kernel_meta(
         num_warps=nw,
         num_stages=ns,
     )
+
+
+@dataclass(frozen=True)
+class TokMeta:
+    """Constexprs and launch options of one ``sel_fwd_tok_kernel`` specialisation."""
+
+    TOK: int
+    HP: int
+    BLOCK_N: int
+    DK1: int
+    DK2: int
+    BLOCK_DV: int
+    BLOCK_S: int
+    HAS_LSE: bool
+    DOT_F32: bool
+    num_warps: int
+    num_stages: int
+
+    def constexprs(self) -> dict:
+        return {k: getattr(self, k) for k in
+                ("TOK", "HP", "BLOCK_N", "DK1", "DK2", "BLOCK_DV", "BLOCK_S", "HAS_LSE", "DOT_F32")}
+
+
+MULTI_TOKEN_ROWS = 64  # M = tokens x padded heads of the multi-token kernel
+
+
+def tokens_per_program(h: int) -> int:
+    """How many consecutive tokens share one program in the multi-token kernel (1: not worth it)."""
+    hp = next_pow2(h)
+    return max(1, MULTI_TOKEN_ROWS // hp)
+
+
+def tok_meta(
+    *, h: int, Dk: int, Dv: int, n_spans: int, has_lse: bool = False, dot_f32: bool = False,
+    tokens: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> TokMeta:
+    """Launch configuration of the multi-token kernel for these sizes."""
+    base = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dk, Dv=Dv, n_spans=n_spans)
+    hp = next_pow2(h)
+    tok = tokens or tokens_per_program(h)
+    if tok < 2 or tok & (tok - 1) or tok * hp < MIN_DOT:
+        raise ValueError(f"tokens={tok} with h={h}: need a power of two >= 2 with tokens * next_pow2(h) >= 16")
+    return TokMeta(
+        TOK=tok, HP=hp, BLOCK_N=block_n or 32, DK1=base.DK1, DK2=base.DK2, BLOCK_DV=base.BLOCK_DV,
+        BLOCK_S=base.BLOCK_S, HAS_LSE=bool(has_lse), DOT_F32=bool(dot_f32),
+        num_warps=num_warps or 4, num_stages=num_stages or 2,
+    )
