@@ -12,6 +12,11 @@ import zlib
 import pytest
 import torch
 
+# One intra-op thread: the CI box has 2 cores shared by several jobs, and torch's
+# OpenMP threads spin-wait when oversubscribed (measured: 512 small SDPA calls took
+# 26 s with 2 threads under load, 0.5 s with 1).  Tests check results, not speed.
+torch.set_num_threads(1)
+
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
