@@ -92,7 +92,8 @@ def _cuda_info() -> dict:
     """CUDA runtime, driver and device 0 properties; all None without a GPU."""
     info = {
         "cuda_runtime": None,
-        "cuda_driver": None,
+        "cuda_driver": None,  # the driver release, e.g. "550.54.15" (nvidia-smi)
+        "cuda_driver_api": None,  # the newest CUDA the driver supports, e.g. "12.4"
         "cuda_available": False,
         "gpu_count": 0,
         "gpu_name": None,
@@ -114,13 +115,13 @@ def _cuda_info() -> dict:
     info["compute_capability"] = f"{props.major}.{props.minor}"
     info["sm_count"] = props.multi_processor_count
     info["cudnn"] = torch.backends.cudnn.version()
-    smi = _nvidia_smi()
-    info["cuda_driver"] = smi.get("driver") or _driver_from_torch()
+    info["cuda_driver"] = _nvidia_smi().get("driver")
+    info["cuda_driver_api"] = _driver_api_from_torch()
     return info
 
 
-def _driver_from_torch() -> str | None:
-    """The CUDA driver API version (e.g. '12.4') via torch's private binding, if any."""
+def _driver_api_from_torch() -> str | None:
+    """The CUDA version the driver supports (e.g. '12.4') via torch's private binding."""
     try:
         import torch
 
