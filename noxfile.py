@@ -177,10 +177,20 @@ def _check_python(session: nox.Session, lane: _lanes.Lane) -> None:
                       f"rerun with --force-python 3.11")
 
 
+def _package_deps() -> list[str]:
+    """The package's own runtime requirements except torch and triton, which the lane decides."""
+    deps = nox.project.load_toml(ROOT / "pyproject.toml")["project"]["dependencies"]
+    return [d for d in deps if not d.replace(" ", "").lower().startswith(("torch", "triton"))]
+
+
 def _install_lane(session: nox.Session, lane: _lanes.Lane, kind: str, opts) -> None:
-    """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch."""
+    """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch.
+
+    The package itself is not installed: PYTHONPATH points at src/ (no build step, works offline);
+    its dependencies other than torch/triton come from pyproject.toml.
+    """
     _unshare_torch(session)
-    tools = ["pytest", "pytest-timeout"] + (["pytest-benchmark"] if kind == "bench" else [])
+    tools = ["pytest", "pytest-timeout"] + (["pytest-benchmark"] if kind == "bench" else []) + _package_deps()
     cfile = _lanes.constraints_path(lane)
     cons = ["-c", str(cfile)] if cfile.exists() and not lane.candidate else []
     if GPU:
@@ -189,7 +199,7 @@ def _install_lane(session: nox.Session, lane: _lanes.Lane, kind: str, opts) -> N
     if opts.torch:  # a CPU torch the user names; uv's --torch-backend keeps it off the CUDA index
         cpu = ["--torch-backend=cpu"] if session.venv_backend == "uv" and not opts.wheelhouse else []
         _install(session, opts, *cpu, opts.torch)
-    _install(session, opts, *cons, *lane.requirements(), *([] if kind == "compile" else tools))
+    _install(session, opts, *cons, *lane.requirements(), *tools)
     if not opts.torch:
         _share_torch(session, _require_torch_site(session))
 
