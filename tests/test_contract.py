@@ -381,3 +381,15 @@ def test_block_indices_value_errors(row, pattern):
 def test_block_indices_repeated_padding_is_fine():
     idx = torch.tensor([[[[-1, -1, 1, -1]]]])
     assert block_indices_to_ranges(idx, 4, 10, torch.tensor([9]))[0, 0, 0, 2].tolist() == [4, 8]
+
+
+@pytest.mark.parametrize("rows_S", [2, 64])
+def test_block_conversion_is_one_host_sync(host_syncs, rows_S):
+    gen = torch.Generator().manual_seed(rows_S)
+    idx = _random_block_indices(2, rows_S, 2, 4, 10, gen)
+    host_syncs.clear()
+    block_indices_to_ranges(idx, 16, 150, torch.arange(rows_S))
+    assert host_syncs == ["tolist"]
+    host_syncs.clear()
+    block_indices_to_ranges(idx, 16, 150, torch.arange(rows_S), validate=False)
+    assert host_syncs == []
