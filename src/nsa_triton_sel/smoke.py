@@ -448,15 +448,14 @@ def _expect_cell(results) -> str:
 
 
 def _print_messages(report, console) -> None:
-    seen = set()
+    """Each distinct failure message once, with the specs and archs that hit it."""
+    groups: dict[tuple, dict] = {}
     for r in report.results:
-        if r.verdict == "ok" or (r.spec, r.verdict, r.message) in seen:
-            continue
-        seen.add((r.spec, r.verdict, r.message))
-        archs = ",".join(str(x.arch) for x in report.results
-                         if x.spec == r.spec and x.verdict == r.verdict and x.message == r.message)
-        console.print(f"  [bold]{r.spec}[/] sm_{archs} {r.verdict}: {r.message}", markup=True, highlight=False,
-                      soft_wrap=True)
+        if r.verdict != "ok":
+            groups.setdefault((r.verdict, r.message), {}).setdefault(r.spec, []).append(str(r.arch))
+    for (verdict, message), where in groups.items():
+        places = "; ".join(f"{spec} sm_{','.join(archs)}" for spec, archs in where.items())
+        console.print(f"  [bold]{verdict}[/]: {message}\n      in {places}", highlight=False, soft_wrap=True)
 
 
 def _print_static(report, console) -> None:
