@@ -13,7 +13,7 @@ import torch
 from kernel_checks import check_against_oracle, packed_as_5d, varlen_as_5d
 from nsa_triton_sel import dispatch, selection_attention
 from nsa_triton_sel.kernels import launch
-from nsa_triton_sel.testing import make_problem
+from nsa_triton_sel.testing import make_problem, nsa_ranges
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.bfloat16, torch.float16]
@@ -46,6 +46,20 @@ def test_ranges_kernel(dtype, shape):
     dirty = torch.full_like(out, float("nan"))
     launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
     assert torch.equal(dirty, out), "an output element was not written"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("h", [16, 4, 3])
+@pytest.mark.parametrize("local", [True, False], ids=["local", "random"])
+def test_multi_token_kernel(dtype, h, local):
+    T, G = 1500, 2
+    p = make_problem(B=1, S=T, G=G, h=h, Dk=128, Dv=128, T=T, n=1, dtype=dtype, device=DEV, seed=fresh_seed())
+    p.ranges = nsa_ranges(1, T, G, 16, 64, seed=h, local=local, device=DEV)
+    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"tokens h={h} local={local}")
+    dirty = torch.full_like(out, float("nan"))
+    launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, out=dirty)
+    assert torch.equal(dirty, out)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -16,7 +16,7 @@ import torch
 
 import kernel_checks
 from kernel_checks import packed_as_5d, varlen_as_5d
-from nsa_triton_sel.testing import make_problem
+from nsa_triton_sel.testing import make_problem, nsa_ranges
 
 pytestmark = [
     pytest.mark.interp,
@@ -127,22 +127,6 @@ def test_varlen_seed_api_with_empty_row():
     check_against_oracle(out.reshape(1, N, 1, H, Dv), lse.reshape(1, N, 1, H), q5, k5, v5, r5, what="varlen")
 
 
-def nsa_local_ranges(B, T, G, n, block, *, seed):
-    """NSA-like selections: tokens of one block share their blocks; ends clamped to t + 1."""
-    from nsa_triton_sel.contract import block_indices_to_ranges
-
-    g = torch.Generator().manual_seed(seed)
-    nb = -(-T // block)
-    scores = torch.rand(B, nb, G, nb, generator=g)[:, torch.arange(T) // block]  # [B, T, G, nb]
-    cur = (torch.arange(T) // block)[None, :, None, None]
-    blk = torch.arange(nb)[None, None, None, :]
-    scores = torch.where(blk > cur, -1.0, scores)
-    scores = torch.where((blk == 0) | (blk == cur), 2.0, scores)
-    top = scores.topk(min(n, nb), dim=-1)
-    idx = torch.where(top.values < 0, -1, top.indices)
-    return block_indices_to_ranges(idx, block, T)
-
-
 @pytest.mark.parametrize("h", [3, 16])
 @pytest.mark.parametrize("selection", ["local", "random"])
 def test_multi_token_kernel(h, selection):
@@ -152,7 +136,7 @@ def test_multi_token_kernel(h, selection):
     B, T, G = 1, 75, 2
     p = make_problem(B=B, S=T, G=G, h=h, Dk=32, Dv=48, T=T, n=3, seed=h, empty_frac=0.1)
     if selection == "local":
-        p.ranges = nsa_local_ranges(B, T, G, 3, 16, seed=h)
+        p.ranges = nsa_ranges(B, T, G, 3, 16, seed=h)
     out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"tokens {selection} h={h}")
 

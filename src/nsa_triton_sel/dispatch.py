@@ -252,10 +252,18 @@ def selection_attention(
     if ranges is None:
         if block_size is None:
             raise ValueError("block_indices needs block_size (the number of keys per block)")
-        if block_indices.device != q.device:
-            raise ValueError(f"block_indices is on {block_indices.device} but q, k and v are on {q.device}")
+        if not isinstance(block_indices, torch.Tensor) or block_indices.device != q.device:
+            where = getattr(block_indices, "device", type(block_indices).__name__)
+            raise ValueError(f"block_indices must be a tensor on q's device {q.device}, got {where}")
+        if block_indices.dim() == 4 and tuple(block_indices.shape[:3]) != (dims.B, dims.S, dims.G):
+            raise ValueError(
+                f"block_indices has shape {list(block_indices.shape)}; expected [B, S, G, n] = "
+                f"[{dims.B}, {dims.S}, {dims.G}, n] to match q"
+            )
         ranges = block_indices_to_ranges(block_indices, block_size, dims.T, positions, validate=validate)
-    check_ranges(ranges, dims, q.device, validate=validate)
+        check_ranges(ranges, dims, q.device, validate=False)  # valid by construction
+    else:
+        check_ranges(ranges, dims, q.device, validate=validate)
     d = decide(q, k, v, backend=backend, flags=flags)
     if flags.debug_shapes:
         log.info("selection_attention q=%s%s k=%s%s v=%s%s ranges=%s %s -> %s (%s)",

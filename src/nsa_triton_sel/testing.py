@@ -84,3 +84,28 @@ def make_problem(
         v = v.transpose(1, 2).contiguous().transpose(1, 2)
     dev = torch.device(device)
     return Problem(q.to(dev), k.to(dev), v.to(dev), r.to(dev))
+
+
+def nsa_ranges(B, T, G, n, block, *, seed=0, local=True, device="cpu"):
+    """NSA-like selections for the S = T tokens of a sequence: ``[B, T, G, n, 2]`` int32 ranges.
+
+    Every token selects block 0 and its current block (causally clamped to ``t + 1``) plus
+    random earlier blocks; with ``local`` all tokens of one block share their random picks,
+    as real NSA selections (smooth compressed scores) mostly do.
+    """
+    from .contract import block_indices_to_ranges
+
+    g = torch.Generator().manual_seed(int(seed))
+    nb = -(-T // block)
+    tok_block = torch.arange(T) // block
+    if local:
+        scores = torch.rand(B, nb, G, nb, generator=g)[:, tok_block]
+    else:
+        scores = torch.rand(B, T, G, nb, generator=g)
+    cur = tok_block[None, :, None, None]
+    blk = torch.arange(nb)[None, None, None, :]
+    scores = torch.where(blk > cur, -1.0, scores)
+    scores = torch.where((blk == 0) | (blk == cur), 2.0, scores)
+    top = scores.topk(min(n, nb), dim=-1)
+    idx = torch.where(top.values < 0, -1, top.indices).to(torch.int32)
+    return block_indices_to_ranges(idx, block, T).to(device)

@@ -16,10 +16,12 @@ would make the kernel read out of bounds or compile something unsupported.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
 import torch
+from packaging.version import Version
 
 from . import jit
 from .meta import MODE_CU, MODE_DENSE, MODE_RANGES, KernelMeta, kernel_meta, tok_meta
@@ -31,6 +33,23 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 def _interpreter_dot_f32(dtype) -> bool:
     """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see jit.py)."""
     return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.lru_cache(maxsize=8)
+def max_rows(device: torch.device) -> int:
+    """Largest M tile the installed Triton compiles for this device.
+
+    Triton 3.0 aborts the process (``mma -> mma layout conversion is only supported on
+    Ampere``) when a 64-row dot takes the Hopper wgmma path; 32 rows stay on mma.sync.
+    Found by the compile-smoke harness (sm_90, h = 64), so it is a version window, not a
+    feature to detect.
+    """
+    import triton
+
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9:
+        if Version(triton.__version__).release < (3, 1):
+            return 32
+    return 64
 
 
 def _check_kernel_inputs(*named):
@@ -101,6 +120,9 @@ def _ranges_call(q, k, v, ranges, *, scale, return_lse, out, split, per_head, nu
     n = ranges.shape[3]
     _check_kernel_inputs(("q", q), ("k", k), ("v", v))
     o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
+    tune.setdefault("rows_hint", B * S * G)
+    tune.setdefault("keys_hint", T)
+    tune.setdefault("max_rows", max_rows(q.device))
     meta = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=return_lse,
                        split=split, per_head=per_head, dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     if n == 0:  # no span at all: every row is empty
@@ -135,6 +157,7 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
     n = ranges.shape[3]
     _check_kernel_inputs(("q", q), ("k", k), ("v", v))
     o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
+    tune.setdefault("max_rows", max_rows(q.device))
     meta = tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=return_lse,
                     dot_f32=_interpreter_dot_f32(q.dtype), tokens=tokens, **tune)
     if n == 0:
@@ -164,10 +187,11 @@ def sel_attn_decode(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
     """Flash-decoding: each row's key tiles are split over ``num_splits`` programs, merged by LSE."""
     B, S, G, h, _ = q.shape
     if num_splits is None:
-        bn = kernel_meta(mode=MODE_RANGES, h=h, Dk=q.shape[4], Dv=v.shape[3], **tune).BLOCK_N
-        n_hc = triton_cdiv(h, kernel_meta(mode=MODE_RANGES, h=h, Dk=q.shape[4], Dv=v.shape[3],
-                                          per_head=per_head).BLOCK_H)
-        num_splits = decode_splits(B * S * G * n_hc, k.shape[2], bn, q.device)
+        tune.setdefault("max_rows", max_rows(q.device))
+        meta = kernel_meta(mode=MODE_RANGES, h=h, Dk=q.shape[4], Dv=v.shape[3], split=True,
+                           per_head=per_head, **tune)
+        n_hc = triton_cdiv(h, meta.BLOCK_H)
+        num_splits = decode_splits(B * S * G * n_hc, k.shape[2], meta.BLOCK_N, q.device)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     return _ranges_call(q, k, v, ranges, scale=scale, return_lse=return_lse, out=out,
@@ -192,6 +216,9 @@ def sel_attn_fwd_dense(q, k, v, *, scale=None, return_lse=False, out=None, **tun
     N, H, Dk = q.shape
     L, Dv = k.shape[1], v.shape[2]
     o, lse = _outputs((N, H, Dv), (N, H), v.dtype, q.device, return_lse, out)
+    tune.setdefault("rows_hint", N)
+    tune.setdefault("keys_hint", L)
+    tune.setdefault("max_rows", max_rows(q.device))
     meta = kernel_meta(mode=MODE_DENSE, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse,
                        dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     _launch(
@@ -219,6 +246,7 @@ def sel_attn_fwd_varlen(q, k_all, v_all, cu_seqlens, *, scale=None, return_lse=F
         raise TypeError(f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
     Dv = v_all.shape[1]
     o, lse = _outputs((N, H, Dv), (N, H), v_all.dtype, q.device, return_lse, out)
+    tune.setdefault("max_rows", max_rows(q.device))
     meta = kernel_meta(mode=MODE_CU, h=H, Dk=Dk, Dv=Dv, has_lse=return_lse,
                        dot_f32=_interpreter_dot_f32(q.dtype), **tune)
     _launch(

@@ -68,11 +68,33 @@ class KernelMeta:
         }
 
 
-def head_block(h: int, per_head: bool = False) -> int:
-    """Rows of the ``tl.dot`` M dimension: all heads of the group (at least 16, at most 64)."""
+def head_block(h: int, per_head: bool = False, max_rows: int = 64) -> int:
+    """Rows of the ``tl.dot`` M dimension: all heads of the group (at least 16, at most ``max_rows``)."""
     if per_head:
         return MIN_DOT
-    return min(64, max(MIN_DOT, next_pow2(h)))
+    return min(max_rows, max(MIN_DOT, next_pow2(h)))
+
+
+# Launch defaults, measured on an H100 with Triton 3.6 (bench/results/issue7-notes.md):
+# the canonical NSA shape (h = 16, D = 128, one program per token) runs best with ONE warp,
+# 32-key tiles and 3 pipeline stages (1.73 ms against 2.14 ms for 4 warps / 64 keys at T = 8K):
+# a program's work is one 16-row MMA chain, and more, smaller programs keep more loads in
+# flight.  Few programs with many keys each (decode) want 4 warps and 64-key tiles
+# (63 us = 72% of copy bandwidth at B = 64, T = 32K); rows of at most 64 keys want 16-key tiles.
+FEW_PROGRAMS = 1024
+
+
+def _default_launch(block_h, dk, block_dv, *, mode, split, rows_hint, keys_hint):
+    big = dk > 128 or block_dv > 128
+    if block_h >= 64:
+        return (32 if big else 64), 4 if not big else 8, 2
+    if big:
+        return 32, 4, 2
+    if split or (rows_hint is not None and rows_hint < FEW_PROGRAMS and (keys_hint or 1 << 30) > 256):
+        return 64, 4, 3
+    if mode == MODE_DENSE and keys_hint is not None and keys_hint <= 64:
+        return 16, 1, 3
+    return 32, (1 if block_h <= 16 else 2), 3
 
 
 def kernel_meta(
@@ -86,6 +108,9 @@ def kernel_meta(
     split: bool = False,
     per_head: bool = False,
     dot_f32: bool = False,
+    rows_hint: int | None = None,
+    keys_hint: int | None = None,
+    max_rows: int = 64,
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
@@ -100,11 +125,10 @@ def kernel_meta(
         raise ValueError(f"h={h}: need at least one query head per group")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
-    block_h = head_block(h, per_head)
-    big = (dk1 + dk2) > 128 or block_dv > 128
-    bn = block_n or (32 if big and block_h >= 64 else 64)
-    nw = num_warps or (4 if block_h <= 32 else 8)
-    ns = num_stages or (2 if big else 3)
+    block_h = head_block(h, per_head, max_rows)
+    bn, nw, ns = _default_launch(block_h, dk1 + dk2, block_dv, mode=mode, split=split, rows_hint=rows_hint,
+                                 keys_hint=keys_hint)
+    bn, nw, ns = block_n or bn, num_warps or nw, num_stages or ns
     return KernelMeta(
         SPAN_MODE=mode,
         BLOCK_H=block_h,
@@ -145,25 +169,25 @@ class TokMeta:
 MULTI_TOKEN_ROWS = 64  # M = tokens x padded heads of the multi-token kernel
 
 
-def tokens_per_program(h: int) -> int:
+def tokens_per_program(h: int, max_rows: int = MULTI_TOKEN_ROWS) -> int:
     """How many consecutive tokens share one program in the multi-token kernel (1: not worth it)."""
     hp = next_pow2(h)
-    return max(1, MULTI_TOKEN_ROWS // hp)
+    return max(1, min(MULTI_TOKEN_ROWS, max_rows) // hp)
 
 
 def tok_meta(
     *, h: int, Dk: int, Dv: int, n_spans: int, has_lse: bool = False, dot_f32: bool = False,
-    tokens: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+    tokens: int | None = None, max_rows: int = MULTI_TOKEN_ROWS, block_n: int | None = None, num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> TokMeta:
     """Launch configuration of the multi-token kernel for these sizes."""
     base = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dk, Dv=Dv, n_spans=n_spans)
     hp = next_pow2(h)
-    tok = tokens or tokens_per_program(h)
+    tok = tokens or tokens_per_program(h, max_rows)
     if tok < 2 or tok & (tok - 1) or tok * hp < MIN_DOT:
         raise ValueError(f"tokens={tok} with h={h}: need a power of two >= 2 with tokens * next_pow2(h) >= 16")
     return TokMeta(
-        TOK=tok, HP=hp, BLOCK_N=block_n or 32, DK1=base.DK1, DK2=base.DK2, BLOCK_DV=base.BLOCK_DV,
+        TOK=tok, HP=hp, BLOCK_N=block_n or 64, DK1=base.DK1, DK2=base.DK2, BLOCK_DV=base.BLOCK_DV,
         BLOCK_S=base.BLOCK_S, HAS_LSE=bool(has_lse), DOT_F32=bool(dot_f32),
-        num_warps=num_warps or 4, num_stages=num_stages or 2,
+        num_warps=num_warps or 4, num_stages=num_stages or 2,  # best of 18 at T = 8K, local
     )
