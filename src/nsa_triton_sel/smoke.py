@@ -167,11 +167,16 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
         # Own session: on timeout the whole group (ptxas included) is killed.
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=os.getcwd(),
                                 env=child_env(str(workdir / "cache")), start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             rc = None
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     seconds = round(time.perf_counter() - t0, 3)
     tail = _tail(err_path)
     if rc is None:
@@ -183,6 +188,19 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
         return result
     return {"verdict": "crash", "message": crash_message(rc, tail), "seconds": seconds,
             "returncode": rc, "stderr_tail": tail}
+
+
+# Children run in their own sessions, so Ctrl-C does not reach them: the parent kills
+# whatever is still running when it is interrupted.
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live_children() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -265,6 +283,9 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
             probes = _run_probes(root, archs, jobs, timeout, python, bar)
             version = _triton_version(probes, python)
             results = _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar)
+    except BaseException:
+        kill_live_children()
+        raise
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
