@@ -1,26 +1,15 @@
-"""The Triton compatibility matrix as nox sessions, generated from ``constraints/lanes.toml``.
+"""Triton compatibility matrix: compile-X / parity-X / bench-X per lane of constraints/lanes.toml.
 
-For every lane (Triton 3.0 ... 3.9) three literal sessions exist:
+  nox -s compile-3.9 parity-3.9      newest lane (the default)     nox -t compile parity   every CPU lane
+  nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -s pin              ledger + MATRIX.md
+  nox -s check-upgrade -- 3.10.0     pre-upgrade check             nox -s constraints      regenerate triton-X.txt
 
-- ``compile-X``: ahead-of-time compile smoke of every kernel variant for sm_80/89/90
-  (``nsa-sel smoke``); needs no GPU and no torch.
-- ``parity-X``: without a GPU, the parity suite under the Triton interpreter (``pytest -m interp``)
-  with the lane's numpy, after proving the interpreter right on a tiny known kernel; with a GPU,
-  ``pytest -m gpu``.  Requires ``compile-X``.
-- ``bench-X``: pytest-benchmark against SDPA on a GPU (``pytest bench/``); without one it records a
-  skip and says so.  Requires ``compile-X``.
-
-Select with ``-s`` or tags: ``nox -s parity-3.1 bench-3.1``, ``nox -t compile parity``, ``-t triton-3.4``.
-Options after ``--`` (or environment variables) reach every lane session:
-
-  --results DIR     where run files go (NSA_SEL_RESULTS; default out/lanes); ``nox -s pin`` merges them
-  --wheelhouse DIR  install only from this directory, offline (NSA_SEL_WHEELHOUSE)
-  --torch SPEC      CPU lanes: install this torch (a wheel path or a ``+cpu`` requirement) instead of
-                    sharing the invoking environment's torch (NSA_SEL_TORCH)
-  anything else     passed to pytest in parity/bench sessions
-
-NSA_SEL_GPU=0/1 forces the CPU or GPU flavour (default: nvidia-smi decides).  ``--no-venv`` runs a
-lane in the current environment when its exact Triton is installed there (nothing is installed).
+compile-X: AOT compile smoke (nsa-sel smoke, sm_80/89/90, no GPU).  parity-X: GPU parity, or without a
+GPU the interpreter suite (pytest -m interp) with the lane's numpy after an interpreter probe.  bench-X:
+pytest-benchmark vs SDPA on a GPU, else a recorded skip.  After `--`: --results DIR (NSA_SEL_RESULTS),
+--wheelhouse DIR (NSA_SEL_WHEELHOUSE, offline), --torch SPEC (NSA_SEL_TORCH, CPU lanes), --allow-off-pair
+(NSA_SEL_ALLOW_OFF_PAIR=1); the rest goes to pytest.  NSA_SEL_GPU=0/1 forces the flavour.  --no-venv
+runs a lane in the current environment when its exact Triton is installed there.
 """
 
 from __future__ import annotations
@@ -138,8 +127,11 @@ def _share_torch(session: nox.Session, site: str) -> None:
     shadow the invoking ones; .pth files inside it are not processed, so nothing else is activated.
     Written after every install, so an installer never sees (or touches) the shared packages.
     """
-    purelib = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                          silent=True, log=False).strip().splitlines()[-1]
+    out = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                      silent=True, log=False)
+    if out is None:  # --install-only
+        raise _InstallOnly
+    purelib = out.strip().splitlines()[-1]
     Path(purelib, "_nsa_sel_shared_torch.pth").write_text(site + "\n")
 
 
@@ -233,8 +225,14 @@ def _require_torch_site(session: nox.Session) -> str:
     return site
 
 
+class _InstallOnly(Exception):
+    """nox --install-only: the lane is installed, nothing runs, no run file is kept."""
+
+
 def _fingerprint(session: nox.Session) -> dict:
     out = session.run("python", "-c", _FINGERPRINT, silent=True, log=False)
+    if out is None:  # session.run does nothing under --install-only
+        raise _InstallOnly
     line = [ln for ln in out.splitlines() if ln.startswith("NSA_SEL_FP ")][-1]
     return json.loads(line[len("NSA_SEL_FP "):])
 
@@ -275,6 +273,7 @@ def _run_lane(session: nox.Session, lane: _lanes.Lane, kind: str, body) -> None:
             "session": session.name, "run_id": f"{session.name}@{started}", "machine": "cpu",
             "date": started, "candidate": lane.candidate}
     _ledger.write_run(path, base=base, status="running", started=started, records=[])
+    stage = f"set-up (installing triton=={lane.triton} and the lane's requirements)"
     try:
         if kind == "bench" and not GPU:  # nothing to install or run: record the skip
             records, problem = _bench_body(session, lane, base, results, rest)
@@ -284,16 +283,21 @@ def _run_lane(session: nox.Session, lane: _lanes.Lane, kind: str, body) -> None:
                                    run_id=base["run_id"], knobs=dict(TABLE.knobs))
         base["date"] = started
         _ledger.write_run(path, base=base, status="running", started=started, records=[])
+        stage = f"{kind} checks"
         records, problem = body(session, lane, base, results, rest)
     except _Done:
         pass
+    except _InstallOnly:
+        path.unlink(missing_ok=True)
+        session.log(f"lane {lane.label} installed (--install-only)")
+        return
     except KeyboardInterrupt:
         _ledger.write_run(path, base=base, status="interrupted", started=started, records=[],
                           note="interrupted (Ctrl-C)")
         raise
     except BaseException as exc:  # includes nox's session.error: the lane did not produce a verdict
         _ledger.write_run(path, base=base, status="error", started=started, records=[],
-                          note=f"{type(exc).__name__}: {exc}")
+                          note=f"{stage} failed: {type(exc).__name__}: {exc}")
         raise
     _ledger.write_run(path, base=base, status="complete", started=started, records=records)
     session.log(f"{len(records)} record(s) -> {path}")
@@ -320,8 +324,11 @@ def _compile_body(session, lane, base, results, rest):
     report_path.unlink(missing_ok=True)
     archs = os.environ.get("NSA_SEL_ARCHS") or ",".join(map(str, TABLE.archs))
     jobs = ["--jobs", os.environ["NSA_SEL_JOBS"]] if os.environ.get("NSA_SEL_JOBS") else []
+    # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
+    # on this Triton; they are reported in their own column and never block the lane.
+    jobs += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
     rc = _run_rc(session, _raw_path(results, session, "rc"), "-m", "nsa_triton_sel.cli", "smoke",
-                 "--arch", archs, "--json", str(report_path), *jobs)
+                 "--arch", archs, "--json", str(report_path), "--no-progress", *jobs)
     if not report_path.exists():
         rec = _ledger.record(base, kernel="(smoke harness)", verdict="crash",
                              message=f"nsa-sel smoke wrote no report (exit status {rc})")
