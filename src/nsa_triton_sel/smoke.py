@@ -88,6 +88,7 @@ class SmokeReport:
     started: str
     wall_s: float = 0.0
     results: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
     static: dict = field(default_factory=dict)
     python: str = field(default_factory=platform.python_version)
     platform: str = field(default_factory=platform.platform)
@@ -113,7 +114,7 @@ class SmokeReport:
             "schema": 1, "tool": "nsa-sel smoke", "triton": self.triton, "python": self.python,
             "platform": self.platform, "executable": self.executable, "started": self.started,
             "wall_s": round(self.wall_s, 2), "jobs": self.jobs, "archs": list(self.archs), "env": self.env,
-            "results": [asdict(r) for r in self.results], "static": self.static,
+            "results": [asdict(r) for r in self.results], "skipped": self.skipped, "static": self.static,
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -282,7 +283,7 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
         with _Progress(progress, console, total=len(archs) * (len(specs) + 1)) as bar:
             probes = _run_probes(root, archs, jobs, timeout, python, bar)
             version = _triton_version(probes, python)
-            results = _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar)
+            results, skipped = _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar)
     except BaseException:
         kill_live_children()
         raise
@@ -290,7 +291,7 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     report = SmokeReport(triton=version, archs=archs, jobs=jobs, env=recorded_env(), started=started,
-                         results=results, static=static_check.check_specs(specs, version))
+                         results=results, skipped=skipped, static=static_check.check_specs(specs, version))
     report.wall_s = time.perf_counter() - t0
     return report
 
@@ -333,11 +334,15 @@ def _triton_version(probes: dict, python: str) -> str:
         return "unknown"
 
 
-def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar) -> list[SmokeResult]:
-    todo, results = [], []
+def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
+    """``(results, skipped)``: every (spec, arch) compiled, except where the spec is never launched."""
+    todo, results, skipped = [], [], []
     for i, spec in enumerate(specs):
         for arch in archs:
-            if probes[arch]["verdict"] != "ok":
+            if version != "unknown" and spec.skipped(version, arch):
+                skipped.append({"spec": spec.name, "arch": arch, "why": f"not launched there (skip={dict(spec.skip)})"})
+                bar.advance(f"{spec.name} sm_{arch}: skipped")
+            elif probes[arch]["verdict"] != "ok":
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))
                 bar.advance(f"{spec.name} sm_{arch}: unsupported")
             else:
@@ -354,7 +359,7 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar) ->
             bar.advance(f"{spec.name} sm_{arch}: {res.verdict}")
     order = {s.name: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: (order[r.spec], r.arch))
-    return results
+    return results, skipped
 
 
 def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
@@ -448,11 +453,15 @@ def render(report: SmokeReport, console=None) -> None:
     rows: dict[str, dict] = {}
     for r in report.results:
         rows.setdefault(r.spec, {})[r.arch] = r
+    skipped = {(s["spec"], s["arch"]) for s in report.skipped}
+    for s in report.skipped:
+        rows.setdefault(s["spec"], {})
     for spec, by_arch in rows.items():
-        first = next(iter(by_arch.values()))
-        cells = [_cell(by_arch[a]) if a in by_arch else "" for a in report.archs]
+        first = next(iter(by_arch.values()), None)
+        cells = [_cell(by_arch[a]) if a in by_arch else "[dim]skipped[/]" if (spec, a) in skipped else ""
+                 for a in report.archs]
         if any_canary:
-            cells.append(_expect_cell(list(by_arch.values())) if first.canary else "")
+            cells.append(_expect_cell(list(by_arch.values())) if first is not None and first.canary else "")
         table.add_row(spec, *cells)
     console.print(table)
     _print_messages(report, console)
@@ -490,6 +499,10 @@ def _print_static(report, console) -> None:
 def _print_summary(report, console) -> None:
     n_ok = sum(r.verdict == "ok" for r in report.results if not r.canary)
     n = sum(not r.canary for r in report.results)
+    if report.skipped:
+        console.print(f"  skipped (never launched there): {len(report.skipped)} compiles, e.g. "
+                      f"{report.skipped[0]['spec']} sm_{report.skipped[0]['arch']}: {report.skipped[0]['why']}",
+                      highlight=False, soft_wrap=True)
     console.print(f"variants ok: {n_ok}/{n}; canaries unexpected: {len(report.canary_mismatches)}; "
                   f"TRITON_DEFAULT_FP_FUSION={report.env.get('TRITON_DEFAULT_FP_FUSION')}; "
                   f"wall {report.wall_s:.1f} s", highlight=False)

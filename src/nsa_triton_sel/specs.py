@@ -50,7 +50,8 @@ SEL_TYPES = {
 class CompileSpec:
     """One kernel specialisation to compile ahead of time.
 
-    ``expected`` (canaries only) maps a version specifier (``"<3.5"``) to the verdict
+    ``skip`` maps a Triton version specifier to the archs on which the launchers never
+    use this variant (not compiled there, listed as skipped).  ``expected`` (canaries only) maps a version specifier (``"<3.5"``) to the verdict
     or verdicts accepted there; the first matching specifier wins.  ``expected_message``
     maps specifiers to a substring the verdict's message must contain.
     """
@@ -65,6 +66,7 @@ class CompileSpec:
     canary: bool = False
     expected: Mapping[str, Any] | None = None
     expected_message: Mapping[str, str] | None = None
+    skip: Mapping[str, Any] | None = None  # {triton specifier: archs where this variant is never launched}
     note: str = ""
 
     def __post_init__(self):
@@ -99,6 +101,15 @@ class CompileSpec:
 
     def expected_substring(self, version) -> str | None:
         return _first_match(self.expected_message, version)
+
+    def skipped(self, version, arch: int) -> bool:
+        """True where the launchers never use this variant (e.g. 64-row tiles on 3.0 + Hopper)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        v = Version(str(version))
+        return any(SpecifierSet(spec).contains(v, prereleases=True) and int(arch) in archs
+                   for spec, archs in (self.skip or {}).items())
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -264,14 +275,27 @@ DTYPES_SHIPPED = ("fp16", "bf16")
 N_SPANS = 16  # NSA's typical selected-block count per row
 
 
-def _sel_spec(dtype, mode, Dk, Dv, h, **kw) -> CompileSpec:
-    meta = kernel_meta(mode=mode, h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **kw)
-    tags = "".join(f"+{k}" for k in ("has_lse", "split", "per_head") if kw.get(k))
-    tags = tags.replace("has_lse", "lse")
+# Launch regimes of kernel_meta: its defaults depend on how many programs and keys a call has.
+PREFILL = {"rows_hint": 1 << 20, "keys_hint": 8192}    # one program per token, many tokens
+DECODE = {"rows_hint": 64, "keys_hint": 32768}         # few programs, long rows
+SHORT_ROWS = {"rows_hint": 1 << 16, "keys_hint": 64}   # dense rows of <= 64 keys
+# launch.max_rows() caps the M tile at 32 on Triton < 3.1 + Hopper (64-row wgmma dots abort
+# the 3.0 compiler): the 64-row variants are never launched there.
+WIDE_M_SKIP = {"<3.1": (90,)}
+
+
+def _sel_spec(dtype, mode, Dk, Dv, h, regime="prefill", **kw) -> CompileSpec:
+    hints = {"prefill": PREFILL, "decode": DECODE, "short": SHORT_ROWS}[regime]
+    meta = kernel_meta(mode=mode, h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **hints, **kw)
+    tags = "".join(f"+{k}" for k in ("has_lse", "split", "per_head") if kw.get(k)).replace("has_lse", "lse")
+    if kw.get("max_rows"):
+        tags += f"+m{kw['max_rows']}"
     return CompileSpec(
-        name=f"sel_fwd/{MODE_NAMES[mode]}/{dtype}/dk{Dk}-dv{Dv}/h{h}{tags}",
+        name=f"sel_fwd/{MODE_NAMES[mode]}/{dtype}/dk{Dk}-dv{Dv}/h{h}/{regime}{tags}",
         kernel=SEL_FWD, constexprs=meta.constexprs(), dtype=dtype, types=SEL_TYPES,
         num_warps=meta.num_warps, num_stages=meta.num_stages,
+        skip=WIDE_M_SKIP if meta.BLOCK_H > 32 else None,
+        note=f"BLOCK_H={meta.BLOCK_H} BLOCK_N={meta.BLOCK_N} warps={meta.num_warps} stages={meta.num_stages}",
     )
 
 
@@ -280,7 +304,7 @@ def _merge_spec(dtype, Dv, h) -> CompileSpec:
     return CompileSpec(
         name=f"merge_splits/{dtype}/dv{Dv}/h{h}", kernel=MERGE, dtype=dtype, types=SEL_TYPES,
         constexprs={"BLOCK_H": meta.BLOCK_H, "BLOCK_DV": meta.BLOCK_DV, "HAS_LSE": True},
-        num_warps=4, num_stages=meta.num_stages,  # launch.py launches the merge with 4 warps
+        num_warps=4, num_stages=3,  # launch.py launches the merge with 4 warps, default stages
     )
 
 
@@ -317,14 +341,17 @@ def registry() -> list[CompileSpec]:
     for dtype in DTYPES_SHIPPED:
         for Dk, Dv in HEAD_DIMS:
             specs.append(_sel_spec(dtype, MODE_RANGES, Dk, Dv, 16))
-        specs.append(_sel_spec(dtype, MODE_RANGES, 128, 128, 16, has_lse=True, split=True))
+        specs.append(_sel_spec(dtype, MODE_RANGES, 128, 128, 16, "decode", has_lse=True, split=True))
         specs.append(_merge_spec(dtype, 128, 16))
-    # 8-warp BLOCK_H=64 tiles (wgmma on sm_90): fp16 carries them, bf16 only changes the dot type.
+    specs.append(_sel_spec("fp16", MODE_RANGES, 128, 128, 16, "decode"))
+    # 64-row tiles (h = 64: wgmma on sm_90); fp16 carries them, bf16 only changes the dot type.
     for Dk, Dv in HEAD_DIMS:
         specs.append(_sel_spec("fp16", MODE_RANGES, Dk, Dv, 64, has_lse=True))
-    specs.append(_sel_spec("fp16", MODE_RANGES, 192, 128, 64, has_lse=True, split=True))
+    specs.append(_sel_spec("fp16", MODE_RANGES, 128, 128, 64, has_lse=True, max_rows=32))
+    specs.append(_sel_spec("fp16", MODE_RANGES, 192, 128, 64, "decode", has_lse=True, split=True))
     specs.append(_sel_spec("fp16", MODE_CU, 128, 128, 16, has_lse=True))
     specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16))
+    specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16, "short"))
     specs.append(_merge_spec("fp16", 64, 64))
     specs += _tok_specs()
     check_unique(specs)
