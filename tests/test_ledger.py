@@ -321,3 +321,18 @@ def test_pin_crash_midway_leaves_previous_ledger_intact(tmp_path, monkeypatch):
         ledger.pin([results], *paths, table=TABLE, windows=[], log=lambda *_: None)
     assert paths[0].read_text() == good
     assert sorted(os.listdir(out)) == ["MATRIX.md", "known-good.txt", "ledger.jsonl"]
+
+
+def test_junit_failure_inside_known_bad_window_becomes_xfail():
+    xml = ('<testsuite><testcase classname="t" name="a"><failure message="boom"/></testcase>'
+           '<testcase classname="t" name="b"/></testsuite>')
+    windows = known_bad.parse('schema = 1\n[[window]]\nid = "w"\ntriton = "<3.2"\nchecks = ["parity"]\n'
+                              'reason = "interp gap"\n')
+    recs = ledger.records_from_junit(xml, _base("3.1", "parity"), windows)
+    assert [r["verdict"] for r in recs] == ["xfail", "pass"] and "[w] interp gap" in recs[0]["message"]
+    assert [r["verdict"] for r in ledger.records_from_junit(xml, _base("3.3", "parity"), windows)] == ["fail", "pass"]
+    gpu_fp = {**CPU_FP, "torch": "2.5.1", "cuda_runtime": "12.4", "gpu_name": "H100", "compute_capability": "9.0"}
+    arch_windows = known_bad.parse('schema = 1\n[[window]]\nid = "h"\ntriton = "<3.2"\narch = [90]\nreason = "r"\n')
+    recs = ledger.records_from_junit(xml, _base("3.1", "parity", mode="gpu", fp=gpu_fp), arch_windows)
+    assert recs[0]["verdict"] == "xfail"
+    assert ledger.records_from_junit(xml, _base("3.1", "parity"), arch_windows)[0]["verdict"] == "fail"
