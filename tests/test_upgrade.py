@@ -40,7 +40,7 @@ def test_compile_regression_blocks_and_names_the_kernel():
 def test_failure_without_baseline_still_blocks():
     cand = _recs(CAND, "compile", [("fwd", "crash", 80, None)]) + _recs(CAND, "parity", [("t1", "pass", None, None)])
     d = upgrade.decide("3.10.0", cand, None, [], windows=[])
-    assert d.blocked and d.reasons[0].startswith("compile crash")
+    assert d.blocked and d.reasons[0].startswith("compile: crash: `fwd` [sm_80]")
     assert any("no known-good version" in n for n in d.notes)
 
 

@@ -112,7 +112,7 @@ def decide(candidate: str, cand_recs: list[dict], baseline: str | None, base_rec
             d.reasons.append(f"{check}: not run")
         elif verdict != "pass":
             regress = _regressions(cand_recs, base_recs, check)
-            d.reasons += regress or [f"{check} {verdict}: " + "; ".join(ledger.reasons(
+            d.reasons += regress or [f"{check}: " + "; ".join(ledger.reasons(
                 [r for r in cand_recs if r["check"] == check], limit=3))]
     for w in known_bad.touching(candidate, windows):
         if w.all_arch:
