@@ -1,0 +1,385 @@
+#!/usr/bin/env python
+"""Selection attention: Triton kernels vs the correct packed SDPA, swept over L.
+
+Seed-compatible interface (every size option also takes a comma list, so one process
+runs a whole matrix with one compile cache and one ceiling measurement)::
+
+    python bench/bench_sel_triton.py --N 1024 --H 8 --D 128 --Dv 128 \
+        --L_list 64,128,256,512,1024 --dist few --iters 50 --warmup 5 --streams 1 --csv sel_dense.csv
+    python bench/bench_sel_triton.py --decode 1 --H 4 --D 64 --Dv 64 --L_list 128,256,512
+
+What is compared (identical input tensors on both sides, built once per case):
+
+- ``few`` (mode ``dense``): one contiguous span of L per row.  Triton
+  ``sel_attn_fwd_dense`` and SDPA (``reference.sdpa_rows``) both read the packed
+  ``[N, L, D]`` tensors.
+- ``many`` / ``mixed`` (mode ``varlen``): 8 equal spans, or 2/4/8 random spans, summing
+  to L and scattered over a ``T``-long key sequence per row (default T = 4 L).
+  ``tri_ms`` is the ranges-native kernel (``sel_attn_ranges``) reading the scattered
+  spans in place; ``ref_ms`` is SDPA on the *pre-gathered* packed keys, gather not
+  timed.  That favours SDPA (it is charged no gather), so the speedup and the threshold
+  derived from it are conservative.  Two more columns show the other fair pairings:
+  ``tri_packed_ms`` (``sel_attn_fwd_varlen`` on the packed keys, the seeds' pairing)
+  and ``ref_gather_ms`` (``packed_sdpa``: gather + masked SDPA, the dispatcher's
+  actual fallback).
+- ``--decode`` (mode ``decode``): one query per row, ``L / l_sel`` random blocks of
+  ``l_sel`` keys from a ``T``-long cache; Triton ``sel_attn_decode`` (split-L) vs SDPA on
+  the packed keys, plus ``packed_sdpa`` in ``ref_gather_ms``.
+
+Timing: CUDA events, L2 flushed before every timed run, median of ``--iters`` runs after
+one compile call and ``--warmup`` runs (see ``common.CudaEventTimer``).  MAE of both
+sides is measured against the float64 oracle on ``--mae-rows`` rows.  Guards mark rows
+as suspect (CSV ``suspect`` column and on screen): a NaN, an effective bandwidth above
+the measured copy bandwidth, and a reference time that does not grow with L.
+
+``--dry-run`` runs the same sweep on the CPU (Triton under the interpreter, a modelled
+clock) so the machinery can be checked without a GPU; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+import torch  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- arguments
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench_sel_triton.py",
+        description="Triton selection attention vs the correct packed SDPA (see the module docstring).",
+    )
+    p.add_argument("--N", default="256", help="rows (query tokens x groups); comma list, default 256")
+    p.add_argument("--H", default="8", help="query heads per row (GQA group size); comma list, default 8")
+    p.add_argument("--D", default="64", help="key head dim Dk; comma list, default 64")
+    p.add_argument("--Dv", default=None, help="value head dim; comma list, default = --D")
+    p.add_argument("--dims", default=None,
+                   help="explicit Dk:Dv pairs, e.g. 64:64,128:128,128:64 (overrides the --D x --Dv product)")
+    p.add_argument("--L_list", default="64,128,256,512", help="selected keys per row; comma list")
+    p.add_argument("--dist", default="few",
+                   help="span distribution(s): few, many, mixed; comma list (ignored with --decode)")
+    p.add_argument("--iters", type=int, default=50, help="timed runs per measurement (median), default 50")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs after the compile call, default 5")
+    p.add_argument("--streams", default="1", help="concurrent CUDA streams (time is divided by it); comma list")
+    p.add_argument("--csv", default=None,
+                   help="append rows here; '{mode}' in the path is replaced by dense/varlen/decode")
+    p.add_argument("--decode", nargs="?", const=1, default=0, type=int,
+                   help="benchmark the one-query (decode) path instead (seed style: --decode 1)")
+    p.add_argument("--l_sel", type=int, default=64, help="decode: selection block size, default 64")
+    p.add_argument("--T", type=int, default=0,
+                   help="key sequence length holding the spans; 0 = auto (4 L for varlen, max(8192, 2 L) for decode)")
+    p.add_argument("--dtype", default="fp16", choices=sorted(C.DTYPES), help="input dtype, default fp16")
+    p.add_argument("--mae-rows", type=int, default=32, help="rows checked against the float64 oracle, default 32")
+    p.add_argument("--no-extra", action="store_true", help="skip the tri_packed_ms / ref_gather_ms timings")
+    p.add_argument("--timer", default="events", choices=["events", "do_bench"],
+                   help="GPU timer: own CUDA-event loop (iteration counts) or triton.testing.do_bench")
+    p.add_argument("--rep-ms", type=int, default=30, help="do_bench: timed budget in ms")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=float, default=0,
+                   help="stop starting new sweeps after this many seconds (0 = no limit); what ran is kept")
+    p.add_argument("--dry-run", action="store_true",
+                   help="CPU: interpreter + modelled clock, to check the machinery (numbers are fake)")
+    return p
+
+
+@dataclass
+class Args:
+    """Validated arguments: lists already parsed."""
+
+    Ns: list
+    Hs: list
+    dims: list
+    Ls: list
+    dists: list
+    streams: list
+    iters: int
+    warmup: int
+    csv: str | None
+    decode: bool
+    l_sel: int
+    T: int
+    dtype: str
+    mae_rows: int
+    extra: bool
+    timer: str
+    rep_ms: int
+    seed: int
+    dry_run: bool
+    budget_s: float = 0.0
+
+
+def parse_args(argv=None) -> Args:
+    """Parse and validate; bad values exit with status 2 and a message that says what is accepted."""
+    p = build_parser()
+    ns = p.parse_args(argv)
+    try:
+        Ns = C.int_list(ns.N, "--N")
+        Hs = C.int_list(ns.H, "--H")
+        Ls = C.int_list(ns.L_list, "--L_list")
+        streams = C.int_list(ns.streams, "--streams")
+        if ns.dims:
+            dims = C.dims_list(ns.dims)
+        else:
+            Ds = C.int_list(ns.D, "--D")
+            Dvs = C.int_list(ns.Dv, "--Dv") if ns.Dv else None
+            dims = [(d, d) for d in Ds] if Dvs is None else [(d, dv) for d in Ds for dv in Dvs]
+        dists = [d.strip() for d in ns.dist.split(",") if d.strip()]
+        bad = [d for d in dists if d not in C.DISTS]
+        if bad or not dists:
+            raise ValueError(f"--dist accepts {', '.join(C.DISTS)} (comma list), got {ns.dist!r}")
+        for name, val, lo in (("--iters", ns.iters, 1), ("--warmup", ns.warmup, 0), ("--mae-rows", ns.mae_rows, 0),
+                              ("--l_sel", ns.l_sel, 1), ("--T", ns.T, 0), ("--rep-ms", ns.rep_ms, 1), ("--budget-s", ns.budget_s, 0)):
+            if val < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {val}")
+        for dk, dv in dims:
+            if dk > 256 or dv > 256:
+                raise ValueError(f"head dims up to 256 are supported by the kernels, got Dk={dk}, Dv={dv}")
+        if ns.decode:
+            bad_L = [L for L in Ls if L % ns.l_sel]
+            if bad_L:
+                raise ValueError(f"--decode needs every L to be a multiple of --l_sel={ns.l_sel}; bad: {bad_L}")
+        if ns.T and ns.T < max(Ls):
+            raise ValueError(f"--T={ns.T} is shorter than the largest L={max(Ls)}")
+    except ValueError as exc:
+        p.error(str(exc))
+    return Args(Ns, Hs, dims, Ls, ["decode"] if ns.decode else dists, streams, ns.iters, ns.warmup, ns.csv,
+                bool(ns.decode), ns.l_sel, ns.T, ns.dtype, ns.mae_rows, not ns.no_extra, ns.timer, ns.rep_ms,
+                ns.seed, ns.dry_run, ns.budget_s)
+
+
+def mode_of(dist: str) -> str:
+    return {"few": "dense", "many": "varlen", "mixed": "varlen", "decode": "decode"}[dist]
+
+
+def csv_path(template: str | None, mode: str) -> str | None:
+    return None if template is None else template.replace("{mode}", mode)
+
+
+def seq_len(a: Args, dist: str, L: int) -> int:
+    """Length of the key sequence the spans live in."""
+    if a.T:
+        return a.T
+    if dist == "few":
+        return L
+    if dist == "decode":
+        return max(8192, 2 * L)
+    return 4 * L
+
+
+# ----------------------------------------------------------------------------- one case
+@dataclass
+class Case:
+    """Identical inputs for both sides of one comparison."""
+
+    q: torch.Tensor  # [N, H, Dk]
+    kp: torch.Tensor  # [N, L, Dk] packed (gathered) keys
+    vp: torch.Tensor  # [N, L, Dv]
+    k5: torch.Tensor  # [N, 1, T, Dk] key sequence (packed itself for few)
+    v5: torch.Tensor
+    ranges: torch.Tensor  # [N, 1, 1, n, 2] int32
+    nspans: int
+    T: int
+
+
+def make_case(a: Args, dist: str, N: int, H: int, Dk: int, Dv: int, L: int, device) -> Case:
+    """Random inputs (seeded per case) and the packed copy of exactly the selected keys."""
+    gen = torch.Generator().manual_seed(a.seed * 1_000_003 + N * 7919 + H * 131 + Dk * 17 + Dv + L)
+    T = seq_len(a, dist, L)
+    if dist == "decode":
+        spans = C.decode_lengths(N, L, a.l_sel, T, gen)
+    else:
+        spans = C._spans_from_lengths(C.span_lengths(dist, N, L, gen), T, gen)
+    dt = C.DTYPES[a.dtype]
+    q = torch.randn(N, H, Dk, device=device, dtype=dt)
+    k5 = torch.randn(N, 1, T, Dk, device=device, dtype=dt)
+    v5 = torch.randn(N, 1, T, Dv, device=device, dtype=dt)
+    idx = C.gather_index(spans, L).to(device)
+    rows = torch.arange(N, device=device)[:, None]
+    kp = k5[rows, 0, idx].contiguous()
+    vp = v5[rows, 0, idx].contiguous()
+    nspans = int((spans[..., 1] > spans[..., 0]).sum(-1).max())
+    return Case(q, kp, vp, k5, v5, spans[:, None, None].to(device), nspans, T)
+
+
+def sides(a: Args, dist: str, case: Case):
+    """The callables to time: (tri, ref, tri_packed or None, ref_gather or None)."""
+    from nsa_triton_sel.kernels import launch as K
+    from nsa_triton_sel.reference import packed_sdpa, sdpa_rows
+
+    q, kp, vp = case.q, case.kp, case.vp
+    N, H, Dk = q.shape
+    q5 = q.view(N, 1, 1, H, Dk)
+    ref = lambda: sdpa_rows(q, kp, vp)  # noqa: E731
+    gather = (lambda: packed_sdpa(q5, case.k5, case.v5, case.ranges, validate=False)) if a.extra else None
+    if dist == "few":
+        return (lambda: K.sel_attn_fwd_dense(q, kp, vp)), ref, None, None
+    if dist == "decode":
+        return (lambda: K.sel_attn_decode(q5, case.k5, case.v5, case.ranges)), ref, None, gather
+    L = kp.shape[1]
+    cu = torch.arange(0, (N + 1) * L, L, device=q.device, dtype=torch.int32)
+    kf, vf = kp.view(N * L, Dk), vp.view(N * L, vp.shape[2])
+    packed = (lambda: K.sel_attn_fwd_varlen(q, kf, vf, cu)) if a.extra else None
+    return (lambda: K.sel_attn_ranges(q5, case.k5, case.v5, case.ranges)), ref, packed, gather
+
+
+def mae_vs_oracle(case: Case, o_tri: torch.Tensor, o_ref: torch.Tensor, rows: int) -> tuple[float, float, int]:
+    """Mean |out - oracle| of both sides on up to ``rows`` evenly spaced rows (float64 oracle)."""
+    from nsa_triton_sel.reference import oracle
+
+    N, H, Dk = case.q.shape
+    if rows <= 0:
+        return float("nan"), float("nan"), 0
+    idx = torch.linspace(0, N - 1, min(rows, N)).round().long().unique()
+    L = case.kp.shape[1]
+    r = len(idx)
+    q = case.q[idx.to(case.q.device)].cpu().view(r, 1, 1, H, Dk)
+    k = case.kp[idx.to(case.q.device)].cpu().view(r, 1, L, Dk)
+    v = case.vp[idx.to(case.q.device)].cpu().view(r, 1, L, -1)
+    rng = torch.tensor([0, L], dtype=torch.int32).expand(r, 1, 1, 1, 2).contiguous()
+    want = oracle(q, k, v, rng).view(r, H, -1)
+    tri = o_tri.reshape(N, H, -1)[idx.to(o_tri.device)].cpu().double()
+    ref = o_ref.reshape(N, H, -1)[idx.to(o_ref.device)].cpu().double()
+    return (tri - want).abs().mean().item(), (ref - want).abs().mean().item(), r
+
+
+def run_case(a: Args, dist: str, N, H, Dk, Dv, L, streams, timer, ceil, env, device) -> dict:
+    """Time one configuration and return its CSV row (status 'error: ...' on failure)."""
+    row = {"mode": mode_of(dist), "dist": dist, "N": N, "H": H, "D": Dk, "Dv": Dv, "L": L, "streams": streams,
+           "dtype": a.dtype, "l_sel": a.l_sel if dist == "decode" else "", "timer": timer.name, "iters": a.iters,
+           "copy_gbs": ceil["copy_gbs"], "mm_tflops": ceil["mm_tflops"], "status": "ok", **env}
+    try:
+        case = make_case(a, dist, N, H, Dk, Dv, L, device)
+        row.update(nspans=case.nspans, T=case.T)
+        tri, ref, tri_packed, ref_gather = sides(a, dist, case)
+        o_tri, o_ref = tri(), ref()
+        mae, ref_mae, nrows = mae_vs_oracle(case, o_tri, o_ref, a.mae_rows)
+        has_nan = bool(torch.isnan(o_tri).any() or torch.isnan(o_ref).any())
+        row.update(mae=float("nan") if has_nan else mae, ref_mae=ref_mae, mae_rows=nrows)
+        nbytes = C.sel_bytes(N, H, Dk, Dv, L, case.q.element_size())
+        flops = C.sel_flops(N, H, Dk, Dv, L)
+        t = {}
+        for side, fn in (("tri", tri), ("ref", ref), ("tri_packed", tri_packed), ("ref_gather", ref_gather)):
+            if fn is None:
+                continue
+            if isinstance(timer, C.ModelTimer):
+                timer.expect(nbytes * (2 if side == "ref_gather" else 1), "tri" if side.startswith("tri") else "ref")
+            tm = timer(C.on_streams(fn, streams))
+            t[side] = C.Timing(tm.median_ms / streams, tm.p20_ms / streams, tm.p80_ms / streams)
+        row.update(tri_ms=t["tri"].median_ms, ref_ms=t["ref"].median_ms,
+                   tri_p20_ms=t["tri"].p20_ms, tri_p80_ms=t["tri"].p80_ms,
+                   ref_p20_ms=t["ref"].p20_ms, ref_p80_ms=t["ref"].p80_ms,
+                   tri_packed_ms=t["tri_packed"].median_ms if "tri_packed" in t else "",
+                   ref_gather_ms=t["ref_gather"].median_ms if "ref_gather" in t else "")
+        row["speedup"] = row["ref_ms"] / row["tri_ms"] if row["tri_ms"] > 0 else float("nan")
+        for side in ("tri", "ref"):
+            gbs, tfl, pct = C.rates(row[f"{side}_ms"], nbytes, flops, ceil["copy_gbs"])
+            row.update({f"{side}_gbs": gbs, f"{side}_tflops": tfl, f"{side}_pct_bw": pct})
+    except Exception as exc:  # noqa: BLE001 - one bad shape must not end a long sweep
+        msg = f"{type(exc).__name__}: {exc}".replace("\n", " ").replace(",", ";")[:200]
+        row.update(status=f"error: {msg}", tri_ms=float("nan"), ref_ms=float("nan"), mae=float("nan"))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    return row
+
+
+# ----------------------------------------------------------------------------- sweep
+def groups(a: Args):
+    """(dist, N, H, Dk, Dv, streams) sweeps, each over a.Ls."""
+    # Distributions innermost: a sweep cut short by --budget-s still covers all of them.
+    for N in a.Ns:
+        for H in a.Hs:
+            for Dk, Dv in a.dims:
+                for s in a.streams:
+                    for dist in a.dists:
+                        yield dist, N, H, Dk, Dv, s
+
+
+def seed_line(r: dict) -> str:
+    """The seeds' stdout line (their parsers split 'k=v' pairs on lines starting dense,/varlen,)."""
+    n = f"n={r.get('nspans', '')}," if r["mode"] != "dense" else ""
+    return (f"{r['mode']},N={r['N']},H={r['H']},D={r['D']},Dv={r['Dv']},L={r['L']},{n}streams={r['streams']}, "
+            f"tri_ms={C.fmt(r.get('tri_ms'))}, ref_ms={C.fmt(r.get('ref_ms'))}, "
+            f"speedup={C.fmt(r.get('speedup'))}x, mae={C.fmt(r.get('mae'))}")
+
+
+def make_timer(a: Args):
+    if a.dry_run:
+        return C.ModelTimer()
+    return C.CudaEventTimer(iters=a.iters, warmup=a.warmup, use_do_bench=a.timer == "do_bench", rep_ms=a.rep_ms)
+
+
+def sweep(a: Args, device) -> list[dict]:
+    """Run every configuration, printing progress; guards are applied per finished sweep."""
+    ceil = C.measure_ceilings(dry_run=a.dry_run)
+    env = C.env_columns()
+    C.progress(f"# device {env['gpu']} cc {env['cc']} | triton {env['triton']} torch {env['torch']} "
+               f"cuda {env['cuda']} | copy {ceil['copy_gbs']:.0f} GB/s, bf16 mm {ceil['mm_tflops']:.0f} TFLOP/s "
+               f"({ceil['ceilings']})")
+    timer = make_timer(a)
+    all_groups = list(groups(a))
+    total, done, t0 = len(all_groups) * len(a.Ls), 0, time.time()
+    out = []
+    torch.manual_seed(a.seed)
+    for gi, (dist, N, H, Dk, Dv, s) in enumerate(all_groups):
+        if a.budget_s and time.time() - t0 > a.budget_s:
+            left = all_groups[gi:]
+            C.progress(f"# budget of {a.budget_s:.0f}s spent: {len(left)} sweeps not run, first: {left[0]}")
+            break
+        rows = []
+        for L in a.Ls:
+            r = run_case(a, dist, N, H, Dk, Dv, L, s, timer, ceil, env, device)
+            rows.append(r)
+            done += 1
+            el = time.time() - t0
+            C.progress(f"[{done}/{total} {el:6.1f}s eta {el / done * (total - done):5.0f}s] "
+                       f"{dist:6s} N={N} H={H} D={Dk} Dv={Dv} L={L} s={s}: tri {C.fmt(r.get('tri_ms'))} ms, "
+                       f"ref {C.fmt(r.get('ref_ms'))} ms, x{C.fmt(r.get('speedup'))}, mae {C.fmt(r.get('mae'))}"
+                       + ("" if r["status"] == "ok" else f"  [{r['status']}]"))
+        C.flag_suspects(rows)
+        for r in rows:
+            print(seed_line(r) + (f"  SUSPECT: {r['suspect']}" if r["suspect"] else ""), flush=True)
+        path = csv_path(a.csv, mode_of(dist))
+        if path:
+            C.write_csv(path, rows)
+        out.extend(rows)
+    return out
+
+
+def summary(rows: list[dict]) -> int:
+    """Print a one-paragraph summary; returns the number of suspect or failed rows."""
+    bad = [r for r in rows if r["suspect"] or r["status"] != "ok"]
+    C.progress(f"# {len(rows)} rows, {sum(r['status'] != 'ok' for r in rows)} failed, "
+               f"{sum(bool(r['suspect']) for r in rows)} suspect")
+    for r in bad[:20]:
+        C.progress(f"#   {r['dist']} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']} L={r['L']}: "
+                   f"{r['status']} {r['suspect']}")
+    return len(bad)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if not a.dry_run and not torch.cuda.is_available():
+        print(f"error: CUDA is not available (torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
+              "this benchmark times GPU kernels. Use --dry-run to check the sweep machinery on the CPU.",
+              file=sys.stderr)
+        return 2
+    if a.dry_run:
+        # The kernels are decorated at import: the interpreter must be chosen before that.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = torch.device("cuda" if torch.cuda.is_available() and not a.dry_run else "cpu")
+    rows = sweep(a, device)
+    summary(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,594 @@
+"""Shared pieces of the selection benchmarks: work accounting, timers, device ceilings,
+problem builders, suspect guards and CSV writing.
+
+Nothing here imports Triton or the kernels at module level, so the CPU unit tests
+(``tests/test_bench_cli.py``, ``tests/test_threshold.py``) can import it cheaply.
+
+Accounting (per call over N rows, H query heads per row, L selected keys per row):
+
+- effective bytes = q + selected K/V + o, each counted once:
+  ``elem * N * (H*Dk + L*(Dk + Dv) + H*Dv)``;
+- FLOPs = ``2*N*H*L*Dk`` (scores) + ``2*N*H*L*Dv`` (probabilities times values).
+
+Both sides of a comparison are charged the same logical work, so GB/s and TFLOP/s are
+"effective" rates: a side that moves more bytes than the minimum (a gather, padding)
+simply shows a lower rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DISTS = ("few", "many", "mixed")
+MODES = ("dense", "varlen", "decode")
+
+# The CSV schema: the seeds' columns first (so their tooling still reads our files), then
+# ours.  ``speedup`` is ref_ms / tri_ms.  ``suspect`` lists the guards that fired.
+SEED_COLUMNS = ["mode", "N", "H", "D", "Dv", "L", "nspans", "streams", "tri_ms", "ref_ms", "speedup", "mae"]
+EXTRA_COLUMNS = [
+    "dist", "dtype", "T", "l_sel",
+    "tri_gbs", "ref_gbs", "tri_tflops", "ref_tflops", "tri_pct_bw", "ref_pct_bw",
+    "tri_p20_ms", "tri_p80_ms", "ref_p20_ms", "ref_p80_ms",
+    "ref_mae", "tri_packed_ms", "ref_gather_ms", "mae_rows",
+    "copy_gbs", "mm_tflops", "timer", "iters", "status", "suspect",
+    "gpu", "cc", "triton", "torch", "cuda", "driver", "git_commit", "date",
+]
+COLUMNS = SEED_COLUMNS + EXTRA_COLUMNS
+
+# Guard tolerances.  A reference that gets >15 % faster when L grows is not noise for
+# kernels timed as a median over tens of L2-flushed runs; a "flat" sweep is flagged only
+# where the bandwidth floor at the largest L is at least twice the smallest measured
+# time, i.e. where honest work must be visible above launch latency.
+DROP_TOL = 0.15
+FLAT_MIN_RATIO = 1.2
+FLAT_FLOOR_FACTOR = 2.0
+
+
+# ----------------------------------------------------------------------------- accounting
+def sel_bytes(N: int, H: int, Dk: int, Dv: int, L: int, elem: int) -> int:
+    """Minimum bytes one selection-attention call moves: q + selected K/V + o, once each."""
+    return elem * N * (H * Dk + L * (Dk + Dv) + H * Dv)
+
+
+def sel_flops(N: int, H: int, Dk: int, Dv: int, L: int) -> int:
+    """Matmul FLOPs of one call: QK^T (2·H·L·Dk per row) plus PV (2·H·L·Dv per row)."""
+    return 2 * N * H * L * (Dk + Dv)
+
+
+def rates(ms: float, nbytes: int, flops: int, copy_gbs: float) -> tuple[float, float, float]:
+    """(GB/s, TFLOP/s, % of measured copy bandwidth) for a time in ms; NaN if ms is not positive."""
+    if not (ms > 0) or math.isnan(ms):
+        return float("nan"), float("nan"), float("nan")
+    gbs = nbytes / ms / 1e6
+    tflops = flops / ms / 1e9
+    pct = 100.0 * gbs / copy_gbs if copy_gbs and copy_gbs > 0 else float("nan")
+    return gbs, tflops, pct
+
+
+# ----------------------------------------------------------------------------- parsing
+def int_list(text: str, name: str) -> list[int]:
+    """'64,128' -> [64, 128]; raises ValueError naming the option on anything else."""
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip() != ""]
+    except ValueError:
+        raise ValueError(f"{name} must be a comma-separated list of positive integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError(f"{name} must be a comma-separated list of positive integers, got {text!r}")
+    return vals
+
+
+def dims_list(text: str) -> list[tuple[int, int]]:
+    """'64:64,128:64' -> [(64, 64), (128, 64)] (Dk:Dv pairs)."""
+    out = []
+    for item in str(text).split(","):
+        parts = item.strip().split(":")
+        try:
+            dk, dv = int(parts[0]), int(parts[1])
+            if len(parts) != 2 or dk <= 0 or dv <= 0:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ValueError(f"--dims takes Dk:Dv pairs like 64:64,128:64; got {item!r} in {text!r}") from None
+        out.append((dk, dv))
+    return out
+
+
+# ----------------------------------------------------------------------------- timers
+@dataclass
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+
+
+def _quantiles(times: list[float]) -> Timing:
+    times = sorted(times)
+    n = len(times)
+
+    def q(p):
+        return times[min(n - 1, max(0, int(round(p * (n - 1)))))]
+
+    return Timing(statistics.median(times), q(0.2), q(0.8))
+
+
+class CudaEventTimer:
+    """CUDA-event timing with the L2 flushed before every timed run.
+
+    Same method as ``triton.testing.do_bench`` (which it can delegate to), but driven by
+    iteration counts so a sweep's cost is predictable: one untimed call (compile),
+    ``warmup`` untimed calls, then ``iters`` runs, each preceded by zeroing a buffer
+    twice the size of the L2 (so every run reads its inputs from HBM) and bracketed by
+    events on the current stream.  Returns the median and the 20/80 % quantiles.
+    """
+
+    name = "cuda-events"
+
+    def __init__(self, iters: int = 50, warmup: int = 5, use_do_bench: bool = False, rep_ms: int = 30):
+        self.iters, self.warmup = iters, warmup
+        self.use_do_bench, self.rep_ms = use_do_bench, rep_ms
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
+        self.flush_buf = torch.empty(max(256 << 20, 2 * l2), dtype=torch.int8, device="cuda")
+        if use_do_bench:
+            self.name = "do_bench"
+
+    def __call__(self, fn: Callable[[], object]) -> Timing:
+        if self.use_do_bench:
+            import triton.testing
+
+            med, p20, p80 = triton.testing.do_bench(fn, warmup=5, rep=self.rep_ms, quantiles=[0.5, 0.2, 0.8])
+            return Timing(med, p20, p80)
+        fn()
+        torch.cuda.synchronize()
+        for _ in range(self.warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for i in range(self.iters):
+            self.flush_buf.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
+class WallTimer:
+    """Host clock (CPU runs only: interpreter checks, never for reported numbers)."""
+
+    name = "wall"
+
+    def __init__(self, iters: int = 3, warmup: int = 1):
+        self.iters, self.warmup = max(1, iters), warmup
+
+    def __call__(self, fn):
+        for _ in range(1 + self.warmup):
+            fn()
+        times = []
+        for _ in range(self.iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return _quantiles(times)
+
+
+class ModelTimer:
+    """A fake clock for ``--dry-run``: runs ``fn`` once (so the code path is exercised)
+    and returns a time from a roofline model of the work declared with :meth:`expect`.
+
+    Deterministic and monotone in L, so the sweep, the guards and the threshold logic can
+    be tested end to end on a CPU.  The "triton" side is modelled 1.5x more efficient at
+    large L and slower at small L, which gives a threshold inside the sweep.
+    """
+
+    name = "model"
+
+    def __init__(self, copy_gbs: float = 3000.0):
+        self.copy_gbs = copy_gbs
+        self.nbytes, self.side = 0, "ref"
+
+    def expect(self, nbytes: int, side: str) -> None:
+        self.nbytes, self.side = nbytes, side
+
+    def __call__(self, fn):
+        fn()
+        eff = 0.9 if self.side == "tri" else 0.6
+        fixed = 0.012 if self.side == "tri" else 0.008
+        ms = fixed + self.nbytes / (eff * self.copy_gbs * 1e6)
+        return Timing(ms, ms * 0.98, ms * 1.02)
+
+
+def on_streams(fn: Callable[[], object], k: int) -> Callable[[], None]:
+    """Launch ``fn`` on ``k`` side streams at once (the seeds' concurrency stress).
+
+    The caller divides the measured time by ``k``.  Each stream waits for the current
+    stream first (so the L2 flush is done) and the current stream waits for all of them
+    (so the end event covers every launch).
+    """
+    if k <= 1 or not torch.cuda.is_available():
+        return fn
+    streams = [torch.cuda.Stream() for _ in range(k)]
+
+    def run():
+        cur = torch.cuda.current_stream()
+        for s in streams:
+            s.wait_stream(cur)
+            with torch.cuda.stream(s):
+                fn()
+        for s in streams:
+            cur.wait_stream(s)
+
+    return run
+
+
+# ----------------------------------------------------------------------------- ceilings
+def measure_ceilings(dry_run: bool = False, copy_bytes: int = 1 << 30, mm_n: int = 8192) -> dict:
+    """Copy bandwidth (GB/s, read + write counted) and bf16 matmul TFLOP/s of device 0.
+
+    Measured once per run with do_bench-style median timing; dry runs return nominal
+    H100 figures so the rest of the pipeline can be exercised.
+    """
+    if dry_run or not torch.cuda.is_available():
+        return {"copy_gbs": 3000.0, "mm_tflops": 700.0, "ceilings": "nominal (dry run)"}
+    timer = CudaEventTimer(iters=20, warmup=3)
+    src = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    t_copy = timer(lambda: dst.copy_(src)).median_ms
+    copy_gbs = 2 * copy_bytes / t_copy / 1e6
+    del src, dst
+    a = torch.randn(mm_n, mm_n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(mm_n, mm_n, device="cuda", dtype=torch.bfloat16)
+    t_mm = timer(lambda: a @ b).median_ms
+    mm_tflops = 2 * mm_n**3 / t_mm / 1e9
+    del a, b, timer
+    torch.cuda.empty_cache()
+    return {"copy_gbs": copy_gbs, "mm_tflops": mm_tflops, "ceilings": "measured"}
+
+
+# ----------------------------------------------------------------------------- environment
+def env_columns() -> dict:
+    """The environment columns of every CSV row, from ``nsa_triton_sel.env.fingerprint``.
+
+    Imported lazily: the fingerprint module may be newer than this file, and a missing
+    field must not stop a benchmark.
+    """
+    try:
+        from nsa_triton_sel.env import fingerprint
+
+        fp = fingerprint()
+    except Exception as exc:  # noqa: BLE001 - the benchmark still runs, the CSV says why
+        fp = {"error": repr(exc)}
+    gpu = fp.get("gpu_name")
+    if gpu is None and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+    return {
+        "gpu": gpu or "cpu",
+        "cc": fp.get("compute_capability") or "",
+        "triton": fp.get("triton") or _version("triton"),
+        "torch": fp.get("torch") or torch.__version__,
+        "cuda": fp.get("cuda_runtime") or (torch.version.cuda or ""),
+        "driver": fp.get("cuda_driver") or "",
+        "git_commit": fp.get("git_commit") or "",
+        "date": fp.get("date") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+# ----------------------------------------------------------------------------- problems
+def _spans_from_lengths(lens: torch.Tensor, T: int, gen: torch.Generator) -> torch.Tensor:
+    """Place spans of lengths ``lens [N, n]`` (0 = padding) disjointly, in order, at random
+    offsets of a ``T``-long key sequence; returns int32 ``[N, n, 2]``.
+
+    The free keys (T - L) are split into n + 1 random gaps by sorted uniform cuts, so
+    spans are scattered over the whole sequence rather than packed at its start.
+    """
+    N, n = lens.shape
+    L = lens.sum(-1, keepdim=True)
+    free = (T - L).clamp_min(0)
+    cuts = (torch.rand(N, n, generator=gen) * (free + 1)).floor().clamp(max=free).to(torch.int64)
+    cuts = cuts.sort(dim=-1).values  # gap before span j = cuts[j] - cuts[j-1]
+    before = torch.cumsum(lens, -1) - lens  # keys of earlier spans
+    start = cuts + before
+    end = start + lens
+    start = torch.where(lens > 0, start, end)  # padding: an empty span
+    return torch.stack([start, end], -1).to(torch.int32)
+
+
+def span_lengths(dist: str, N: int, L: int, gen: torch.Generator, n_max: int = 8) -> torch.Tensor:
+    """Span lengths ``[N, slots]`` summing to L per row.
+
+    few: one span of L.  many: 8 equal spans (the first L % 8 get one key more).
+    mixed: 2, 4 or 8 spans (random per row) of random positive lengths; unused slots
+    of the 8 are padding (length 0).
+    """
+    if dist == "few":
+        return torch.full((N, 1), L, dtype=torch.int64)
+    if dist == "many":
+        base = torch.full((N, n_max), L // n_max, dtype=torch.int64)
+        base[:, : L % n_max] += 1
+        return base
+    if dist == "mixed":
+        choices = torch.tensor([2, 4, 8])
+        n_row = choices[torch.randint(0, 3, (N,), generator=gen)].clamp(max=max(1, L))
+        lens = torch.zeros(N, n_max, dtype=torch.int64)
+        for n in n_row.unique().tolist():
+            rows = (n_row == n).nonzero().flatten()
+            # n - 1 distinct cut points in 1..L-1 give n positive parts.
+            cut = torch.rand(len(rows), L - 1, generator=gen).argsort(-1)[:, : n - 1] + 1
+            edges = torch.cat([torch.zeros(len(rows), 1, dtype=torch.int64), cut.sort(-1).values,
+                               torch.full((len(rows), 1), L, dtype=torch.int64)], -1)
+            lens[rows, :n] = edges.diff(dim=-1)
+        return lens
+    raise ValueError(f"dist must be one of {DISTS}, got {dist!r}")
+
+
+def decode_lengths(N: int, L: int, l_sel: int, T: int, gen: torch.Generator) -> torch.Tensor:
+    """Decode ranges ``[N, nb, 2]``: ``nb = L / l_sel`` distinct random blocks of ``l_sel`` keys
+    among the ``T / l_sel`` blocks of the cache, sorted (adjacent blocks stay separate spans,
+    as an unmerged top-n selection would give them)."""
+    if L % l_sel:
+        raise ValueError(f"decode needs L to be a multiple of l_sel={l_sel}, got L={L}")
+    nb, n_blocks = L // l_sel, T // l_sel
+    if nb > n_blocks:
+        raise ValueError(f"decode: L={L} needs {nb} blocks but T={T} has only {n_blocks}")
+    blocks = torch.rand(N, n_blocks, generator=gen).argsort(-1)[:, :nb].sort(-1).values
+    start = blocks * l_sel
+    return torch.stack([start, start + l_sel], -1).to(torch.int32)
+
+
+def gather_index(spans: torch.Tensor, L: int) -> torch.Tensor:
+    """Key index ``[N, L]`` of every selected key, in span order, for spans ``[N, n, 2]``
+    whose lengths sum to exactly L per row."""
+    lens = (spans[..., 1] - spans[..., 0]).to(torch.int64)
+    cum = lens.cumsum(-1)
+    slot = torch.arange(L).expand(spans.shape[0], L)
+    j = torch.searchsorted(cum, slot.contiguous(), right=True)
+    first = (cum - lens).gather(-1, j)
+    return spans[..., 0].to(torch.int64).gather(-1, j) + slot - first
+
+
+# ----------------------------------------------------------------------------- guards
+def group_key(row: dict) -> tuple:
+    """Rows that differ only in L form one sweep."""
+    return tuple(str(row.get(c, "")) for c in ("mode", "dist", "N", "H", "D", "Dv", "streams", "dtype", "l_sel", "gpu"))
+
+
+def _f(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def flag_suspects(rows: list[dict]) -> list[dict]:
+    """Fill each row's ``suspect`` column (';'-joined flags, '' when clean); returns rows.
+
+    Per row: ``nan`` (a NaN time, MAE or output), ``tri_bw>copy`` / ``ref_bw>copy``
+    (effective bandwidth above the measured copy bandwidth: the side cannot have done
+    the work).  Per sweep (same config, growing L): ``ref_drop`` (the reference got more
+    than DROP_TOL faster than at the previous L), ``ref_flat`` (the reference at the
+    largest L is under FLAT_MIN_RATIO times its smallest-L time although the bandwidth
+    floor at the largest L is at least FLAT_FLOOR_FACTOR times that time).
+    """
+    flags: dict[int, list[str]] = {id(r): [] for r in rows}
+    for r in rows:
+        f = flags[id(r)]
+        if r.get("status", "ok") not in ("ok", ""):
+            continue
+        if any(math.isnan(_f(r.get(c))) for c in ("tri_ms", "ref_ms", "mae")):
+            f.append("nan")
+        copy = _f(r.get("copy_gbs"))
+        for side in ("tri", "ref"):
+            if _f(r.get(f"{side}_gbs")) > copy:
+                f.append(f"{side}_bw>copy")
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("status", "ok") in ("ok", "") and not math.isnan(_f(r.get("ref_ms"))):
+            groups.setdefault(group_key(r), []).append(r)
+    for sweep in groups.values():
+        sweep.sort(key=lambda r: int(r["L"]))
+        for prev, cur in zip(sweep, sweep[1:]):
+            if _f(cur["ref_ms"]) < _f(prev["ref_ms"]) * (1 - DROP_TOL):
+                flags[id(cur)].append("ref_drop")
+        _flat_check(sweep, flags)
+    for r in rows:
+        r["suspect"] = ";".join(flags[id(r)])
+    return rows
+
+
+def _flat_check(sweep: list[dict], flags: dict) -> None:
+    if len(sweep) < 3:
+        return
+    lo, hi = sweep[0], sweep[-1]
+    if int(hi["L"]) < 8 * int(lo["L"]):
+        return
+    elem = 2
+    nbytes = sel_bytes(int(hi["N"]), int(hi["H"]), int(hi["D"]), int(hi["Dv"]), int(hi["L"]), elem)
+    floor_ms = nbytes / (_f(hi["copy_gbs"]) * 1e6)
+    t_lo, t_hi = _f(lo["ref_ms"]), _f(hi["ref_ms"])
+    if floor_ms >= FLAT_FLOOR_FACTOR * t_lo and t_hi < FLAT_MIN_RATIO * t_lo:
+        for r in sweep:
+            flags[id(r)].append("ref_flat")
+
+
+# ----------------------------------------------------------------------------- csv
+def fmt(v) -> str:
+    """CSV cell text: floats with 6 significant digits, everything else as str."""
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.6g}"
+    return "" if v is None else str(v)
+
+
+def write_csv(path: str | os.PathLike, rows: Iterable[dict], append: bool = True) -> None:
+    """Write rows with the full COLUMNS header; append keeps existing rows (header once).
+
+    Appending to a file whose header differs from COLUMNS is refused, because the
+    threshold script reads columns by name and a mixed file would be misread.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    exists = p.exists() and p.stat().st_size > 0
+    if exists and append:
+        with p.open(newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if header != COLUMNS:
+            raise ValueError(f"{p} has a different header ({len(header)} columns); "
+                             f"write to a new file or delete it (expected: {','.join(COLUMNS[:6])},...)")
+    mode = "a" if (exists and append) else "w"
+    with p.open(mode, newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        if mode == "w":
+            w.writeheader()
+        for r in rows:
+            w.writerow({c: fmt(r.get(c)) for c in COLUMNS})
+
+
+def read_csv(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """Rows of one or more CSVs (missing files are an error: say which)."""
+    rows = []
+    for path in paths:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"CSV not found: {p}")
+        with p.open(newline="") as fh:
+            rows.extend(csv.DictReader(fh))
+    return rows
+
+
+def progress(msg: str) -> None:
+    """One progress line on stderr, flushed (long sweeps run unattended)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- NSA shapes
+def nsa_block_indices(B: int, S: int, G: int, T: int, bs: int, topn: int, pattern: str,
+                      gen: torch.Generator, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Selected blocks ``[B, S, G, topn]`` int64 (-1 = none) of the canonical NSA setting,
+    built on ``gen``'s device.
+
+    Query s sits at ``positions[s]`` (default s) and may pick only blocks that start at or
+    before it.  ``random``: topn distinct random blocks among those; ``local``: the topn
+    most recent ones.  Early queries with fewer than topn candidates get -1 padding.
+    """
+    dev = gen.device
+    pos = torch.arange(S, device=dev) if positions is None else positions.to(dev, torch.int64)
+    nb = -(-T // bs)
+    k = min(topn, nb)
+    blk = torch.arange(nb, device=dev).view(1, 1, 1, nb)
+    out = []
+    step = max(1, (1 << 26) // max(1, B * G * nb))  # bound the score buffer to ~256 MB
+    for s0 in range(0, S, step):
+        p = pos[s0:s0 + step]
+        ok = blk <= (p // bs).view(1, -1, 1, 1)  # blocks starting at or before the query
+        if pattern == "random":
+            score = torch.rand(B, len(p), G, nb, generator=gen, device=dev)
+        elif pattern == "local":
+            score = blk.expand(B, len(p), G, nb).to(torch.float32)
+        else:
+            raise ValueError(f"pattern must be 'random' or 'local', got {pattern!r}")
+        top = score.masked_fill(~ok, float("-inf")).topk(k, dim=-1)
+        out.append(torch.where(torch.isinf(top.values), torch.full_like(top.indices, -1), top.indices))
+    idx = torch.cat(out, 1)
+    if k < topn:
+        idx = torch.cat([idx, torch.full((B, S, G, topn - k), -1, dtype=idx.dtype, device=dev)], -1)
+    return idx
+
+
+def nsa_problem(T: int, *, B: int = 1, S: int | None = None, G: int = 4, h: int = 16, D: int = 128,
+                bs: int = 64, topn: int = 16, pattern: str = "random", dtype=torch.bfloat16,
+                device="cuda", seed: int = 0) -> dict:
+    """Inputs of the canonical NSA selection call, generated on ``device`` (prefill: S = T
+    queries at positions 0..T-1; decode: S = 1 query at position T-1)."""
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    S = T if S is None else S
+    positions = torch.arange(T - S, T, device=dev)
+    blocks = nsa_block_indices(B, S, G, T, bs, topn, pattern, gen, positions)
+    ranges = block_indices_to_ranges(blocks, bs, T, positions.view(1, S).expand(B, S).contiguous())
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32).to(dtype)
+
+    q, k, v = randn(B, S, G, h, D), randn(B, G, T, D), randn(B, G, T, D)
+    lens = (ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum(-1)  # keys per (b, s, g)
+    return {"q": q, "k": k, "v": v, "ranges": ranges, "blocks": blocks, "positions": positions,
+            "keys": int(lens.sum()), "B": B, "S": S, "G": G, "h": h, "D": D, "T": T, "bs": bs,
+            "topn": topn, "pattern": pattern}
+
+
+def nsa_work(p: dict) -> tuple[int, int]:
+    """(effective bytes, FLOPs) of an NSA problem: q, o once; selected K/V once per (token, group)."""
+    elem = p["q"].element_size()
+    qo = p["B"] * p["S"] * p["G"] * p["h"] * 2 * p["D"] * elem
+    kv = p["keys"] * 2 * p["D"] * elem
+    return qo + kv, 4 * p["keys"] * p["h"] * p["D"]
+
+
+def fla_contender(p: dict):
+    """A zero-argument callable running fla-core's ``parallel_nsa_fwd`` on ``p``, or raise
+    ImportError/TypeError with the reason (signatures differ across fla releases)."""
+    import inspect
+
+    from fla.ops.nsa.parallel import parallel_nsa_fwd  # noqa: PLC0415
+
+    B, S, G, h, D, T = p["B"], p["S"], p["G"], p["h"], p["D"], p["T"]
+    if S != T:
+        raise TypeError("fla parallel_nsa_fwd benchmarks prefill only (S == T)")
+    q = p["q"].reshape(B, T, G * h, D).contiguous()
+    k = p["k"].transpose(1, 2).contiguous()  # [B, T, G, D]
+    v = p["v"].transpose(1, 2).contiguous()
+    blocks = p["blocks"]  # [B, S, G, n]
+    # fla marks "no block" with an index past the causal limit; its kernel masks those.
+    bi = torch.where(blocks < 0, torch.full_like(blocks, T), blocks).to(torch.long).contiguous()
+    kw = {"q": q, "k": k, "v": v, "block_indices": bi, "block_counts": p["topn"],
+          "block_size": p["bs"], "scale": D ** -0.5, "window_size": 0}
+    params = inspect.signature(parallel_nsa_fwd).parameters
+    missing = [n for n, prm in params.items() if prm.default is inspect.Parameter.empty and n not in kw]
+    if missing:
+        raise TypeError(f"unsupported fla parallel_nsa_fwd signature: needs {missing}")
+    kw = {n: v for n, v in kw.items() if n in params}
+    return lambda: parallel_nsa_fwd(**kw)
+
+
+def flex_contender(p: dict):
+    """FlexAttention on the same selection: the h heads of a group become h query rows per
+    token (query index s*h + j), so the block mask is per (b, group); mask = selected
+    block and causal.  Returns a zero-argument callable (compiles on first call)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    B, S, G, h, D, T, bs = p["B"], p["S"], p["G"], p["h"], p["D"], p["T"], p["bs"]
+    nb = -(-T // bs)
+    sel = torch.zeros(B, G, S, nb + 1, dtype=torch.bool, device=p["q"].device)
+    blocks = p["blocks"].permute(0, 2, 1, 3)  # [B, G, S, n]
+    sel.scatter_(-1, torch.where(blocks < 0, nb, blocks), True)
+    sel = sel[..., :nb].contiguous()
+    pos = p["positions"]
+
+    def mask_mod(b, g, qi, kv):
+        s = qi // h
+        return sel[b, g, s, kv // bs] & (kv <= pos[s])
+
+    bm = create_block_mask(mask_mod, B, G, S * h, T, device=p["q"].device)
+    q = p["q"].permute(0, 2, 1, 3, 4).reshape(B, G, S * h, D)
+    fn = torch.compile(flex_attention, dynamic=False)
+    return lambda: fn(q, p["k"], p["v"], block_mask=bm, scale=D ** -0.5)

@@ -1,0 +1,131 @@
+"""pytest-benchmark plumbing for the bench suites (``bench/test_bench_*.py``).
+
+- Timing is on the GPU clock: :class:`GpuClock` replaces pytest-benchmark's host timer,
+  so a round's duration is the time between two CUDA events on the current stream,
+  not the time the host took to enqueue the work.
+- Every round is preceded (in ``setup``, untimed) by zeroing a buffer larger than the
+  L2, so each timed run reads its inputs from HBM; the first (compile) call and the
+  warm-up rounds are outside the statistics.
+- ``machine_info`` carries the environment fingerprint and the measured device
+  ceilings; each benchmark's ``extra_info`` carries its bytes and FLOPs, and the JSON
+  hook adds GB/s, TFLOP/s and the percentage of copy bandwidth from the median.
+- Without CUDA every test here is skipped with the reason (these suites only time GPU
+  kernels; the CPU tests live in ``tests/``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
+                  "(CPU tests are in tests/; bench/bench_sel_triton.py --dry-run checks the sweep on a CPU)")
+
+_CEILINGS: dict = {}
+
+
+def ceilings() -> dict:
+    """Copy bandwidth and matmul TFLOP/s, measured once per session."""
+    if not _CEILINGS:
+        _CEILINGS.update(C.measure_ceilings(dry_run=not torch.cuda.is_available()))
+    return _CEILINGS
+
+
+class GpuClock:
+    """A monotone clock (seconds) that advances by GPU time between alternate calls.
+
+    pytest-benchmark calls ``timer()`` right before and right after the benchmarked
+    function.  The first call of a pair records a start event and returns the current
+    reading without synchronising (so the host can enqueue the function while the GPU
+    is still busy with the L2 flush: no launch gap is timed); the second records an end
+    event, waits for it and advances the reading by the elapsed GPU time.
+    """
+
+    def __init__(self):
+        self.now = 0.0
+        self.start = None
+
+    def __call__(self) -> float:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        if self.start is None:
+            self.start = ev
+            return self.now
+        ev.synchronize()
+        self.now += self.start.elapsed_time(ev) / 1e3
+        self.start = None
+        return self.now
+
+
+@pytest.fixture(scope="session")
+def l2_flush():
+    """A callable zeroing a buffer of max(256 MiB, 2 x L2) bytes (enqueued, not waited for)."""
+    if not torch.cuda.is_available():
+        pytest.skip(NO_CUDA_REASON)
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
+    buf = torch.empty(max(256 << 20, 2 * l2), dtype=torch.int8, device="cuda")
+    return buf.zero_
+
+
+@pytest.fixture
+def gpu_bench(benchmark, l2_flush):
+    """``gpu_bench(fn, nbytes=, flops=, rounds=, warmup=)``: time ``fn`` on the GPU clock.
+
+    Runs ``fn`` once untimed (compile/autotune), then ``warmup`` and ``rounds`` rounds of
+    one call each, every round after an L2 flush.  Records bytes/FLOPs and the ceilings
+    in ``extra_info``; returns ``fn``'s last result.
+    """
+
+    def run(fn, *, nbytes: int, flops: int, rounds: int = 30, warmup: int = 3):
+        fn()
+        torch.cuda.synchronize()
+        benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
+        benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops), "timer": "cuda-events",
+                                     "l2_flush": True, **ceilings()})
+        return benchmark.pedantic(fn, setup=l2_flush, rounds=rounds, warmup_rounds=warmup, iterations=1)
+
+    return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip every bench test on a machine without CUDA, saying why."""
+    if torch.cuda.is_available():
+        return
+    mark = pytest.mark.skip(reason=NO_CUDA_REASON)
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if Path(str(item.fspath)).resolve().parent == here:
+            item.add_marker(mark)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The environment fingerprint (versions, GPU, driver, knobs, commit) and ceilings."""
+    try:
+        from nsa_triton_sel.env import fingerprint
+
+        machine_info["nsa_env"] = fingerprint()
+    except Exception as exc:  # noqa: BLE001 - never lose a benchmark run over metadata
+        machine_info["nsa_env"] = {"error": repr(exc)}
+    machine_info["nsa_env_columns"] = C.env_columns()
+    if torch.cuda.is_available():
+        machine_info["nsa_ceilings"] = ceilings()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    """Derived rates from the median GPU time: GB/s, TFLOP/s, % of copy bandwidth."""
+    for b in output_json.get("benchmarks", []):
+        info, stats = b.get("extra_info", {}), b.get("stats", {})
+        med = stats.get("median")
+        if not med or "bytes" not in info:
+            continue
+        gbs, tfl, pct = C.rates(med * 1e3, info["bytes"], info["flops"], info.get("copy_gbs", 0))
+        info.update({"median_ms": med * 1e3, "gbs": gbs, "tflops": tfl, "pct_copy_bw": pct})

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100).
+#
+#   bench/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
+#   bench/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock
+#
+# Writes at most 8 files to OUTDIR:
+#   run.log             everything printed (environment, progress, suspect rows, summaries)
+#   sel_dense.csv       seed matrix, dist few       (bench_sel_triton.py)
+#   sel_varlen.csv      seed matrix, dist many/mixed
+#   sel_decode.csv      seed 002 decode shapes
+#   pytest_bench.json   pytest-benchmark suites (bench/test_bench_sel.py), GPU clock
+#   nsa.csv             canonical NSA contender table (bench/bench_nsa.py)
+#   report.md           threshold report from the three CSVs (no plot here; make it
+#                       off-device: bench/sel_threshold_from_csv.py ... --out report.md)
+# Each stage has its own time limit, so one slow stage cannot eat the others' time;
+# the sweeps also stop starting new work at their --budget-s and keep what they ran.
+# Environment: PYTHON (default python3), and the repository's src/ is put on PYTHONPATH
+# so the package need not be installed.
+
+set -u
+OUT="${1:?usage: bench/run_h100.sh OUTDIR [--dry-run]}"
+DRY="${2:-}"
+if [ -n "$DRY" ] && [ "$DRY" != "--dry-run" ]; then
+    echo "run_h100.sh: unknown option '$DRY' (accepted: --dry-run)" >&2
+    exit 2
+fi
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH="$REPO/src:$REPO/bench${PYTHONPATH:+:$PYTHONPATH}"
+cd "$REPO" || exit 2
+exec > >(tee -a "$OUT/run.log") 2>&1
+
+START=$SECONDS
+stage() {  # stage NAME LIMIT_S command...
+    local name="$1" limit="$2"; shift 2
+    echo "=== [$(date -u +%H:%M:%S) +$((SECONDS - START))s] $name (limit ${limit}s): $*"
+    timeout -k 10 --signal=INT "$limit" "$@"
+    local rc=$?
+    [ $rc -eq 124 ] && echo "!!! $name hit its ${limit}s limit"
+    echo "=== $name rc=$rc (+$((SECONDS - START))s)"
+    return 0
+}
+
+if [ -z "$DRY" ]; then
+    # The seeds' matrix: H {4,8}; (D,Dv) {64:64, 128:128, 128:64}; N {64,256,1024};
+    # L 16..1024; few/many/mixed.  Decode: seed 002 (h {2,4}, D {64,128}, l_sel 64,
+    # L 128..1024 = 2..16 blocks) at B*G rows {4,64,256}.
+    SWEEP=(--N 64,256,1024 --H 4,8 --dims 64:64,128:128,128:64 --L_list 16,32,64,128,256,512,1024
+           --dist few,many,mixed --iters 25 --warmup 3 --budget-s 190)
+    DECODE=(--decode 1 --N 4,64,256 --H 2,4 --dims 64:64,128:128 --L_list 128,256,512,1024 --l_sel 64
+            --iters 25 --warmup 3 --budget-s 40)
+    PYTEST_EXTRA=()
+    NSA=(--iters 10 --warmup 2 --budget-s 45 --flex-max-T 0)  # flex is timed in the pytest suite
+    LIM=(15 220 60 90 70 20)
+else
+    SWEEP=(--dry-run --N 4 --H 4 --dims 64:64 --L_list 16,64,128 --dist few,many,mixed --mae-rows 4)
+    DECODE=(--dry-run --decode 1 --N 2 --H 2 --dims 64:64 --L_list 128,256 --l_sel 64 --mae-rows 2)
+    PYTEST_EXTRA=()
+    NSA=(--dry-run --flex-max-T 0)
+    LIM=(60 300 120 120 300 60)
+fi
+
+stage "environment" "${LIM[0]}" "$PY" - <<'EOF'
+import json, subprocess
+from nsa_triton_sel.env import fingerprint
+print(json.dumps(fingerprint(), indent=1, default=str))
+try:
+    print(subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout)
+except Exception as exc:
+    print("nvidia-smi:", exc)
+EOF
+
+rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv" "$OUT/sel_decode.csv"  # the sweeps append
+stage "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
+stage "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
+stage "pytest-benchmark" "${LIM[3]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
+    --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
+    --benchmark-columns=min,median,iqr,rounds --benchmark-time-unit=us "${PYTEST_EXTRA[@]}"
+stage "nsa contenders" "${LIM[4]}" "$PY" bench/bench_nsa.py "${NSA[@]}" --csv "$OUT/nsa.csv"
+stage "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
+    --dense "$OUT/sel_dense.csv" --varlen "$OUT/sel_varlen.csv" --decode "$OUT/sel_decode.csv" \
+    --margin 1.2 --max-mae 1e-3 --out "$OUT/report.md" --no-plot
+
+echo "=== done in $((SECONDS - START))s; files:"
+ls -la "$OUT"

@@ -1,0 +1,386 @@
+#!/usr/bin/env python
+"""Pick ``sel_triton_min_L`` per GPU from the benchmark CSVs, write a report, update the
+thresholds file the dispatcher reads.
+
+    python bench/sel_threshold_from_csv.py --dense bench/results/X/sel_dense.csv \
+        --varlen bench/results/X/sel_varlen.csv --decode bench/results/X/sel_decode.csv \
+        --margin 1.2 --max-mae 1e-3 --out bench/results/X/report.md --write-config
+
+Rule, per (GPU, Triton minor version): the threshold is the smallest tested L such that
+*every* gating row with L' >= L (every N, H, D, Dv and distribution, streams = 1) has
+Triton at least ``margin`` times faster than SDPA (``speedup`` column), MAE against the
+float64 oracle at most ``max_mae``, status ok and no suspect flag.  "From which" is
+meant literally: a configuration that loses at a larger L vetoes every smaller
+threshold.  If even the largest L fails, the answer is "keep Triton off" (``null`` in the
+thresholds file).  Dense (few) and varlen (many/mixed) rows gate; decode rows are
+reported, and gate too with ``--gate-decode``.
+
+The report (Markdown) has the verdict and why, a per-L gate table, the suspect rows and
+the full tables; the plot (PNG, needs matplotlib) shows speedup vs L per distribution
+(rows) and head dims (columns), one line per (N, H).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO / "src" / "nsa_triton_sel" / "data" / "thresholds.json"
+FAKE_TIMERS = ("model", "wall")  # dry runs and CPU runs: never evidence for the dispatcher
+
+
+# ----------------------------------------------------------------------------- rows
+def _f(x) -> float:
+    try:
+        return float(str(x).rstrip("x"))
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def load(paths: list[str], kind: str, allow_missing: bool = False) -> list[dict]:
+    """Rows of the given CSVs, tagged with ``kind`` (dense/varlen/decode) and their file."""
+    rows = []
+    for p in paths or []:
+        if not Path(p).exists():
+            if allow_missing:
+                C.progress(f"warning: {kind} CSV {p} does not exist; skipped")
+                continue
+            raise FileNotFoundError(f"--{kind} CSV not found: {p}")
+        for r in C.read_csv([p]):
+            r["kind"], r["file"] = kind, str(p)
+            rows.append(r)
+    return rows
+
+
+def triton_minor(version: str) -> str:
+    parts = str(version).split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
+
+
+def gpu_key(r: dict) -> tuple[str, str]:
+    """Rows are judged per (GPU name, Triton minor version)."""
+    return (r.get("gpu") or "unknown", triton_minor(r.get("triton") or "?"))
+
+
+def config_name(r: dict) -> str:
+    d = r.get("dist") or r.get("mode")
+    return f"{d} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']}"
+
+
+def row_failure(r: dict, margin: float, max_mae: float, allow_suspect: bool) -> str | None:
+    """Why this row vetoes Triton at its L, or None if it passes."""
+    if (r.get("status") or "ok") != "ok":
+        return f"status {r['status']}"
+    if r.get("suspect") and not allow_suspect:
+        return f"suspect ({r['suspect']})"
+    sp, mae = _f(r.get("speedup")), _f(r.get("mae"))
+    if math.isnan(sp) or sp < margin:
+        return f"speedup {sp:.2f}x < {margin:.2f}x"
+    if math.isnan(mae) or mae > max_mae:
+        return f"MAE {mae:.2e} > {max_mae:.0e}"
+    return None
+
+
+# ----------------------------------------------------------------------------- decision
+@dataclass
+class LGate:
+    L: int
+    configs: int
+    min_speedup: float
+    worst: str
+    max_mae: float
+    failures: list = field(default_factory=list)  # (config, reason)
+
+
+@dataclass
+class Verdict:
+    gpu: str
+    triton: str
+    min_L: int | None
+    reason: str
+    gates: list
+    rows: list
+
+
+def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_suspect: bool = False,
+                     gpu: str = "", triton: str = "") -> Verdict:
+    """The smallest L from which every gating row passes (see the module docstring)."""
+    if margin <= 0 or max_mae <= 0:
+        raise ValueError(f"margin and max_mae must be positive, got {margin}, {max_mae}")
+    by_L: dict[int, list[dict]] = {}
+    for r in rows:
+        by_L.setdefault(int(r["L"]), []).append(r)
+    gates = []
+    for L in sorted(by_L):
+        rs = by_L[L]
+        sps = [(_f(r.get("speedup")), config_name(r)) for r in rs]
+        finite = [s for s in sps if not math.isnan(s[0])]
+        worst = min(finite) if finite else (float("nan"), "-")
+        maes = [_f(r.get("mae")) for r in rs if not math.isnan(_f(r.get("mae")))]
+        fails = [(config_name(r), why) for r in rs if (why := row_failure(r, margin, max_mae, allow_suspect))]
+        gates.append(LGate(L, len(rs), worst[0], worst[1], max(maes) if maes else float("nan"), fails))
+    if not gates:
+        return Verdict(gpu, triton, None, "no gating rows: keep Triton off", [], rows)
+    # Walk down from the largest L while every row passes; the last passing L is the answer.
+    min_L = None
+    for g in reversed(gates):
+        if g.failures:
+            break
+        min_L = g.L
+    if min_L is None:
+        g = gates[-1]
+        cfg, why = g.failures[0]
+        reason = (f"keep Triton off: even at the largest tested L={g.L}, {len(g.failures)} of {g.configs} "
+                  f"configurations fail (e.g. {cfg}: {why})")
+    else:
+        below = [g for g in gates if g.L < min_L]
+        reason = f"from L={min_L} every configuration passes"
+        if below:
+            cfg, why = below[-1].failures[0]
+            reason += f"; at L={below[-1].L}: {cfg}: {why}"
+    return Verdict(gpu, triton, min_L, reason, gates, rows)
+
+
+def verdicts(rows: list[dict], margin, max_mae, *, streams: int = 1, gate_decode: bool = False,
+             allow_suspect: bool = False) -> list[Verdict]:
+    """One verdict per (GPU, Triton minor) present in the rows."""
+    gating = [r for r in rows if int(_f(r.get("streams") or 1)) == streams
+              and (r["kind"] in ("dense", "varlen") or (gate_decode and r["kind"] == "decode"))]
+    out = []
+    for key in sorted({gpu_key(r) for r in gating}):
+        rs = [r for r in gating if gpu_key(r) == key]
+        out.append(choose_threshold(rs, margin, max_mae, allow_suspect=allow_suspect, gpu=key[0], triton=key[1]))
+    return out
+
+
+# ----------------------------------------------------------------------------- thresholds file
+def update_thresholds(path: Path, entries: list[dict]) -> dict:
+    """Insert or replace entries keyed by (gpu, triton) in the thresholds file, atomically.
+
+    Creates the file (schema 1, default_min_L 4096) if it does not exist; keeps every
+    other entry and key as they are.
+    """
+    path = Path(path)
+    if path.exists():
+        data = json.loads(path.read_text())
+        if data.get("schema") != 1 or not isinstance(data.get("entries"), list):
+            raise ValueError(f"{path}: not a thresholds file (expected schema 1 with an 'entries' list)")
+    else:
+        data = {"schema": 1, "default_min_L": 4096, "entries": []}
+    for e in entries:
+        data["entries"] = [x for x in data["entries"] if (x.get("gpu"), x.get("triton")) != (e["gpu"], e["triton"])]
+        data["entries"].append(e)
+    data["entries"].sort(key=lambda x: (str(x.get("gpu")), str(x.get("triton"))))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return data
+
+
+def config_entry(v: Verdict, margin: float, max_mae: float, source: str) -> dict:
+    r = v.rows[0]
+    return {"gpu": v.gpu, "cc": r.get("cc") or "", "triton": v.triton, "sel_triton_min_L": v.min_L,
+            "source": source, "date": (r.get("date") or "")[:10], "margin": margin, "max_mae": max_mae}
+
+
+# ----------------------------------------------------------------------------- report
+def _table(rows: list[dict], cols: list[str]) -> list[str]:
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(C.fmt(_num(r.get(c))) for c in cols) + " |")
+    return out
+
+
+def _num(x):
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return x
+    if v.is_integer() and abs(v) < 1e9 and "." not in str(x):
+        return int(v)
+    return float(f"{v:.4g}")
+
+
+def _sorted(rows):
+    return sorted(rows, key=lambda r: (r.get("dist", ""), int(r["N"]), int(r["H"]), int(r["D"]), int(r["Dv"]),
+                                       int(_f(r.get("streams") or 1)), int(r["L"])))
+
+
+def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict) -> str:
+    """The Markdown report: verdicts, gates, suspect rows, full tables, plots."""
+    L = ["# Selection Triton threshold report", ""]
+    files = sorted({r["file"] for r in rows})
+    L += [f"Inputs: {', '.join(f'`{f}`' for f in files)}.",
+          f"Rule: smallest L from which every configuration (streams={args.streams}"
+          f"{', decode included' if args.gate_decode else ', dense + varlen'}) has speedup >= {args.margin:.2f}x "
+          f"and MAE <= {args.max_mae:g}, status ok and no suspect flag"
+          f"{' (suspect rows allowed)' if args.allow_suspect else ''}; otherwise keep Triton off.", ""]
+    for v in vs:
+        r0 = v.rows[0]
+        L += [f"## {v.gpu} (cc {r0.get('cc') or '?'}), Triton {r0.get('triton')}, torch {r0.get('torch')}, "
+              f"CUDA {r0.get('cuda')}, driver {r0.get('driver') or '?'}", "",
+              f"Measured ceilings: copy {C.fmt(_f(r0.get('copy_gbs')))} GB/s, bf16 matmul "
+              f"{C.fmt(_f(r0.get('mm_tflops')))} TFLOP/s; timer {r0.get('timer')}, {r0.get('iters')} runs; "
+              f"commit {r0.get('git_commit') or '?'}, {r0.get('date')}.", "",
+              f"**Recommended sel_triton_min_L: {v.min_L if v.min_L is not None else 'null (keep Triton off)'}** "
+              f"({v.reason}).", "",
+              "| L | configs | min speedup | slowest config | max MAE | failing |", "|---|---|---|---|---|---|"]
+        for g in v.gates:
+            fails = "; ".join(f"{c}: {w}" for c, w in g.failures[:3]) + (" …" if len(g.failures) > 3 else "")
+            L.append(f"| {g.L} | {g.configs} | {C.fmt(g.min_speedup)} | {g.worst} | {C.fmt(g.max_mae)} | "
+                     f"{len(g.failures)}{': ' + fails if fails else ''} |")
+        L.append("")
+        if v.gpu in plots:
+            L += [f"![speedup vs L]({plots[v.gpu]})", ""]
+    sus = [r for r in rows if r.get("suspect") or (r.get("status") or "ok") != "ok"]
+    L += ["## Suspect or failed rows", ""]
+    L += (_table(_sorted(sus), ["kind", "dist", "N", "H", "D", "Dv", "L", "tri_ms", "ref_ms", "ref_gbs",
+                                "copy_gbs", "mae", "status", "suspect"]) if sus else ["None: no guard fired."])
+    cols = {"dense": ["N", "H", "D", "Dv", "L", "streams", "tri_ms", "ref_ms", "speedup", "mae", "ref_mae",
+                      "tri_gbs", "ref_gbs", "tri_pct_bw", "ref_pct_bw", "tri_tflops", "suspect"],
+            "varlen": ["dist", "N", "H", "D", "Dv", "L", "nspans", "streams", "tri_ms", "ref_ms", "speedup", "mae",
+                       "tri_packed_ms", "ref_gather_ms", "tri_gbs", "ref_gbs", "tri_pct_bw", "suspect"],
+            "decode": ["N", "H", "D", "Dv", "L", "nspans", "T", "tri_ms", "ref_ms", "speedup", "mae",
+                       "ref_gather_ms", "tri_gbs", "ref_gbs", "tri_pct_bw", "suspect"]}
+    for kind, title in (("dense", "Dense (few: one span)"), ("varlen", "Varlen (many / mixed spans)"),
+                        ("decode", "Decode (one query, l_sel blocks)")):
+        rs = [r for r in rows if r["kind"] == kind]
+        if rs:
+            L += ["", f"## {title}", ""] + _table(_sorted(rs), cols[kind])
+    return "\n".join(L) + "\n"
+
+
+def make_plot(rows: list[dict], v: Verdict, margin: float, path: Path) -> bool:
+    """Speedup vs L: one panel per (distribution, Dk:Dv), one line per (N, H). False if no matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        C.progress("warning: matplotlib is not installed; no plot (pip install matplotlib)")
+        return False
+    rs = [r for r in rows if gpu_key(r) == (v.gpu, v.triton) and (r.get("status") or "ok") == "ok"
+          and int(_f(r.get("streams") or 1)) == 1]
+    dists = [d for d in ("few", "many", "mixed", "decode") if any(r.get("dist") == d for r in rs)]
+    dims = sorted({(int(r["D"]), int(r["Dv"])) for r in rs})
+    if not dists or not dims:
+        return False
+    fig, axes = plt.subplots(len(dists), len(dims), figsize=(4.2 * len(dims), 3.2 * len(dists)),
+                             squeeze=False, sharex=True)
+    for i, d in enumerate(dists):
+        for j, (dk, dv) in enumerate(dims):
+            ax = axes[i][j]
+            sub = [r for r in rs if r.get("dist") == d and (int(r["D"]), int(r["Dv"])) == (dk, dv)]
+            for n, h in sorted({(int(r["N"]), int(r["H"])) for r in sub}):
+                pts = sorted((int(r["L"]), _f(r["speedup"])) for r in sub if (int(r["N"]), int(r["H"])) == (n, h))
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"N={n} H={h}")
+            ax.axhline(margin, ls="--", c="k", lw=0.8)
+            ax.axhline(1.0, ls=":", c="grey", lw=0.8)
+            if v.min_L is not None:
+                ax.axvline(v.min_L, ls="-.", c="tab:red", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{d}, Dk={dk} Dv={dv}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("speedup (SDPA / Triton)")
+            if i == len(dists) - 1:
+                ax.set_xlabel("L (selected keys per row)")
+            if sub:
+                ax.legend(fontsize=6)
+    fig.suptitle(f"{v.gpu}, Triton {v.triton}: dashed = margin {margin}x, red = min_L {v.min_L}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ----------------------------------------------------------------------------- cli
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sel_threshold_from_csv.py",
+                                description="Pick sel_triton_min_L per GPU from bench_sel_triton.py CSVs.")
+    p.add_argument("--dense", nargs="+", default=[], help="CSV(s) of dist few (mode dense)")
+    p.add_argument("--varlen", nargs="+", default=[], help="CSV(s) of dist many/mixed (mode varlen)")
+    p.add_argument("--decode", nargs="+", default=[], help="CSV(s) of --decode runs (reported; gate with --gate-decode)")
+    p.add_argument("--margin", type=float, default=1.2, help="required speedup (SDPA time / Triton time), default 1.2")
+    p.add_argument("--max-mae", type=float, default=1e-3, help="MAE bound against the float64 oracle, default 1e-3")
+    p.add_argument("--streams", type=int, default=1, help="judge rows with this --streams value, default 1")
+    p.add_argument("--gate-decode", action="store_true", help="decode rows gate the threshold too")
+    p.add_argument("--allow-suspect", action="store_true", help="do not let suspect rows veto (not recommended)")
+    p.add_argument("--allow-missing", action="store_true", help="skip CSV paths that do not exist")
+    p.add_argument("--out", default="report.md", help="Markdown report path, default report.md")
+    p.add_argument("--plot", default=None, help="PNG path (default: next to --out, one per GPU)")
+    p.add_argument("--no-plot", action="store_true", help="no PNG (e.g. where matplotlib is missing)")
+    p.add_argument("--write-config", nargs="?", const=str(DEFAULT_CONFIG), default=None, metavar="PATH",
+                   help=f"update the thresholds file (default {DEFAULT_CONFIG.relative_to(REPO)})")
+    p.add_argument("--source", default=None, help="'source' recorded in the config entry (default: first CSV)")
+    p.add_argument("--allow-fake", action="store_true",
+                   help="let --write-config use rows timed by the dry-run model or the host clock (tests only)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if not (a.dense or a.varlen or a.decode):
+        p.error("give at least one of --dense, --varlen, --decode")
+    if a.margin <= 0 or a.max_mae <= 0:
+        p.error(f"--margin and --max-mae must be positive, got {a.margin} and {a.max_mae}")
+    try:
+        rows = (load(a.dense, "dense", a.allow_missing) + load(a.varlen, "varlen", a.allow_missing)
+                + load(a.decode, "decode", a.allow_missing))
+    except FileNotFoundError as exc:
+        p.error(str(exc))
+    missing = [c for c in ("L", "N", "H", "D", "Dv", "speedup", "mae", "gpu", "triton") if rows and c not in rows[0]]
+    if missing:
+        p.error(f"the CSVs lack columns {missing}; they must come from bench/bench_sel_triton.py")
+    vs = verdicts(rows, a.margin, a.max_mae, streams=a.streams, gate_decode=a.gate_decode,
+                  allow_suspect=a.allow_suspect)
+    out = Path(a.out)
+    plots = {}
+    if not a.no_plot:
+        for i, v in enumerate(vs):
+            png = Path(a.plot) if a.plot else out.with_suffix(".png")
+            if len(vs) > 1:
+                png = png.with_name(f"{png.stem}-{i}{png.suffix}")
+            if make_plot(rows, v, a.margin, png):
+                plots[v.gpu] = os.path.relpath(png, out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(vs, rows, a, plots))
+    for v in vs:
+        print(f"{v.gpu} / Triton {v.triton}: sel_triton_min_L = {v.min_L if v.min_L is not None else 'null'} "
+              f"({v.reason})")
+    print(f"report: {out}" + (f"; plots: {', '.join(plots.values())}" if plots else ""))
+    if a.write_config:
+        fake = sorted({r.get("timer") for v in vs for r in v.rows if r.get("timer") in FAKE_TIMERS})
+        if fake and not a.allow_fake:
+            print(f"error: refusing --write-config: rows were timed by {fake} (dry run / CPU), not the GPU clock",
+                  file=sys.stderr)
+            return 2
+        source = a.source or (a.dense + a.varlen + a.decode)[0]
+        entries = [config_entry(v, a.margin, a.max_mae, source) for v in vs]
+        update_thresholds(Path(a.write_config), entries)
+        print(f"updated {a.write_config}: " + ", ".join(f"{e['gpu']}/{e['triton']} -> {e['sel_triton_min_L']}"
+                                                          for e in entries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

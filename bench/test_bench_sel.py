@@ -1,0 +1,136 @@
+"""pytest-benchmark suite: Triton selection attention and SDPA side by side per shape group.
+
+Run (GPU only; skipped with a reason elsewhere)::
+
+    pytest bench/test_bench_sel.py --benchmark-json=bench-triton-X.json \
+        --benchmark-group-by=group --benchmark-columns=min,median,iqr,rounds
+
+Groups (``benchmark.group``): the seeds' packed shapes (``dense``/``varlen``/``decode``,
+Triton vs ``sdpa_rows`` on the same packed tensors) and NSA-shaped ranges-native inputs
+(``nsa-*``: Triton ``sel_attn_ranges`` vs ``packed_sdpa``, plus fla-core's
+``parallel_nsa_fwd`` and FlexAttention when they are usable).  Before timing, every
+contender is checked against the first one's output (``torch.testing.assert_close``).
+Set ``NSA_BENCH_FLEX=0`` to leave FlexAttention out (its first call compiles).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common as C  # noqa: E402
+
+# (group id, dist, N, H, Dk, Dv, L) for the packed groups.
+PACKED = [
+    ("dense-N1024-H8-D128-L256", "few", 1024, 8, 128, 128, 256),
+    ("dense-N1024-H8-D128-L1024", "few", 1024, 8, 128, 128, 1024),
+    ("varlen-many-N1024-H8-D128-L512", "many", 1024, 8, 128, 128, 512),
+    ("varlen-mixed-N256-H4-D64-L256", "mixed", 256, 4, 64, 64, 256),
+    ("decode-N64-H4-D128-L512", "decode", 64, 4, 128, 128, 512),
+]
+NSA = [("nsa-T4096-random", 4096, "random"), ("nsa-T4096-local", 4096, "local")]
+
+
+def _args(dist):
+    import bench_sel_triton as B
+
+    return B.parse_args(["--dry-run"] + (["--decode", "1"] if dist == "decode" else ["--dist", dist]))
+
+
+@pytest.mark.parametrize("impl", ["triton", "sdpa"])
+@pytest.mark.parametrize("shape", PACKED, ids=[s[0] for s in PACKED])
+def test_packed(gpu_bench, benchmark, shape, impl):
+    """Seed shapes: Triton kernel vs SDPA on the identical packed tensors."""
+    import bench_sel_triton as B
+
+    gid, dist, N, H, Dk, Dv, L = shape
+    a = _args(dist)
+    a.dtype, a.extra = "fp16", False
+    case = B.make_case(a, dist, N, H, Dk, Dv, L, torch.device("cuda"))
+    tri, ref, _, _ = B.sides(a, dist, case)
+    torch.testing.assert_close(tri().float(), ref().float(), atol=2e-2, rtol=2e-2)
+    benchmark.group = gid
+    benchmark.extra_info.update({"dist": dist, "N": N, "H": H, "D": Dk, "Dv": Dv, "L": L, "impl": impl})
+    gpu_bench(tri if impl == "triton" else ref, nbytes=C.sel_bytes(N, H, Dk, Dv, L, 2),
+              flops=C.sel_flops(N, H, Dk, Dv, L))
+
+
+@pytest.fixture(scope="module")
+def nsa_inputs():
+    cache = {}
+
+    def get(T, pattern):
+        if (T, pattern) not in cache:
+            cache.clear()
+            torch.cuda.empty_cache()
+            cache[(T, pattern)] = C.nsa_problem(T, pattern=pattern, device="cuda")
+        return cache[(T, pattern)]
+
+    return get
+
+
+def _nsa_fn(impl, p):
+    from nsa_triton_sel.kernels.launch import sel_attn_ranges
+    from nsa_triton_sel.reference import packed_sdpa
+
+    if impl == "triton":
+        return lambda: sel_attn_ranges(p["q"], p["k"], p["v"], p["ranges"])
+    if impl == "sdpa":
+        return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
+    if impl == "fla":
+        try:
+            return C.fla_contender(p)
+        except (ImportError, TypeError) as exc:
+            pytest.skip(f"fla-core parallel_nsa_fwd not usable here: {exc}")
+    if impl == "flex":
+        if os.environ.get("NSA_BENCH_FLEX", "1") == "0":
+            pytest.skip("FlexAttention disabled by NSA_BENCH_FLEX=0")
+        try:
+            return C.flex_contender(p)
+        except Exception as exc:  # noqa: BLE001 - an optional contender
+            pytest.skip(f"FlexAttention not usable here: {type(exc).__name__}: {exc}")
+    raise ValueError(impl)
+
+
+def _as_tokens(o, p):
+    """Any contender's output as [B, S, G, h, D] float32."""
+    B, S, G, h, D = p["B"], p["S"], p["G"], p["h"], p["D"]
+    if isinstance(o, tuple):
+        o = o[0]
+    if o.dim() == 4 and o.shape[1] == G and o.shape[2] == S * h:  # flex: [B, G, S*h, D]
+        o = o.view(B, G, S, h, D).permute(0, 2, 1, 3, 4)
+    return o.reshape(B, S, G, h, D).float()
+
+
+@pytest.mark.parametrize("impl", ["triton", "sdpa", "fla"])
+@pytest.mark.parametrize("shape", NSA, ids=[s[0] for s in NSA])
+def test_nsa(gpu_bench, benchmark, nsa_inputs, shape, impl):
+    """Canonical NSA selection (G=4, h=16, D=128, block 64, top-16) on the ranges-native path."""
+    _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, impl)
+
+
+@pytest.mark.parametrize("shape", NSA, ids=[s[0] for s in NSA])
+def test_nsa_flex(gpu_bench, benchmark, nsa_inputs, shape):
+    """FlexAttention on the same inputs; last in the file because its first call compiles."""
+    _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, "flex")
+
+
+def _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, impl):
+    gid, T, pattern = shape
+    p = nsa_inputs(T, pattern)
+    fn = _nsa_fn(impl, p)
+    want = _as_tokens(_nsa_fn("triton", p)(), p) if impl != "triton" else None
+    got = _as_tokens(fn(), p)
+    if want is not None:
+        torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
+    benchmark.group = gid
+    nbytes, flops = C.nsa_work(p)
+    benchmark.extra_info.update({"T": T, "pattern": pattern, "G": p["G"], "h": p["h"], "D": p["D"],
+                                 "block": p["bs"], "topn": p["topn"], "impl": impl})
+    gpu_bench(fn, nbytes=nbytes, flops=flops, rounds=10 if impl == "sdpa" else 20)
