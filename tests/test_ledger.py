@@ -336,3 +336,14 @@ def test_junit_failure_inside_known_bad_window_becomes_xfail():
     recs = ledger.records_from_junit(xml, _base("3.1", "parity", mode="gpu", fp=gpu_fp), arch_windows)
     assert recs[0]["verdict"] == "xfail"
     assert ledger.records_from_junit(xml, _base("3.1", "parity"), arch_windows)[0]["verdict"] == "fail"
+
+
+def test_smoke_skipped_variants_and_static_findings_are_recorded():
+    report = {"results": [], "skipped": [{"spec": "big", "arch": 90, "why": "not launched there"}],
+              "static": {"m:k1": {"needs": ">=3.0", "findings": [], "installed_ok": True},
+                         "m:k2": {"needs": ">=3.4", "installed_ok": False,
+                                  "findings": [{"line": 7, "api": "tl.make_tensor_descriptor", "needs": ">=3.4"}]}}}
+    recs = ledger.records_from_smoke(report, _base("3.1", "compile"), [])
+    got = [(r["check"], r["kernel"], r["verdict"]) for r in recs]
+    assert got == [("compile", "big", "skip"), ("compile-static", "m:k1", "pass"), ("compile-static", "m:k2", "fail")]
+    assert "line 7: tl.make_tensor_descriptor (>=3.4)" in recs[2]["message"]

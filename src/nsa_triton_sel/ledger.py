@@ -44,7 +44,7 @@ from . import known_bad, lanes
 SCHEMA = 1
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "interrupted", "skip", "xfail", "unsupported")
 BAD = frozenset({"fail", "error", "crash", "timeout", "interrupted"})
-CHECKS = ("compile", "parity", "bench", "compile-canary")
+CHECKS = ("compile", "parity", "bench", "compile-canary", "compile-static")
 SMOKE_VERDICTS = {"ok": "pass", "compile_error": "fail", "crash": "crash", "timeout": "timeout",
                   "unsupported": "unsupported"}
 RUN_FILE_STATES = ("running", "complete", "interrupted", "error")
@@ -190,6 +190,26 @@ def records_from_smoke(report: dict, base: dict, windows: list | None = None) ->
             metrics["seconds"] = r["seconds"]
         out.append(record({**base, "check": check, "knobs": knobs}, kernel=r.get("spec") or r.get("kernel", "?"),
                           verdict=verdict, message=message, arch=r.get("arch"), metrics=metrics))
+    for s in report.get("skipped", []):  # variants the dispatcher never launches on this Triton/arch
+        out.append(record({**base, "check": "compile", "knobs": knobs}, kernel=s.get("spec", "?"),
+                          verdict="skip", message=s.get("why", "not launched there"), arch=s.get("arch")))
+    out += _static_records(report.get("static") or {}, {**base, "check": "compile-static", "knobs": knobs})
+    return out
+
+
+def _static_records(static: dict, base: dict) -> list[dict]:
+    """The smoke's AST API-range check: does each kernel's source need a Triton this is not?"""
+    out = []
+    for ref, info in sorted(static.items()):
+        needs = info.get("needs") or "any"
+        findings = "; ".join(f"line {f.get('line')}: {f.get('api')} ({f.get('needs')})"
+                             for f in info.get("findings", []) if isinstance(f, dict))
+        if info.get("error"):
+            verdict, msg = "error", info["error"]
+        else:
+            verdict = "fail" if info.get("installed_ok") is False else "pass"
+            msg = f"needs triton {needs}" + (f": {findings}" if findings else "")
+        out.append(record(base, kernel=ref, verdict=verdict, message=msg))
     return out
 
 
@@ -529,7 +549,8 @@ def render_known_good(table: lanes.Table, verdicts: dict, windows: list, ledger_
 # ----------------------------------------------------------------------------------------------
 
 MATRIX_COLUMNS = (("compile", None, "compile (AOT)"), ("parity", "interp", "parity (interpreter)"),
-                  ("parity", "gpu", "parity (GPU)"), ("bench", None, "bench"), ("compile-canary", None, "canaries"))
+                  ("parity", "gpu", "parity (GPU)"), ("bench", None, "bench"), ("compile-canary", None, "canaries"),
+                  ("compile-static", None, "static API range"))
 
 
 def _select(recs: list[dict], mode: str | None) -> list[dict]:
