@@ -608,8 +608,8 @@ def _env_table(recs: list[dict]) -> list[str]:
     rows, seen = [], set()
     for r in recs:
         key = run_key(r)
-        if key in seen:
-            continue
+        if key in seen or r.get("check") not in ("compile", "parity", "bench"):
+            continue  # canary/static rows share the compile run's environment
         seen.add(key)
         paired = "yes" if r.get("torch_paired") else f"no: {r.get('off_pair_reason') or '?'}"
         knobs = ", ".join(f"{k}={v}" for k, v in sorted((r.get("knobs") or {}).items())) or "—"
