@@ -322,8 +322,7 @@ def _tok_specs() -> list[CompileSpec]:
     """The multi-token kernel's variants (only when meta.py has its launch config)."""
     if not hasattr(_meta, "tok_meta"):
         return []
-    specs = [_tok_spec("fp16", Dk, Dv, 16) for Dk, Dv in HEAD_DIMS[1:]]
-    specs.append(_tok_spec("bf16", 128, 128, 16, has_lse=True))
+    specs = [_tok_spec("fp16", 128, 128, 16), _tok_spec("bf16", 192, 128, 16, has_lse=True)]
     specs.append(_tok_spec("fp16", 128, 128, 4, has_lse=True))  # 16 tokens x 4 heads
     return specs
 
@@ -338,11 +337,13 @@ def registry() -> list[CompileSpec]:
     multi-token kernel.
     """
     specs = []
+    for Dk, Dv in HEAD_DIMS:
+        specs.append(_sel_spec("fp16", MODE_RANGES, Dk, Dv, 16))
+    # bf16 changes only the element type of the loads and the dot: one prefill, one decode.
     for dtype in DTYPES_SHIPPED:
-        for Dk, Dv in HEAD_DIMS:
-            specs.append(_sel_spec(dtype, MODE_RANGES, Dk, Dv, 16))
         specs.append(_sel_spec(dtype, MODE_RANGES, 128, 128, 16, "decode", has_lse=True, split=True))
-        specs.append(_merge_spec(dtype, 128, 16))
+    specs.append(_sel_spec("bf16", MODE_RANGES, 128, 128, 16))
+    specs += [_merge_spec(dtype, 128, 16) for dtype in DTYPES_SHIPPED]  # cheap: no dot
     specs.append(_sel_spec("fp16", MODE_RANGES, 128, 128, 16, "decode"))
     # 64-row tiles (h = 64: wgmma on sm_90); fp16 carries them, bf16 only changes the dot type.
     for Dk, Dv in HEAD_DIMS:
