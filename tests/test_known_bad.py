@@ -112,3 +112,37 @@ def test_guard_never_raises_on_garbage_version(monkeypatch, windows):
 def test_touching_ignores_arch_and_check(windows):
     assert [w.id for w in known_bad.touching("3.5.1", windows)] == ["hopper-miscompile"]
     assert known_bad.touching("3.9.0", windows) == []
+
+
+INTERP = """
+schema = 1
+[[window]]
+id = "interp31"
+triton = "<3.2"
+checks = ["parity"]
+modes = ["interp"]
+reason = "3.1 interpreter passes plain ints"
+"""
+
+
+def test_interp_only_window_covers_interpreter_runs_only():
+    (w,) = known_bad.parse(INTERP)
+    assert w.interp_only and "(interp only)" in w.describe()
+    assert known_bad.expected_failure("3.1.0", None, "parity", [w], mode="interp")
+    assert known_bad.expected_failure("3.1.0", 90, "parity", [w], mode="gpu") is None
+    assert known_bad.expected_failure("3.1.0", None, "parity", [w]) is None  # mode unknown
+    assert known_bad.excluding_windows("3.1.0", [w]) == []  # never keeps a release out of known-good
+
+
+def test_interp_only_window_guards_only_under_the_interpreter(monkeypatch):
+    windows = known_bad.parse(INTERP)
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "3.1.0")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert known_bad.check_installed(arch=90, windows=windows) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "plain ints" in known_bad.check_installed(arch=None, windows=windows)
+
+
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="unknown modes"):
+        known_bad.parse(INTERP.replace('"interp"]', '"interpreter"]'))

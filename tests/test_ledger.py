@@ -347,3 +347,16 @@ def test_smoke_skipped_variants_and_static_findings_are_recorded():
     got = [(r["check"], r["kernel"], r["verdict"]) for r in recs]
     assert got == [("compile", "big", "skip"), ("compile-static", "m:k1", "pass"), ("compile-static", "m:k2", "fail")]
     assert "line 7: tl.make_tensor_descriptor (>=3.4)" in recs[2]["message"]
+
+
+def test_interp_only_window_turns_interp_failures_into_xfail_without_excluding():
+    windows = known_bad.parse('schema = 1\n[[window]]\nid = "i"\ntriton = "<3.2"\nchecks = ["parity"]\n'
+                              'modes = ["interp"]\nreason = "interp gap"\n')
+    xml = '<testsuite><testcase classname="t" name="a"><failure message="boom"/></testcase><testcase classname="t" name="b"/></testsuite>'
+    parity = ledger.records_from_junit(xml, _base("3.1", "parity"), windows)
+    assert [r["verdict"] for r in parity] == ["xfail", "pass"]
+    recs = _recs("3.1", "compile", ["pass"]) + parity
+    ok, why = ledger.lane_verdicts(TABLE, recs, windows)["3.1"]
+    assert ok and why == []
+    kg = ledger.render_known_good(TABLE, ledger.lane_verdicts(TABLE, recs, windows), windows, "l")
+    assert "# note: [i]" in kg and "interpreter defect" in kg

@@ -45,19 +45,24 @@ class Window:
     reason: str
     arch: tuple[int, ...] = ()  # empty: every target
     checks: tuple[str, ...] = ()  # empty: every check
+    modes: tuple[str, ...] = ()  # empty: every mode; ("interp",) = a Triton-interpreter-only problem
     link: str = ""
 
-    def covers(self, version: str | Version, arch: int | None = None, check: str | None = None) -> bool:
-        """Whether this window applies to that Triton (and arch/check when given).
+    def covers(self, version: str | Version, arch: int | None = None, check: str | None = None,
+               mode: str | None = None) -> bool:
+        """Whether this window applies to that Triton (and arch/check/mode when given).
 
         An arch-specific window does not cover a question asked without an arch: the caller does
-        not know the target, so it cannot claim the failure.  Pre-releases of an affected version
-        count (``3.4.0rc1`` is inside ``>=3.4``).
+        not know the target, so it cannot claim the failure.  The same holds for a mode-specific
+        window asked without a mode.  Pre-releases inside the range count (``3.5.0rc1`` is
+        inside ``>=3.4,<3.7.1``; ``3.4.0rc1`` is not inside ``>=3.4``, as PEP 440 orders it first).
         """
         v = version if isinstance(version, Version) else Version(version)
         if not self.triton.contains(v, prereleases=True):
             return False
         if self.arch and (arch is None or int(arch) not in self.arch):
+            return False
+        if self.modes and (mode is None or mode not in self.modes):
             return False
         return not (self.checks and check is not None and check not in self.checks)
 
@@ -65,8 +70,14 @@ class Window:
     def all_arch(self) -> bool:
         return not self.arch
 
+    @property
+    def interp_only(self) -> bool:
+        """A defect of the Triton interpreter, not of compiled kernels: never excludes a release."""
+        return bool(self.modes) and set(self.modes) <= {"interp"}
+
     def describe(self) -> str:
         where = f" on sm_{'/'.join(map(str, self.arch))}" if self.arch else ""
+        where += f" ({'/'.join(self.modes)} only)" if self.modes else ""
         return f"triton {self.triton}{where}: {self.reason}"
 
 
@@ -99,10 +110,21 @@ def parse(text: str, source: str = "<known-bad>") -> list[Window]:
                 reason=raw["reason"],
                 arch=tuple(int(a) for a in raw.get("arch", ())),
                 checks=tuple(raw.get("checks", ())),
+                modes=_modes(raw.get("modes", ()), raw["id"], source),
                 link=raw.get("link", ""),
             )
         )
     return windows
+
+
+MODES = ("aot", "interp", "gpu", "cpu")
+
+
+def _modes(raw, wid: str, source: str) -> tuple[str, ...]:
+    bad = set(raw) - set(MODES)
+    if bad:
+        raise ValueError(f"{source}: window {wid!r} has unknown modes {sorted(bad)}; known: {MODES}")
+    return tuple(raw)
 
 
 def load(path: Path | None = None) -> list[Window]:
@@ -119,10 +141,10 @@ def _cached() -> tuple[Window, ...]:
 
 
 def matching(version: str, arch: int | None = None, check: str | None = None,
-             windows: list[Window] | None = None) -> list[Window]:
-    """Every window covering that Triton version (and arch/check when given)."""
+             windows: list[Window] | None = None, mode: str | None = None) -> list[Window]:
+    """Every window covering that Triton version (and arch/check/mode when given)."""
     pool = _cached() if windows is None else windows
-    return [w for w in pool if w.covers(version, arch, check)]
+    return [w for w in pool if w.covers(version, arch, check, mode)]
 
 
 def touching(version: str, windows: list[Window] | None = None) -> list[Window]:
@@ -133,15 +155,20 @@ def touching(version: str, windows: list[Window] | None = None) -> list[Window]:
 
 
 def expected_failure(version: str, arch: int | None = None, check: str | None = None,
-                     windows: list[Window] | None = None) -> str | None:
+                     windows: list[Window] | None = None, mode: str | None = None) -> str | None:
     """The reason a failure of ``check`` is expected there, or None (for xfail marks)."""
-    hits = matching(version, arch, check, windows)
+    hits = matching(version, arch, check, windows, mode)
     return "; ".join(f"[{w.id}] {w.reason}" for w in hits) or None
 
 
 def excluding_windows(version: str, windows: list[Window] | None = None) -> list[Window]:
-    """All-arch windows covering the version: these keep it out of known-good.txt."""
-    return [w for w in matching(version, None, None, windows) if w.all_arch]
+    """All-arch windows covering the version: these keep it out of known-good.txt.
+
+    Interpreter-only windows never do: they describe the test harness, not the compiled kernel.
+    """
+    pool = _cached() if windows is None else windows
+    v = Version(version)
+    return [w for w in pool if w.all_arch and not w.interp_only and w.triton.contains(v, prereleases=True)]
 
 
 def _installed_triton() -> str | None:
@@ -173,9 +200,11 @@ def check_installed(arch: int | None = None, windows: list[Window] | None = None
     version = _installed_triton()
     if version is None:
         return None
+    mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else None
     try:
         arch = arch if arch is not None else _current_arch()
-        hits = [w for w in (_cached() if windows is None else windows) if w.covers(version, arch)]
+        hits = [w for w in (_cached() if windows is None else windows)
+                if w.covers(version, arch, None, mode)]
     except (InvalidVersion, ValueError, OSError) as exc:
         warnings.warn(f"known-bad windows unreadable: {exc}", KnownBadTritonWarning, stacklevel=2)
         return None

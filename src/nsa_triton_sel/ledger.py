@@ -182,7 +182,7 @@ def records_from_smoke(report: dict, base: dict, windows: list | None = None) ->
                 verdict = "pass" if r["as_expected"] else "fail"
         message = r.get("message") or ""
         if check == "compile" and verdict in BAD:
-            why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows)
+            why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows, base.get("mode"))
             if why:
                 verdict, message = "xfail", f"known-bad {why} | {message}"
         metrics = dict(r.get("metrics") or {})
@@ -222,7 +222,7 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None) -
     """
     root = ET.fromstring(xml_text)
     arch = _arch_of(base)
-    why = known_bad.expected_failure(base["triton"], arch, base["check"], windows)
+    why = known_bad.expected_failure(base["triton"], arch, base["check"], windows, base.get("mode"))
     out = []
     for case in root.iter("testcase"):
         verdict, message = _junit_verdict(case)
@@ -540,6 +540,8 @@ def render_known_good(table: lanes.Table, verdicts: dict, windows: list, ledger_
     for w in windows:
         if not w.all_arch:
             lines.append(f"# note: [{w.id}] {w.describe()} (runtime guard; not excluded here)")
+        elif w.interp_only:
+            lines.append(f"# note: [{w.id}] {w.describe()} (a Triton-interpreter defect; not excluded here)")
     lines.append(f"triton{known_good_specifier(admitted, excluded)}")
     return "\n".join(lines) + "\n"
 

@@ -115,7 +115,7 @@ def decide(candidate: str, cand_recs: list[dict], baseline: str | None, base_rec
             d.reasons += regress or [f"{check}: " + "; ".join(ledger.reasons(
                 [r for r in cand_recs if r["check"] == check], limit=3))]
     for w in known_bad.touching(candidate, windows):
-        if w.all_arch:
+        if w.all_arch and not w.interp_only:
             d.reasons.append(f"known-bad window [{w.id}]: {w.reason}")
         else:
             d.notes.append(f"known-bad on some GPUs [{w.id}]: {w.describe()}")
