@@ -121,3 +121,39 @@ def test_write_constraints_rewrites_only_stale_files(tmp_path):
     assert [p.name for p in lanes.stale_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert [p.name for p in lanes.write_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert lanes.stale_constraints(table, tmp_path) == []
+
+
+def _nox_sessions(env_extra: dict | None = None) -> dict:
+    """The noxfile's registered sessions, loaded in a child (registration is global state)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("nox")
+    code = ("import json, runpy, nox.registry; runpy.run_path('noxfile.py'); "
+            "print(json.dumps({n: {'requires': f.requires, 'tags': f.tags, 'doc': f.__doc__, "
+            "'backend': f.venv_backend} for n, f in nox.registry.get().items()}))")
+    env = {**os.environ, "NSA_SEL_GPU": "0", **(env_extra or {})}
+    out = subprocess.run([sys.executable, "-c", code], cwd=lanes.repo_root(), env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_noxfile_generates_three_literal_sessions_per_lane():
+    sessions = _nox_sessions()
+    for label in lanes.load_table().labels:
+        for kind in ("compile", "parity", "bench"):
+            s = sessions[f"{kind}-{label}"]
+            assert s["tags"] == [kind, f"triton-{label}"]
+            assert (s["requires"] or None) == (None if kind == "compile" else [f"compile-{label}"])
+            assert f"triton {lanes.load_table().lane(label).triton} " in s["doc"]
+    assert sessions["bench-3.1"]["backend"] == "none"  # CPU machine: bench only records a skip
+    assert {"pin", "constraints", "check-upgrade"} <= set(sessions)
+
+
+def test_noxfile_adds_candidate_lane_only_when_asked():
+    assert not any(n.endswith("-candidate") for n in _nox_sessions())
+    sessions = _nox_sessions({"NSA_SEL_CANDIDATE": "3.10.0"})
+    assert sessions["parity-candidate"]["requires"] == ["compile-candidate"]
+    assert "triton 3.10.0 " in sessions["compile-candidate"]["doc"]
