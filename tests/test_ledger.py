@@ -360,3 +360,10 @@ def test_interp_only_window_turns_interp_failures_into_xfail_without_excluding()
     assert ok and why == []
     kg = ledger.render_known_good(TABLE, ledger.lane_verdicts(TABLE, recs, windows), windows, "l")
     assert "# note: [i]" in kg and "interpreter defect" in kg
+
+
+def test_tidy_message_unwraps_nested_interpreter_errors():
+    raw = ("triton.runtime.errors.InterpreterError: InterpreterError('InterpreterError(\\'AttributeError("
+           "\"\\\\\\'int\\\\\\' object has no attribute \\\\\\'to\\\\\\'\")\\')')")
+    assert ledger.tidy_message(raw) == "AttributeError(\"'int' object has no attribute 'to'\")"
+    assert ledger.tidy_message("AssertionError: 1 != 2") == "AssertionError: 1 != 2"

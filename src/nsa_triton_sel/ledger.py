@@ -29,6 +29,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
@@ -226,6 +227,7 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None) -
     out = []
     for case in root.iter("testcase"):
         verdict, message = _junit_verdict(case)
+        message = tidy_message(message)
         if why and verdict in BAD:
             verdict, message = "xfail", f"known-bad {why} | {message}"
         name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
@@ -242,6 +244,25 @@ def _arch_of(base: dict) -> int | None:
         return int(major) * 10 + int(minor)
     except (ValueError, AttributeError):
         return None
+
+
+_WRAPPED = re.compile(r"InterpreterError\((['\"])(.*)\1\)", re.S)
+
+
+def tidy_message(message: str) -> str:
+    """Unwrap the interpreter's nested ``InterpreterError('InterpreterError(...)')`` reprs.
+
+    Each nesting level escapes the quotes again, so the cause ("'int' object has no attribute
+    'to'") ends up buried under backslashes; the innermost error is what a reader needs.
+    """
+    text = message or ""
+    for _ in range(8):
+        m = _WRAPPED.search(text)
+        if not m:
+            break
+        inner = m.group(2).replace("\\'", "'").replace("\\\"", '"').replace("\\\\", "\\")
+        text = inner
+    return text
 
 
 def _junit_verdict(case: ET.Element) -> tuple[str, str]:
