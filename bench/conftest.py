@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common as C  # noqa: E402
+
+# NSA_BENCH_DRYRUN=1: run the suites on the CPU with tiny shapes, the Triton interpreter
+# and the host clock, to check the plumbing (fixtures, hooks, JSON) without a GPU.
+DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
+if DRY:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+DEVICE = "cpu" if DRY else "cuda"
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
                   "(CPU tests are in tests/; bench/bench_sel_triton.py --dry-run checks the sweep on a CPU)")
@@ -33,7 +41,7 @@ _CEILINGS: dict = {}
 def ceilings() -> dict:
     """Copy bandwidth and matmul TFLOP/s, measured once per session."""
     if not _CEILINGS:
-        _CEILINGS.update(C.measure_ceilings(dry_run=not torch.cuda.is_available()))
+        _CEILINGS.update(C.measure_ceilings(dry_run=DRY or not torch.cuda.is_available()))
     return _CEILINGS
 
 
@@ -48,6 +56,7 @@ class GpuClock:
     """
 
     def __init__(self):
+        self.__name__ = "GpuClock"  # pytest-benchmark records the timer by name
         self.now = 0.0
         self.start = None
 
@@ -66,12 +75,18 @@ class GpuClock:
 @pytest.fixture(scope="session")
 def l2_flush():
     """A callable zeroing a buffer of max(256 MiB, 2 x L2) bytes (enqueued, not waited for)."""
+    if DRY:
+        return lambda: None
     if not torch.cuda.is_available():
         pytest.skip(NO_CUDA_REASON)
     props = torch.cuda.get_device_properties(0)
     l2 = int(getattr(props, "L2_cache_size", 0) or (50 << 20))
     buf = torch.empty(max(256 << 20, 2 * l2), dtype=torch.int8, device="cuda")
-    return buf.zero_
+
+    def flush() -> None:  # must return None: pytest-benchmark treats a truthy result as (args, kwargs)
+        buf.zero_()
+
+    return flush
 
 
 @pytest.fixture
@@ -85,10 +100,14 @@ def gpu_bench(benchmark, l2_flush):
 
     def run(fn, *, nbytes: int, flops: int, rounds: int = 30, warmup: int = 3):
         fn()
-        torch.cuda.synchronize()
-        benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
-        benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops), "timer": "cuda-events",
-                                     "l2_flush": True, **ceilings()})
+        if DRY:  # host clock, few rounds: the numbers mean nothing
+            rounds, warmup = min(rounds, 2), 0
+        else:
+            torch.cuda.synchronize()
+            benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
+        benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops),
+                                     "timer": "host (dry run)" if DRY else "cuda-events",
+                                     "l2_flush": not DRY, **ceilings()})
         return benchmark.pedantic(fn, setup=l2_flush, rounds=rounds, warmup_rounds=warmup, iterations=1)
 
     return run
@@ -96,7 +115,7 @@ def gpu_bench(benchmark, l2_flush):
 
 def pytest_collection_modifyitems(config, items):
     """Skip every bench test on a machine without CUDA, saying why."""
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() or DRY:
         return
     mark = pytest.mark.skip(reason=NO_CUDA_REASON)
     here = Path(__file__).resolve().parent
@@ -115,7 +134,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     except Exception as exc:  # noqa: BLE001 - never lose a benchmark run over metadata
         machine_info["nsa_env"] = {"error": repr(exc)}
     machine_info["nsa_env_columns"] = C.env_columns()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() or DRY:
         machine_info["nsa_ceilings"] = ceilings()
 
 

@@ -35,6 +35,14 @@ PACKED = [
     ("decode-N64-H4-D128-L512", "decode", 64, 4, 128, 128, 512),
 ]
 NSA = [("nsa-T4096-random", 4096, "random"), ("nsa-T4096-local", 4096, "local")]
+NSA_DIMS: dict = {}  # canonical G=4, h=16, D=128, block 64, top-16
+DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
+DEVICE = "cpu" if DRY else "cuda"
+if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
+    PACKED = [(g, d, 4, 4, 32, 32 if d != "decode" else 32, 64 if d != "decode" else 128)
+              for g, d, *_ in PACKED]
+    NSA = [(g, 32, p) for g, _, p in NSA]
+    NSA_DIMS = dict(G=2, h=4, D=32, bs=16, topn=2)
 
 
 def _args(dist):
@@ -52,12 +60,13 @@ def test_packed(gpu_bench, benchmark, shape, impl):
     gid, dist, N, H, Dk, Dv, L = shape
     a = _args(dist)
     a.dtype, a.extra = "fp16", False
-    case = B.make_case(a, dist, N, H, Dk, Dv, L, torch.device("cuda"))
+    case = B.make_case(a, dist, N, H, Dk, Dv, L, torch.device(DEVICE))
     tri, ref, _, _ = B.sides(a, dist, case)
-    torch.testing.assert_close(tri().float(), ref().float(), atol=2e-2, rtol=2e-2)
+    o_ref = ref()
+    torch.testing.assert_close(tri().float().reshape(o_ref.shape), o_ref.float(), atol=2e-2, rtol=2e-2)
     benchmark.group = gid
     benchmark.extra_info.update({"dist": dist, "N": N, "H": H, "D": Dk, "Dv": Dv, "L": L, "impl": impl})
-    gpu_bench(tri if impl == "triton" else ref, nbytes=C.sel_bytes(N, H, Dk, Dv, L, 2),
+    gpu_bench(tri if impl == "triton" else ref, nbytes=C.sel_bytes(N, H, Dk, Dv, L, case.q.element_size()),
               flops=C.sel_flops(N, H, Dk, Dv, L))
 
 
@@ -68,8 +77,10 @@ def nsa_inputs():
     def get(T, pattern):
         if (T, pattern) not in cache:
             cache.clear()
-            torch.cuda.empty_cache()
-            cache[(T, pattern)] = C.nsa_problem(T, pattern=pattern, device="cuda")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            cache[(T, pattern)] = C.nsa_problem(T, pattern=pattern, device=DEVICE,
+                                                dtype=torch.float16 if DRY else torch.bfloat16, **NSA_DIMS)
         return cache[(T, pattern)]
 
     return get
