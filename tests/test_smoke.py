@@ -90,27 +90,38 @@ def test_json_has_the_ledger_keys(report):
 
 
 def _stand_in(tmp_path, body: str) -> str:
-    """A "kernel module" whose import does ``body`` in the child."""
+    """A kernel module whose ``triton.compile`` (as the child calls it) runs ``body`` instead."""
     path = tmp_path / "stand_in.py"
-    path.write_text(f"import os, time\n{body}\n")
+    path.write_text(
+        "import os, sys, time\nimport triton\nimport triton.language as tl\n\n\n"
+        "@triton.jit\ndef kernel(X, BLOCK: tl.constexpr):\n    tl.store(X + tl.arange(0, BLOCK), 0.0)\n\n\n"
+        f"def _compile(*args, **kwargs):\n    {body}\n\n\ntriton.compile = _compile\n"
+    )
     return f"{path}:kernel"
 
 
+def _request(tmp_path, body):
+    return CompileSpec(name="stand-in", kernel=_stand_in(tmp_path, body), constexprs={"BLOCK": 16}).request(80)
+
+
 def test_sigabrt_child_is_a_crash_not_a_harness_failure(tmp_path):
-    req = CompileSpec(name="abort", kernel=_stand_in(tmp_path, "print('Assertion `x` failed.', flush=True, "
-                                                                "file=__import__('sys').stderr); os.abort()")
-                      ).request(80)
-    raw = smoke.run_child(req, tmp_path / "work", timeout=60, python=sys.executable)
+    body = "print('Assertion `x` failed.', file=sys.stderr, flush=True); os.abort()"
+    raw = smoke.run_child(_request(tmp_path, body), tmp_path / "work", timeout=120, python=sys.executable)
     assert raw["verdict"] == "crash" and raw["returncode"] == -signal.SIGABRT
-    assert "SIGABRT" in raw["message"] and "Assertion" in raw["message"]
+    assert "SIGABRT" in raw["message"] and "Assertion `x` failed." in raw["message"]
 
 
 def test_hanging_compile_becomes_a_timeout(tmp_path):
-    req = CompileSpec(name="hang", kernel=_stand_in(tmp_path, "time.sleep(600)")).request(80)
     t0 = time.perf_counter()
-    raw = smoke.run_child(req, tmp_path / "work", timeout=2, python=sys.executable)
-    assert raw["verdict"] == "timeout"
-    assert time.perf_counter() - t0 < 30
+    raw = smoke.run_child(_request(tmp_path, "time.sleep(600)"), tmp_path / "work", timeout=3, python=sys.executable)
+    assert raw["verdict"] == "timeout" and "killed" in raw["message"]
+    assert time.perf_counter() - t0 < 60
+
+
+def test_python_exception_in_compile_is_a_compile_error(tmp_path):
+    body = "raise RuntimeError('outer') from ValueError('the root cause')"
+    raw = smoke.run_child(_request(tmp_path, body), tmp_path / "work", timeout=120, python=sys.executable)
+    assert raw["verdict"] == "compile_error" and raw["message"] == "ValueError: the root cause"
 
 
 def test_failed_variant_sets_exit_code():
