@@ -7,7 +7,8 @@ random causal blocks per token and group) or "local" (the 16 most recent blocks)
 decode (B=64, one query at position T-1 of a 32K cache).  Block indices are turned into
 ranges with ``contract.block_indices_to_ranges`` (causal clamp included).
 
-Contenders: Triton ``sel_attn_ranges`` (``sel_attn_decode`` for decode), ``packed_sdpa``
+Contenders: Triton ``sel_attn_ranges`` (``sel_attn_decode`` for decode), the dispatcher
+``selection_attention(backend="triton")`` (it may pick the multi-token kernel), ``packed_sdpa``
 (only up to --sdpa-max-T: its gather moves T*G*1024*(Dk+Dv) bytes), fla-core's
 ``parallel_nsa_fwd`` when importable (prefill), FlexAttention up to --flex-max-T (its
 block mask is built over (T*h) x T).  Each contender's output is compared with
@@ -94,6 +95,13 @@ def contenders(a, p):
     decode = p["S"] == 1
     tri = sel_attn_decode if decode else sel_attn_ranges
     out = [("triton", lambda: tri(p["q"], p["k"], p["v"], p["ranges"]), "")]
+    try:  # what a user gets: the dispatcher picks the kernel variant (multi-token, decode split)
+        from nsa_triton_sel.dispatch import selection_attention
+
+        out.append(("dispatch", lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"],
+                                                             backend="triton", validate=False), ""))
+    except Exception as exc:  # noqa: BLE001
+        out.append(("dispatch", None, f"unavailable: {type(exc).__name__}: {exc}"[:160]))
     if decode or p["T"] <= a.sdpa_max_T or a.dry_run:
         out.append(("packed_sdpa", lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False), ""))
     else:

@@ -92,6 +92,10 @@ def _nsa_fn(impl, p):
 
     if impl == "triton":
         return lambda: sel_attn_ranges(p["q"], p["k"], p["v"], p["ranges"])
+    if impl == "dispatch":  # what a user gets: the dispatcher picks the kernel variant
+        from nsa_triton_sel.dispatch import selection_attention
+
+        return lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"], backend="triton", validate=False)
     if impl == "sdpa":
         return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
     if impl == "fla":
@@ -119,7 +123,7 @@ def _as_tokens(o, p):
     return o.reshape(B, S, G, h, D).float()
 
 
-@pytest.mark.parametrize("impl", ["triton", "sdpa", "fla"])
+@pytest.mark.parametrize("impl", ["triton", "dispatch", "sdpa", "fla"])
 @pytest.mark.parametrize("shape", NSA, ids=[s[0] for s in NSA])
 def test_nsa(gpu_bench, benchmark, nsa_inputs, shape, impl):
     """Canonical NSA selection (G=4, h=16, D=128, block 64, top-16) on the ranges-native path."""
