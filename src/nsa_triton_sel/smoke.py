@@ -511,7 +511,10 @@ def _print_summary(report, console) -> None:
 # ---------------------------------------------------------------- CLI
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nsa-sel smoke", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="nsa-sel smoke", description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 all ok and canaries as expected; 1 a variant is not ok; "
+               "3 only a canary differs from its expectation; 2 bad usage")
     p.add_argument("--arch", default=",".join(map(str, DEFAULT_ARCHS)),
                    help="compute capabilities, comma separated (default 80,89,90; 100 and 120 on request)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON (schema 1)")
