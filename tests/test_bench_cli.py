@@ -1,0 +1,269 @@
+"""CPU tests of the benchmark machinery in bench/: argument handling, problem builders,
+work accounting, CSV writing, suspect guards, the GPU clock of the pytest suites, and one
+tiny end-to-end ``--dry-run`` sweep (Triton interpreter, modelled clock)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import bench_sel_triton as B  # noqa: E402
+import common as C  # noqa: E402
+
+
+def _bench_conftest():
+    """bench/conftest.py under its own name (tests/ has a conftest module of its own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nsa_bench_conftest", BENCH / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ----------------------------------------------------------------------------- arguments
+def test_seed_interface_defaults_and_lists():
+    a = B.parse_args(["--N", "64,1024", "--H", "4,8", "--D", "64,128", "--Dv", "64", "--L_list", "16,32",
+                      "--dist", "few,many", "--iters", "7", "--warmup", "2", "--streams", "1,2", "--csv", "x.csv"])
+    assert a.Ns == [64, 1024] and a.Hs == [4, 8] and a.Ls == [16, 32]
+    assert a.dims == [(64, 64), (128, 64)]  # --D x --Dv product
+    assert a.dists == ["few", "many"] and a.streams == [1, 2] and (a.iters, a.warmup) == (7, 2)
+    assert B.parse_args(["--D", "128"]).dims == [(128, 128)]  # Dv defaults to D
+    assert B.parse_args(["--dims", "64:64,128:64"]).dims == [(64, 64), (128, 64)]
+    d = B.parse_args(["--decode", "1", "--L_list", "128,256"])
+    assert d.decode and d.dists == ["decode"]
+    assert B.parse_args(["--decode"]).decode  # bare flag works too
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--dist", "few,sparse"], "--dist accepts few, many, mixed"),
+    (["--N", "64,abc"], "--N must be a comma-separated list of positive integers"),
+    (["--L_list", "0,16"], "--L_list must be"),
+    (["--dims", "64-64"], "--dims takes Dk:Dv pairs"),
+    (["--decode", "1", "--L_list", "100"], "multiple of --l_sel=64"),
+    (["--T", "32", "--L_list", "64"], "--T=32 is shorter than the largest L=64"),
+    (["--iters", "0"], "--iters must be >= 1"),
+    (["--D", "512"], "head dims up to 256"),
+])
+def test_bad_arguments_exit_2_and_say_what_is_accepted(argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        B.parse_args(argv)
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_without_cuda_the_benchmark_refuses_unless_dry_run(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert B.main(["--N", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--dry-run" in err
+
+
+def test_csv_path_template():
+    assert B.csv_path("out/sel_{mode}.csv", "varlen") == "out/sel_varlen.csv"
+    assert B.csv_path("all.csv", "dense") == "all.csv"
+    assert B.csv_path(None, "dense") is None
+
+
+# ----------------------------------------------------------------------------- problems
+@pytest.mark.parametrize("dist", ["few", "many", "mixed"])
+@pytest.mark.parametrize("L", [16, 100, 1024])
+def test_span_distributions_sum_to_L_and_are_disjoint(dist, L):
+    gen = torch.Generator().manual_seed(1)
+    N, T = 64, 4 * L
+    lens = C.span_lengths(dist, N, L, gen)
+    assert (lens.sum(-1) == L).all()
+    if dist == "many":
+        assert lens.shape[1] == 8 and (lens.max(-1).values - lens.min(-1).values <= 1).all()
+    if dist == "mixed":
+        counts = (lens > 0).sum(-1)
+        assert set(counts.tolist()) <= {2, 4, 8} and len(set(counts.tolist())) > 1
+    spans = C._spans_from_lengths(lens, T, gen)
+    st, en = spans[..., 0].long(), spans[..., 1].long()
+    assert (st >= 0).all() and (en <= T).all() and (en - st == lens).all()
+    real = lens > 0
+    for r in range(N):  # in order and disjoint
+        s, e = st[r][real[r]], en[r][real[r]]
+        assert (s[1:] >= e[:-1]).all()
+    idx = C.gather_index(spans, L)
+    assert idx.shape == (N, L) and (idx[:, 1:] != idx[:, :-1]).all()
+    assert int(idx.min()) >= 0 and int(idx.max()) < T
+
+
+def test_many_spans_are_scattered_not_packed():
+    gen = torch.Generator().manual_seed(0)
+    spans = C._spans_from_lengths(C.span_lengths("many", 256, 64, gen), 256, gen)
+    assert (spans[:, -1, 1] - spans[:, 0, 0] > 64).float().mean() > 0.9
+
+
+def test_decode_blocks():
+    gen = torch.Generator().manual_seed(0)
+    r = C.decode_lengths(8, 256, 64, 1024, gen)
+    assert r.shape == (8, 4, 2) and (r[..., 0] % 64 == 0).all() and (r[..., 1] - r[..., 0] == 64).all()
+    assert all(len(set(row[:, 0].tolist())) == 4 for row in r)
+    with pytest.raises(ValueError, match="multiple of l_sel"):
+        C.decode_lengths(1, 100, 64, 1024, gen)
+
+
+def test_make_case_packs_exactly_the_selected_keys():
+    a = B.parse_args(["--dry-run", "--dist", "mixed"])
+    case = B.make_case(a, "mixed", 6, 4, 16, 8, 40, torch.device("cpu"))
+    assert case.kp.shape == (6, 40, 16) and case.vp.shape == (6, 40, 8) and case.T == 160
+    r = case.ranges[:, 0, 0].long()
+    for i in range(6):
+        keys = torch.cat([torch.arange(s, e) for s, e in r[i].tolist() if e > s])
+        torch.testing.assert_close(case.kp[i], case.k5[i, 0, keys])
+
+
+# ----------------------------------------------------------------------------- accounting
+def test_bytes_and_flops():
+    # q + selected K/V + o, each once; 2·H·L·(Dk+Dv) FLOPs per row.
+    assert C.sel_bytes(N=2, H=4, Dk=64, Dv=32, L=10, elem=2) == 2 * 2 * (4 * 64 + 10 * 96 + 4 * 32)
+    assert C.sel_flops(N=2, H=4, Dk=64, Dv=32, L=10) == 2 * 2 * 4 * 10 * 96
+    gbs, tfl, pct = C.rates(1.0, 3_000_000_000, 2_000_000_000_000, copy_gbs=3000.0)
+    assert (gbs, tfl, pct) == pytest.approx((3000.0, 2000.0, 100.0))
+    assert all(math.isnan(x) for x in C.rates(0.0, 1, 1, 1.0))
+
+
+# ----------------------------------------------------------------------------- csv + guards
+def _row(L, ref_ms, tri_ms=None, N=1024, H=8, D=128, copy=3000.0, **kw):
+    nbytes = C.sel_bytes(N, H, D, D, L, 2)
+    tri_ms = ref_ms / 1.5 if tri_ms is None else tri_ms
+    r = {"mode": "dense", "dist": "few", "N": N, "H": H, "D": D, "Dv": D, "L": L, "streams": 1, "dtype": "fp16",
+         "tri_ms": tri_ms, "ref_ms": ref_ms, "mae": 1e-4, "copy_gbs": copy, "status": "ok", "gpu": "g"}
+    r["tri_gbs"], r["ref_gbs"] = nbytes / tri_ms / 1e6, nbytes / ref_ms / 1e6
+    r.update(kw)
+    return r
+
+
+def test_csv_has_the_seed_columns_first_then_ours(tmp_path):
+    p = tmp_path / "x.csv"
+    C.write_csv(p, [_row(64, 0.1)])
+    C.write_csv(p, [_row(128, 0.2)])  # appends without a second header
+    with p.open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][:12] == ["mode", "N", "H", "D", "Dv", "L", "nspans", "streams", "tri_ms", "ref_ms", "speedup",
+                            "mae"]
+    for col in ("tri_gbs", "ref_gbs", "tri_tflops", "ref_tflops", "tri_pct_bw", "ref_pct_bw", "suspect",
+                "gpu", "triton", "torch", "cuda", "copy_gbs"):
+        assert col in rows[0]
+    assert len(rows) == 3 and rows[1][5] == "64" and rows[2][5] == "128"
+    bad = tmp_path / "old.csv"
+    bad.write_text("mode,N,H\n")
+    with pytest.raises(ValueError, match="different header"):
+        C.write_csv(bad, [_row(64, 0.1)])
+
+
+def test_honest_sweep_raises_no_flag():
+    rows = [_row(L, 0.01 + L * 0.0005) for L in (16, 32, 64, 128, 256, 512, 1024)]
+    assert all(r["suspect"] == "" for r in C.flag_suspects(rows))
+
+
+def test_small_latency_bound_sweep_is_not_called_flat():
+    # N=64, H=4, D=64: even at L=1024 the work is ~5 us at copy bandwidth, so a flat
+    # ~10 us reference is honest launch latency, not skipped work.
+    rows = [_row(L, 0.010 + 0.0001 * (i % 2), N=64, H=4, D=64) for i, L in enumerate((16, 64, 256, 1024))]
+    assert all("ref_flat" not in r["suspect"] for r in C.flag_suspects(rows))
+
+
+def test_the_seeds_bug_is_caught():
+    # SDPA at a constant 0.02 ms whatever L (one row timed, 64 keys read): flat, and
+    # above the copy bandwidth at large L.
+    rows = C.flag_suspects([_row(L, 0.02) for L in (64, 128, 256, 512, 1024)])
+    assert all("ref_flat" in r["suspect"] for r in rows)
+    assert "ref_bw>copy" in rows[-1]["suspect"] and "ref_bw>copy" not in rows[0]["suspect"]
+
+
+def test_drop_nan_and_triton_bandwidth_guards():
+    rows = C.flag_suspects([_row(64, 0.10), _row(128, 0.05), _row(256, 0.2)])
+    assert rows[1]["suspect"] == "ref_drop" and rows[0]["suspect"] == rows[2]["suspect"] == ""
+    nan = C.flag_suspects([_row(64, 0.1, mae=float("nan"))])
+    assert nan[0]["suspect"] == "nan"
+    fast = C.flag_suspects([_row(1024, 1.0, tri_ms=1e-4)])
+    assert fast[0]["suspect"] == "tri_bw>copy"
+
+
+def test_guards_are_per_sweep():
+    # Same L values, different N: the drop from one group to the other is not a drop.
+    rows = C.flag_suspects([_row(64, 0.5, N=1024), _row(64, 0.01, N=64), _row(128, 0.02, N=64)])
+    assert all(r["suspect"] == "" for r in rows)
+
+
+# ----------------------------------------------------------------------------- pytest suite plumbing
+def test_gpu_clock_advances_by_event_time_between_pairs(monkeypatch):
+    bench_conftest = _bench_conftest()
+
+    class FakeEvent:
+        now = 0.0
+
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            FakeEvent.now += 1.5
+            self.t = FakeEvent.now
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3  # ms, as CUDA events report
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    clock = bench_conftest.GpuClock()
+    t0 = clock()
+    t1 = clock()
+    assert t0 == 0.0 and t1 == pytest.approx(1.5)  # one record apart, in seconds
+    assert clock() == pytest.approx(1.5) and clock() == pytest.approx(3.0)
+
+
+def test_benchmark_json_hook_derives_rates():
+    bench_conftest = _bench_conftest()
+
+    out = {"benchmarks": [{"stats": {"median": 1e-3},
+                           "extra_info": {"bytes": 3_000_000_000, "flops": 10**12, "copy_gbs": 3000.0}},
+                          {"stats": {"median": 1e-3}, "extra_info": {}}]}
+    bench_conftest.pytest_benchmark_update_json(None, [], out)
+    info = out["benchmarks"][0]["extra_info"]
+    assert info["gbs"] == pytest.approx(3000.0) and info["tflops"] == pytest.approx(1000.0)
+    assert info["pct_copy_bw"] == pytest.approx(100.0) and info["median_ms"] == pytest.approx(1.0)
+    assert "gbs" not in out["benchmarks"][1]["extra_info"]
+
+
+def test_run_h100_rejects_unknown_option(tmp_path):
+    res = subprocess.run(["bash", str(BENCH / "run_h100.sh"), str(tmp_path), "--fast"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "accepted: --dry-run" in res.stderr
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
+    """The real sweep code on the CPU: interpreter kernels, oracle MAE, modelled clock."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, str(BENCH / "bench_sel_triton.py"), "--dry-run", "--N", "3", "--H", "2",
+           "--dims", "32:16", "--L_list", "16,32,128", "--dist", "few,many,mixed", "--mae-rows", "2",
+           "--csv", str(tmp_path / "sel_{mode}.csv")]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[9/9" in res.stderr  # progress lines
+    dense = C.read_csv([tmp_path / "sel_dense.csv"])
+    varlen = C.read_csv([tmp_path / "sel_varlen.csv"])
+    assert len(dense) == 3 and len(varlen) == 6
+    assert {r["dist"] for r in varlen} == {"many", "mixed"}
+    for r in dense + varlen:
+        assert r["status"] == "ok" and r["suspect"] == "" and r["timer"] == "model"
+        assert float(r["mae"]) < 1e-2 and float(r["ref_mae"]) < 1e-2
+        assert float(r["tri_gbs"]) > 0 and r["gpu"] and r["triton"]
+    assert all(r["tri_packed_ms"] and r["ref_gather_ms"] for r in varlen)
+    assert res.stdout.splitlines()[0].startswith("dense,N=3,H=2,D=32,Dv=16,L=16,streams=1, tri_ms=")
