@@ -588,7 +588,9 @@ def flex_contender(p: dict):
         s = qi // h
         return sel[b, g, s, kv // bs] & (kv <= pos[s])
 
-    bm = create_block_mask(mask_mod, B, G, S * h, T, device=p["q"].device)
+    # _compile=True fuses the mask evaluation: the eager path would materialise
+    # [B, G, S*h, T] booleans plus int64 index temporaries (tens of GB at T=4096).
+    bm = create_block_mask(mask_mod, B, G, S * h, T, device=p["q"].device, _compile=p["q"].is_cuda)
     q = p["q"].permute(0, 2, 1, 3, 4).reshape(B, G, S * h, D)
     fn = torch.compile(flex_attention, dynamic=False)
     return lambda: fn(q, p["k"], p["v"], block_mask=bm, scale=D ** -0.5)

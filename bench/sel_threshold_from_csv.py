@@ -284,7 +284,7 @@ def make_plot(rows: list[dict], v: Verdict, margin: float, path: Path) -> bool:
     if not dists or not dims:
         return False
     fig, axes = plt.subplots(len(dists), len(dims), figsize=(4.2 * len(dims), 3.2 * len(dists)),
-                             squeeze=False, sharex=True)
+                             squeeze=False, sharex=True, sharey=True)
     for i, d in enumerate(dists):
         for j, (dk, dv) in enumerate(dims):
             ax = axes[i][j]
