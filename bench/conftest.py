@@ -141,10 +141,18 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     """Derived rates from the median GPU time: GB/s, TFLOP/s, % of copy bandwidth."""
+    sdpa = {}  # group -> median of its SDPA contender
     for b in output_json.get("benchmarks", []):
         info, stats = b.get("extra_info", {}), b.get("stats", {})
         med = stats.get("median")
+        if med and info.get("impl") == "sdpa":
+            sdpa[b.get("group")] = med
         if not med or "bytes" not in info:
             continue
         gbs, tfl, pct = C.rates(med * 1e3, info["bytes"], info["flops"], info.get("copy_gbs", 0))
         info.update({"median_ms": med * 1e3, "gbs": gbs, "tflops": tfl, "pct_copy_bw": pct})
+    # The ledger takes numeric extra_info: each contender's speedup over SDPA in its group.
+    for b in output_json.get("benchmarks", []):
+        med, ref = (b.get("stats") or {}).get("median"), sdpa.get(b.get("group"))
+        if med and ref:
+            b.setdefault("extra_info", {})["speedup_vs_sdpa"] = ref / med

@@ -231,14 +231,17 @@ def test_gpu_clock_advances_by_event_time_between_pairs(monkeypatch):
 def test_benchmark_json_hook_derives_rates():
     bench_conftest = _bench_conftest()
 
-    out = {"benchmarks": [{"stats": {"median": 1e-3},
-                           "extra_info": {"bytes": 3_000_000_000, "flops": 10**12, "copy_gbs": 3000.0}},
-                          {"stats": {"median": 1e-3}, "extra_info": {}}]}
+    work = {"bytes": 3_000_000_000, "flops": 10**12, "copy_gbs": 3000.0}
+    out = {"benchmarks": [{"group": "g", "stats": {"median": 1e-3}, "extra_info": dict(work, impl="triton")},
+                          {"group": "g", "stats": {"median": 3e-3}, "extra_info": dict(work, impl="sdpa")},
+                          {"group": "h", "stats": {"median": 1e-3}, "extra_info": {}}]}
     bench_conftest.pytest_benchmark_update_json(None, [], out)
     info = out["benchmarks"][0]["extra_info"]
     assert info["gbs"] == pytest.approx(3000.0) and info["tflops"] == pytest.approx(1000.0)
     assert info["pct_copy_bw"] == pytest.approx(100.0) and info["median_ms"] == pytest.approx(1.0)
-    assert "gbs" not in out["benchmarks"][1]["extra_info"]
+    assert info["speedup_vs_sdpa"] == pytest.approx(3.0)
+    assert out["benchmarks"][1]["extra_info"]["speedup_vs_sdpa"] == pytest.approx(1.0)
+    assert "gbs" not in out["benchmarks"][2]["extra_info"] and "speedup_vs_sdpa" not in out["benchmarks"][2]["extra_info"]
 
 
 def test_run_h100_rejects_unknown_option(tmp_path):
