@@ -51,6 +51,7 @@ COLUMNS = SEED_COLUMNS + EXTRA_COLUMNS
 # where the bandwidth floor at the largest L is at least twice the smallest measured
 # time, i.e. where honest work must be visible above launch latency.
 DROP_TOL = 0.15
+DROP_ABS_MS = 0.002  # and by more than 2 us: launch-bound kernels jitter by about that much
 FLAT_MIN_RATIO = 1.2
 FLAT_FLOOR_FACTOR = 2.0
 
@@ -384,7 +385,7 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
     Per row: ``nan`` (a NaN time, MAE or output), ``tri_bw>copy`` / ``ref_bw>copy``
     (effective bandwidth above the measured copy bandwidth: the side cannot have done
     the work).  Per sweep (same config, growing L): ``ref_drop`` (the reference got more
-    than DROP_TOL faster than at the previous L), ``ref_flat`` (the reference at the
+    than DROP_TOL and DROP_ABS_MS faster than at the previous L), ``ref_flat`` (the reference at the
     largest L is under FLAT_MIN_RATIO times its smallest-L time although the bandwidth
     floor at the largest L is at least FLAT_FLOOR_FACTOR times that time).
     """
@@ -406,7 +407,8 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
     for sweep in groups.values():
         sweep.sort(key=lambda r: int(r["L"]))
         for prev, cur in zip(sweep, sweep[1:]):
-            if _f(cur["ref_ms"]) < _f(prev["ref_ms"]) * (1 - DROP_TOL):
+            t_prev, t_cur = _f(prev["ref_ms"]), _f(cur["ref_ms"])
+            if t_cur < t_prev * (1 - DROP_TOL) and t_prev - t_cur > DROP_ABS_MS:
                 flags[id(cur)].append("ref_drop")
         _flat_check(sweep, flags)
     for r in rows:

@@ -188,6 +188,8 @@ def test_the_seeds_bug_is_caught():
 def test_drop_nan_and_triton_bandwidth_guards():
     rows = C.flag_suspects([_row(64, 0.10), _row(128, 0.05), _row(256, 0.2)])
     assert rows[1]["suspect"] == "ref_drop" and rows[0]["suspect"] == rows[2]["suspect"] == ""
+    jitter = C.flag_suspects([_row(16, 0.0100, N=64, H=4, D=64), _row(32, 0.0084, N=64, H=4, D=64)])
+    assert jitter[1]["suspect"] == ""  # 16 % but 1.6 us: launch-latency noise, not a drop
     nan = C.flag_suspects([_row(64, 0.1, mae=float("nan"))])
     assert nan[0]["suspect"] == "nan"
     fast = C.flag_suspects([_row(1024, 1.0, tri_ms=1e-4)])
