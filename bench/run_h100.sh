@@ -87,3 +87,5 @@ stage "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
 
 echo "=== done in $((SECONDS - START))s; files:"
 ls -la "$OUT"
+exec 1>&- 2>&-  # let tee write the end of run.log before the script returns
+sleep 1
