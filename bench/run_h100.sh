@@ -79,7 +79,7 @@ stage "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[
 stage "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
 stage "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
     --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
-    --benchmark-columns=min,median,iqr,rounds --benchmark-time-unit=us
+    --benchmark-columns=min,median,iqr,rounds
 stage "nsa contenders" "${LIM[4]}" "$PY" bench/bench_nsa.py "${NSA[@]}" --csv "$OUT/nsa.csv"
 stage "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
     --dense "$OUT/sel_dense.csv" --varlen "$OUT/sel_varlen.csv" --decode "$OUT/sel_decode.csv" \
