@@ -272,3 +272,37 @@ def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
         assert float(r["tri_gbs"]) > 0 and r["gpu"] and r["triton"]
     assert all(r["tri_packed_ms"] and r["ref_gather_ms"] for r in varlen)
     assert res.stdout.splitlines()[0].startswith("dense,N=3,H=2,D=32,Dv=16,L=16,streams=1, tri_ms=")
+
+
+def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch):
+    """The timing loop without a GPU: fake events, a CPU flush buffer."""
+    clock = {"t": 0.0, "flushes": 0}
+
+    class FakeEvent:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = clock["t"]
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    class FlushBuf:
+        def zero_(self):
+            clock["flushes"] += 1
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    timer = C.CudaEventTimer.__new__(C.CudaEventTimer)
+    timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = 5, 2, False, FlushBuf()
+    durations = iter([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 100.0])  # compile, 2 warm-up, 5 timed (ms)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock["t"] += next(durations)
+
+    t = timer(fn)
+    assert len(calls) == 8 and clock["flushes"] == 5  # one flush before every timed run only
+    assert t.median_ms == 3.0 and t.p20_ms == 2.0 and t.p80_ms == 4.0
