@@ -145,7 +145,9 @@ def _unshare_torch(session: nox.Session) -> None:
 def _prepare(session: nox.Session, lane: _lanes.Lane, kind: str, opts) -> dict:
     """Install the lane (unless passthrough), set its env, verify Triton; returns the fingerprint."""
     _check_python(session, lane)
-    session.env["PYTHONPATH"] = str(ROOT / "src")  # the package under test, no build or install step
+    # The package under test (no build or install step), then whatever the caller put on
+    # PYTHONPATH: an offline GPU machine can bring another Triton as an unpacked tree there.
+    session.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     session.env["TRITON_CACHE_DIR"] = str(session.cache_dir / "triton" / f"triton-{lane.label}")
     for knob, value in TABLE.knobs.items():
         session.env[knob] = os.environ.get(knob, str(value))  # explicit, recorded, user-overridable
