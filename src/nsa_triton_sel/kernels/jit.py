@@ -38,6 +38,18 @@ from .meta import MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented ab
 
 
 @triton.jit
+def _cumsum(x, BLOCK: tl.constexpr):
+    """Inclusive prefix sum of a short vector, as a triangular masked reduction.
+
+    ``tl.cumsum`` gives wrong prefix sums on Triton 3.0 for sm_90 (found on the H100:
+    every row with two or more spans came out NaN); this form costs BLOCK^2 adds once per
+    program and is right on every version.
+    """
+    offs = tl.arange(0, BLOCK)
+    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)
+
+
+@triton.jit
 def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
     """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``)."""
     if MULTI:
@@ -198,7 +210,7 @@ def sel_fwd_kernel(
         starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)
         ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)
         tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N
-        cum = tl.cumsum(tiles, 0)
+        cum = _cumsum(tiles, BLOCK_S)
         first = cum - tiles
         total = tl.sum(tiles, 0)
     else:
@@ -384,7 +396,7 @@ def sel_fwd_tok_kernel(
     stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)
     enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N
-    cumL = tl.cumsum(tilesL, 0)
+    cumL = _cumsum(tilesL, BLOCK_S)
     firstL = cumL - tilesL
     totalL = tl.sum(tilesL, 0)
 
@@ -418,7 +430,7 @@ def sel_fwd_tok_kernel(
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)
-    cum2 = tl.cumsum(tiles2, 0)
+    cum2 = _cumsum(tiles2, TOK * BLOCK_S)
     first2 = cum2 - tiles2
     total2 = tl.sum(tiles2, 0)
     for j in range(0, total2):
