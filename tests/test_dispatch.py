@@ -261,3 +261,17 @@ def test_multi_token_kernel_chosen_for_shared_selections(monkeypatch, spy):
     monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "3")
     with pytest.raises(ValueError, match="NSA_SEL_TRITON_TOKENS"):
         selection_attention(p.q, p.k, p.v, p.ranges)
+
+
+def test_known_bad_triton_warns(monkeypatch):
+    from nsa_triton_sel import known_bad
+
+    monkeypatch.setattr(known_bad, "check_installed", lambda: "[w1] broken on this GPU")
+    with pytest.warns(RuntimeWarning, match=r"known-bad here: \[w1\] broken on this GPU"):
+        assert dispatch.warn_if_known_bad() == "[w1] broken on this GPU"
+    monkeypatch.setattr(known_bad, "check_installed", lambda: None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch.warn_if_known_bad() is None

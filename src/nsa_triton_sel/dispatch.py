@@ -36,6 +36,20 @@ from .contract import block_indices_to_ranges, check_qkv, check_ranges
 log = logging.getLogger("nsa_triton_sel")
 
 BACKENDS = ("auto", "triton", "sdpa", "reference", "oracle")
+
+
+def warn_if_known_bad() -> str | None:
+    """Warn (once, at import) when the installed Triton is in a known-bad window for this GPU."""
+    from .known_bad import check_installed
+
+    reason = check_installed()
+    if reason:
+        warnings.warn(f"nsa_triton_sel: the installed Triton is known-bad here: {reason} "
+                      f"(see constraints/known-bad.toml and constraints/known-good.txt)", RuntimeWarning, stacklevel=2)
+    return reason
+
+
+warn_if_known_bad()
 _FAILED: dict[tuple, str] = {}  # (device, dtype, Dk, Dv, h) -> reason of the first kernel failure
 
 
