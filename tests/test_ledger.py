@@ -367,3 +367,14 @@ def test_tidy_message_unwraps_nested_interpreter_errors():
            "\"\\\\\\'int\\\\\\' object has no attribute \\\\\\'to\\\\\\'\")\\')')")
     assert ledger.tidy_message(raw) == "AttributeError(\"'int' object has no attribute 'to'\")"
     assert ledger.tidy_message("AssertionError: 1 != 2") == "AssertionError: 1 != 2"
+
+
+def test_junit_properties_become_metrics():
+    from nsa_triton_sel import ledger
+
+    xml = ('<testsuites><testsuite><testcase classname="t" name="a" time="0.5"><properties>'
+           '<property name="max_abs_err" value="1.5e-03"/><property name="note" value="x"/>'
+           '</properties></testcase></testsuite></testsuites>')
+    base = {"triton": "3.6.0", "check": "parity", "mode": "gpu", "compute_capability": "9.0"}
+    rec = ledger.records_from_junit(xml, base, windows=[])[0]
+    assert rec["metrics"]["max_abs_err"] == 1.5e-3 and "note" not in rec["metrics"]

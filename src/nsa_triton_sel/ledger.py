@@ -231,8 +231,19 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None) -
         if why and verdict in BAD:
             verdict, message = "xfail", f"known-bad {why} | {message}"
         name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
-        metrics = {"seconds": float(case.get("time") or 0.0)}
+        metrics = {"seconds": float(case.get("time") or 0.0), **_junit_properties(case)}
         out.append(record(base, kernel=name, verdict=verdict, message=message, metrics=metrics))
+    return out
+
+
+def _junit_properties(case: ET.Element) -> dict:
+    """Numeric ``record_property`` values of a test case (e.g. its oracle errors)."""
+    out = {}
+    for prop in case.iter("property"):
+        try:
+            out[prop.get("name")] = float(prop.get("value"))
+        except (TypeError, ValueError):
+            continue
     return out
 
 
