@@ -112,10 +112,11 @@ def _use_decode(q, per_head: bool) -> bool:
     B, S, G, h, _ = q.shape
     if S != 1:
         return False
-    chunk = 16 if per_head else min(64, max(16, 1 << (h - 1).bit_length()))
-    programs = B * G * math.ceil(h / chunk)
-    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.device.type == "cuda" else 8
-    return programs < sms
+    from .kernels.launch import sm_count, max_rows
+    from .kernels.meta import head_block
+
+    programs = B * G * math.ceil(h / head_block(h, per_head, max_rows(q.device)))
+    return programs < sm_count(q.device)
 
 
 def decide(q, k, v, *, backend: str = "auto", flags: config.Flags | None = None) -> Decision:

@@ -58,7 +58,7 @@ def _check_kernel_inputs(*named):
             raise TypeError(f"{name} has dtype {x.dtype}; the Triton kernels accept float16 and bfloat16")
 
 
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 8  # the interpreter: any small number exercises the split path
@@ -178,7 +178,7 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
 
 def decode_splits(rows: int, T: int, block_n: int, device: torch.device) -> int:
     """How many programs share one row's keys: enough to fill the GPU twice over."""
-    want = triton_cdiv(2 * _sm_count(device), max(rows, 1))
+    want = triton_cdiv(2 * sm_count(device), max(rows, 1))
     return int(max(1, min(want, triton_cdiv(max(T, 1), block_n), 128)))
 
 
