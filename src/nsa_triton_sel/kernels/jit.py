@@ -215,7 +215,9 @@ def sel_fwd_kernel(
         total = tl.sum(tiles, 0)
     else:
         if SPAN_MODE == 1:
-            starts = 0
+            # pid0 * 0, not 0: Triton 3.0/3.1's interpreter runs range() loops with Python ints,
+            # and a span start that is a plain int leaves `pos` without .to(); compiled, it folds to 0.
+            starts = pid0 * 0
             ends = seq_len
         else:
             starts = tl.load(SPANS + b).to(tl.int32)
