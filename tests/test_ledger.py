@@ -378,3 +378,14 @@ def test_junit_properties_become_metrics():
     base = {"triton": "3.6.0", "check": "parity", "mode": "gpu", "compute_capability": "9.0"}
     rec = ledger.records_from_junit(xml, base, windows=[])[0]
     assert rec["metrics"]["max_abs_err"] == 1.5e-3 and "note" not in rec["metrics"]
+
+
+def test_static_findings_of_canary_kernels_are_not_verdicts():
+    report = {"results": [{"spec": "c", "kernel": "block_ptr", "arch": 80, "verdict": "compile_error",
+                           "canary": True, "as_expected": True},
+                          {"spec": "s", "kernel": "sel_fwd_kernel", "arch": 80, "verdict": "ok", "canary": False}],
+              "static": {"/x/tests/canaries/kernels.py:block_ptr": {"needs": "<3.9", "installed_ok": False},
+                         "nsa_triton_sel.kernels.jit:sel_fwd_kernel": {"needs": ">=3.0", "installed_ok": True}}}
+    recs = ledger.records_from_smoke(report, _base("3.9", "compile"), [])
+    assert [(r["check"], r["kernel"]) for r in recs if r["check"] == "compile-static"] == [
+        ("compile-static", "nsa_triton_sel.kernels.jit:sel_fwd_kernel")]
