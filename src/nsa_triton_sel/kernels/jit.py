@@ -3,12 +3,15 @@
 This module imports only ``triton``: the compile-smoke harness loads it in child
 processes without paying for ``import torch``.
 
-One kernel, :func:`sel_fwd_kernel`, serves every entry point; a constexpr
-``SPAN_MODE`` says where a row's keys come from:
+:func:`sel_fwd_kernel` serves every single-token entry point (and, with ``SPLIT``, decode);
+a constexpr ``SPAN_MODE`` says where a row's keys come from:
 
 - ``MODE_RANGES``: ``ranges [B, S, G, n, 2]`` read directly, keys from ``k [B, G, T, Dk]``;
 - ``MODE_DENSE``: one span ``[0, L)`` per row of ``k [N, L, Dk]`` (seed ``sel_attn_fwd_dense``);
 - ``MODE_CU``: one span ``[cu[i], cu[i + 1])`` of ``k_all [total, Dk]`` (seed ``sel_attn_fwd_varlen``).
+
+:func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
+selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
 
 Design (group-centric, see ``../shared/notes/perf-anchors.md``):
 
