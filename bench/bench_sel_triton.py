@@ -12,7 +12,8 @@ What is compared (identical input tensors on both sides, built once per case):
 
 - ``few`` (mode ``dense``): one contiguous span of L per row.  Triton
   ``sel_attn_fwd_dense`` and SDPA (``reference.sdpa_rows``) both read the packed
-  ``[N, L, D]`` tensors.
+  ``[N, L, D]`` tensors; ``ref_gather_ms`` is ``packed_sdpa`` on the same keys given as
+  one span ``[0, L)`` per row (what the dispatcher runs for such a row).
 - ``many`` / ``mixed`` (mode ``varlen``): 8 equal spans, or 2/4/8 random spans, summing
   to L and scattered over a ``T``-long key sequence per row (default T = 4 L).
   ``tri_ms`` is the ranges-native kernel (``sel_attn_ranges``) reading the scattered
@@ -26,8 +27,14 @@ What is compared (identical input tensors on both sides, built once per case):
   ``l_sel`` keys from a ``T``-long cache; Triton ``sel_attn_decode`` (split-L) vs SDPA on
   the packed keys, plus ``packed_sdpa`` in ``ref_gather_ms``.
 
-Timing: CUDA events, L2 flushed before every timed run, median of ``--iters`` runs after
-one compile call and ``--warmup`` runs (see ``common.CudaEventTimer``).  MAE of both
+Timing (default ``--timer graph``): each side's call is recorded once as a CUDA graph and
+replayed; CUDA events around every replay, L2 flushed before each, median of ``--iters``
+runs after one compile call and ``--warmup`` replays (``common.GraphTimer``).  The graph
+takes the host's launch cost out of both sides: with kernels of a few microseconds the
+Python launchers cannot stay ahead of the GPU and their gap would be timed as kernel
+time.  That cost is reported instead, per side, in ``tri_host_us`` / ``ref_host_us``.
+``ref_gather_ms`` (``packed_sdpa`` syncs once for its longest row) cannot be captured and
+is timed eagerly; ``--timer events`` / ``do_bench`` time everything eagerly.  MAE of both
 sides is measured against the float64 oracle on ``--mae-rows`` rows.  Guards mark rows
 as suspect (CSV ``suspect`` column and on screen): a NaN, an effective bandwidth above
 the measured copy bandwidth, and a reference time that does not grow with L.
@@ -79,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp16", choices=sorted(C.DTYPES), help="input dtype, default fp16")
     p.add_argument("--mae-rows", type=int, default=32, help="rows checked against the float64 oracle, default 32")
     p.add_argument("--no-extra", action="store_true", help="skip the tri_packed_ms / ref_gather_ms timings")
-    p.add_argument("--timer", default="events", choices=["events", "do_bench"],
-                   help="GPU timer: own CUDA-event loop (iteration counts) or triton.testing.do_bench")
+    p.add_argument("--timer", default="graph", choices=["graph", "events", "do_bench"],
+                   help="GPU timer: CUDA-graph replay (default; host launch cost excluded), "
+                        "eager CUDA-event loop, or triton.testing.do_bench")
     p.add_argument("--rep-ms", type=int, default=30, help="do_bench: timed budget in ms")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-s", type=float, default=0,
@@ -220,7 +228,7 @@ def sides(a: Args, dist: str, case: Case):
     ref = lambda: sdpa_rows(q, kp, vp)  # noqa: E731
     gather = (lambda: packed_sdpa(q5, case.k5, case.v5, case.ranges, validate=False)) if a.extra else None
     if dist == "few":
-        return (lambda: K.sel_attn_fwd_dense(q, kp, vp)), ref, None, None
+        return (lambda: K.sel_attn_fwd_dense(q, kp, vp)), ref, None, gather
     if dist == "decode":
         return (lambda: K.sel_attn_decode(q5, case.k5, case.v5, case.ranges)), ref, None, gather
     L = kp.shape[1]
@@ -265,14 +273,19 @@ def run_case(a: Args, dist: str, N, H, Dk, Dv, L, streams, timer, ceil, env, dev
         row.update(mae=float("nan") if has_nan else mae, ref_mae=ref_mae, mae_rows=nrows)
         nbytes = C.sel_bytes(N, H, Dk, Dv, L, case.q.element_size())
         flops = C.sel_flops(N, H, Dk, Dv, L)
-        t = {}
+        t, methods = {}, {}
         for side, fn in (("tri", tri), ("ref", ref), ("tri_packed", tri_packed), ("ref_gather", ref_gather)):
             if fn is None:
                 continue
             if isinstance(timer, C.ModelTimer):
                 timer.expect(nbytes * (2 if side == "ref_gather" else 1), "tri" if side.startswith("tri") else "ref")
-            tm = timer(C.on_streams(fn, streams))
+            # packed_sdpa syncs with the host (its longest row): not capturable; streams > 1 neither.
+            tm = timer(C.on_streams(fn, streams), graph=side != "ref_gather" and streams == 1)
+            methods[side] = getattr(timer, "last", timer.name)
+            if side in ("tri", "ref"):
+                row[f"{side}_host_us"] = getattr(timer, "last_host_us", float("nan"))
             t[side] = C.Timing(tm.median_ms / streams, tm.p20_ms / streams, tm.p80_ms / streams)
+        row["timer"] = timer_label(timer.name, methods)
         row.update(tri_ms=t["tri"].median_ms, ref_ms=t["ref"].median_ms,
                    tri_p20_ms=t["tri"].p20_ms, tri_p80_ms=t["tri"].p80_ms,
                    ref_p20_ms=t["ref"].p20_ms, ref_p80_ms=t["ref"].p80_ms,
@@ -314,7 +327,15 @@ def seed_line(r: dict) -> str:
 def make_timer(a: Args):
     if a.dry_run:
         return C.ModelTimer()
+    if a.timer == "graph":
+        return C.GraphTimer(iters=a.iters, warmup=a.warmup)
     return C.CudaEventTimer(iters=a.iters, warmup=a.warmup, use_do_bench=a.timer == "do_bench", rep_ms=a.rep_ms)
+
+
+def timer_label(default: str, methods: dict) -> str:
+    """The row's ``timer`` cell: the timer's name, plus every side timed another way."""
+    other = [f"{side}={m}" for side, m in methods.items() if m != default]
+    return "; ".join([default] + other)
 
 
 def sweep(a: Args, device) -> list[dict]:

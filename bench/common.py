@@ -40,7 +40,7 @@ EXTRA_COLUMNS = [
     "dist", "dtype", "T", "l_sel",
     "tri_gbs", "ref_gbs", "tri_tflops", "ref_tflops", "tri_pct_bw", "ref_pct_bw",
     "tri_p20_ms", "tri_p80_ms", "ref_p20_ms", "ref_p80_ms",
-    "ref_mae", "tri_packed_ms", "ref_gather_ms", "mae_rows",
+    "ref_mae", "tri_packed_ms", "ref_gather_ms", "tri_host_us", "ref_host_us", "mae_rows",
     "copy_gbs", "mm_tflops", "timer", "iters", "status", "suspect",
     "gpu", "cc", "triton", "torch", "cuda", "driver", "git_commit", "date",
 ]
@@ -143,7 +143,7 @@ class CudaEventTimer:
         if use_do_bench:
             self.name = "do_bench"
 
-    def __call__(self, fn: Callable[[], object]) -> Timing:
+    def __call__(self, fn: Callable[[], object], graph: bool = True) -> Timing:  # noqa: ARG002
         if self.use_do_bench:
             import triton.testing
 
@@ -164,6 +164,90 @@ class CudaEventTimer:
         return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
 
 
+def capture_graph(fn: Callable[[], object]):
+    """One call of ``fn`` recorded as a CUDA graph: ``(graph, output)``.
+
+    Two eager calls on a side stream first (compilation, allocator warm-up), as the
+    ``torch.cuda.graphs`` notes require.  ``fn`` must not synchronise with the host
+    (``.item()``, ``.tolist()``, ...): capture raises then.
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    torch.cuda.synchronize()
+    return graph, out
+
+
+def host_launch_us(fn: Callable[[], object], n: int = 5) -> float:
+    """Median host time (us) to enqueue one eager call, GPU idle before each (what an
+    eager caller pays before the GPU starts; a graph replay does not pay it)."""
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+class GraphTimer(CudaEventTimer):
+    """GPU time of one call with the host's launch cost taken out: CUDA-graph replay.
+
+    Why: the Triton launchers spend tens of microseconds in Python per call.  With a
+    kernel of a few microseconds, the host cannot stay ahead of the GPU, so the start
+    event fires while the launch is still being prepared and the gap is timed as kernel
+    time (it made identical configurations differ 10x in the first H100 sweep).  A graph
+    replay enqueues the recorded kernels at once, so both sides are charged GPU time only.
+
+    Per timed run: L2 flush, start event, ``graph.replay()``, end event (host never
+    waits inside the loop); median and 20/80 % quantiles of ``iters`` runs after
+    ``warmup`` replays.  ``fn`` that synchronise (``graph=False`` from the caller, or a
+    failed capture) are timed eagerly by :class:`CudaEventTimer`; :attr:`last` says which
+    method timed the latest call and :attr:`last_host_us` the eager enqueue cost.
+    """
+
+    name = "cuda-graph"
+
+    def __init__(self, iters: int = 50, warmup: int = 5):
+        super().__init__(iters=iters, warmup=warmup)
+        self.last, self.last_host_us = self.name, float("nan")
+
+    def __call__(self, fn: Callable[[], object], graph: bool = True) -> Timing:
+        fn()  # compile outside everything
+        torch.cuda.synchronize()
+        self.last_host_us = host_launch_us(fn)
+        if not graph:
+            self.last = CudaEventTimer.name
+            return super().__call__(fn)
+        try:
+            g, _ = capture_graph(fn)
+        except Exception as exc:  # noqa: BLE001 - a synchronising fn: time it eagerly, say so
+            torch.cuda.synchronize()
+            self.last = f"{CudaEventTimer.name} (capture failed: {type(exc).__name__})"
+            return super().__call__(fn)
+        self.last = self.name
+        for _ in range(self.warmup):
+            g.replay()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for i in range(self.iters):
+            self.flush_buf.zero_()
+            starts[i].record()
+            g.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        del g  # frees the graph's private memory pool
+        return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+
 class WallTimer:
     """Host clock (CPU runs only: interpreter checks, never for reported numbers)."""
 
@@ -172,7 +256,7 @@ class WallTimer:
     def __init__(self, iters: int = 3, warmup: int = 1):
         self.iters, self.warmup = max(1, iters), warmup
 
-    def __call__(self, fn):
+    def __call__(self, fn, graph: bool = True):  # noqa: ARG002 - same call as the GPU timers
         for _ in range(1 + self.warmup):
             fn()
         times = []
@@ -201,7 +285,7 @@ class ModelTimer:
     def expect(self, nbytes: int, side: str) -> None:
         self.nbytes, self.side = nbytes, side
 
-    def __call__(self, fn):
+    def __call__(self, fn, graph: bool = True):  # noqa: ARG002 - same call as the GPU timers
         fn()
         eff = 0.9 if self.side == "tri" else 0.6
         fixed = 0.012 if self.side == "tri" else 0.008

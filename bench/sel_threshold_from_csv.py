@@ -15,6 +15,12 @@ threshold.  If even the largest L fails, the answer is "keep Triton off" (``null
 thresholds file).  Dense (few) and varlen (many/mixed) rows gate; decode rows are
 reported, and gate too with ``--gate-decode``.
 
+Baselines (``--baseline``): ``sdpa`` (default, the rule above) compares against SDPA on
+the pre-gathered packed keys, gather not charged: the ``speedup`` column.  ``fallback``
+compares against what the dispatcher actually runs on a row below the threshold,
+``packed_sdpa`` = gather + masked SDPA (the ``ref_gather_ms`` column; rows without it use
+``ref_ms``).  The report always shows both verdicts; the chosen one is written.
+
 The report (Markdown) has the verdict and why, a per-L gate table, the suspect rows and
 the full tables; the plot (PNG, needs matplotlib) shows speedup vs L per distribution
 (rows) and head dims (columns), one line per (N, H).
@@ -77,13 +83,30 @@ def config_name(r: dict) -> str:
     return f"{d} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']}"
 
 
-def row_failure(r: dict, margin: float, max_mae: float, allow_suspect: bool) -> str | None:
+BASELINES = {"sdpa": "SDPA on the pre-gathered packed keys (gather not timed)",
+             "fallback": "the dispatcher's fallback, packed_sdpa (gather + masked SDPA)"}
+
+
+def row_speedup(r: dict, baseline: str = "sdpa") -> float:
+    """Baseline time / Triton time for one row (see the module docstring)."""
+    if baseline == "sdpa":
+        return _f(r.get("speedup"))
+    if baseline != "fallback":
+        raise ValueError(f"baseline must be one of {sorted(BASELINES)}, got {baseline!r}")
+    ref = _f(r.get("ref_gather_ms"))
+    if math.isnan(ref):
+        ref = _f(r.get("ref_ms"))
+    tri = _f(r.get("tri_ms"))
+    return ref / tri if tri > 0 else float("nan")
+
+
+def row_failure(r: dict, margin: float, max_mae: float, allow_suspect: bool, baseline: str = "sdpa") -> str | None:
     """Why this row vetoes Triton at its L, or None if it passes."""
     if (r.get("status") or "ok") != "ok":
         return f"status {r['status']}"
     if r.get("suspect") and not allow_suspect:
         return f"suspect ({r['suspect']})"
-    sp, mae = _f(r.get("speedup")), _f(r.get("mae"))
+    sp, mae = row_speedup(r, baseline), _f(r.get("mae"))
     if math.isnan(sp) or sp < margin:
         return f"speedup {sp:.2f}x < {margin:.2f}x"
     if math.isnan(mae) or mae > max_mae:
@@ -110,10 +133,11 @@ class Verdict:
     reason: str
     gates: list
     rows: list
+    baseline: str = "sdpa"
 
 
 def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_suspect: bool = False,
-                     gpu: str = "", triton: str = "") -> Verdict:
+                     gpu: str = "", triton: str = "", baseline: str = "sdpa") -> Verdict:
     """The smallest L from which every gating row passes (see the module docstring)."""
     if margin <= 0 or max_mae <= 0:
         raise ValueError(f"margin and max_mae must be positive, got {margin}, {max_mae}")
@@ -123,14 +147,15 @@ def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_s
     gates = []
     for L in sorted(by_L):
         rs = by_L[L]
-        sps = [(_f(r.get("speedup")), config_name(r)) for r in rs]
+        sps = [(row_speedup(r, baseline), config_name(r)) for r in rs]
         finite = [s for s in sps if not math.isnan(s[0])]
         worst = min(finite) if finite else (float("nan"), "-")
         maes = [_f(r.get("mae")) for r in rs if not math.isnan(_f(r.get("mae")))]
-        fails = [(config_name(r), why) for r in rs if (why := row_failure(r, margin, max_mae, allow_suspect))]
+        fails = [(config_name(r), why) for r in rs
+                 if (why := row_failure(r, margin, max_mae, allow_suspect, baseline))]
         gates.append(LGate(L, len(rs), worst[0], worst[1], max(maes) if maes else float("nan"), fails))
     if not gates:
-        return Verdict(gpu, triton, None, "no gating rows: keep Triton off", [], rows)
+        return Verdict(gpu, triton, None, "no gating rows: keep Triton off", [], rows, baseline)
     # Walk down from the largest L while every row passes; the last passing L is the answer.
     min_L = None
     for g in reversed(gates):
@@ -148,18 +173,19 @@ def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_s
         if below:
             cfg, why = below[-1].failures[0]
             reason += f"; at L={below[-1].L}: {cfg}: {why}"
-    return Verdict(gpu, triton, min_L, reason, gates, rows)
+    return Verdict(gpu, triton, min_L, reason, gates, rows, baseline)
 
 
 def verdicts(rows: list[dict], margin, max_mae, *, streams: int = 1, gate_decode: bool = False,
-             allow_suspect: bool = False) -> list[Verdict]:
+             allow_suspect: bool = False, baseline: str = "sdpa") -> list[Verdict]:
     """One verdict per (GPU, Triton minor) present in the rows."""
     gating = [r for r in rows if int(_f(r.get("streams") or 1)) == streams
               and (r["kind"] in ("dense", "varlen") or (gate_decode and r["kind"] == "decode"))]
     out = []
     for key in sorted({gpu_key(r) for r in gating}):
         rs = [r for r in gating if gpu_key(r) == key]
-        out.append(choose_threshold(rs, margin, max_mae, allow_suspect=allow_suspect, gpu=key[0], triton=key[1]))
+        out.append(choose_threshold(rs, margin, max_mae, allow_suspect=allow_suspect, gpu=key[0], triton=key[1],
+                                    baseline=baseline))
     return out
 
 
@@ -197,7 +223,8 @@ def update_thresholds(path: Path, entries: list[dict]) -> dict:
 def config_entry(v: Verdict, margin: float, max_mae: float, source: str) -> dict:
     r = v.rows[0]
     return {"gpu": v.gpu, "cc": r.get("cc") or "", "triton": v.triton, "sel_triton_min_L": v.min_L,
-            "source": source, "date": (r.get("date") or "")[:10], "margin": margin, "max_mae": max_mae}
+            "source": source, "date": (r.get("date") or "")[:10], "margin": margin, "max_mae": max_mae,
+            "baseline": v.baseline}
 
 
 # ----------------------------------------------------------------------------- report
@@ -223,15 +250,43 @@ def _sorted(rows):
                                        int(_f(r.get("streams") or 1)), int(r["L"])))
 
 
-def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict) -> str:
-    """The Markdown report: verdicts, gates, suspect rows, full tables, plots."""
+def _gate_table(v: Verdict) -> list[str]:
+    out = ["| L | configs | min speedup | slowest config | max MAE | failing |", "|---|---|---|---|---|---|"]
+    for g in v.gates:
+        fails = "; ".join(f"{c}: {w}" for c, w in g.failures[:3]) + (" …" if len(g.failures) > 3 else "")
+        out.append(f"| {g.L} | {g.configs} | {C.fmt(g.min_speedup)} | {g.worst} | {C.fmt(g.max_mae)} | "
+                   f"{len(g.failures)}{': ' + fails if fails else ''} |")
+    return out
+
+
+def speedup_ranges(rows: list[dict]) -> list[str]:
+    """Per distribution: speedup range against both baselines, over ok rows with streams = 1."""
+    out = ["| dist | rows | vs SDPA (packed) min–median–max | vs fallback (gather + SDPA) min–median–max |",
+           "|---|---|---|---|"]
+    for d in ("few", "many", "mixed", "decode"):
+        rs = [r for r in rows if r.get("dist") == d and (r.get("status") or "ok") == "ok"
+              and int(_f(r.get("streams") or 1)) == 1]
+        if not rs:
+            continue
+        cells = []
+        for b in ("sdpa", "fallback"):
+            sp = sorted(x for r in rs if not math.isnan(x := row_speedup(r, b)))
+            cells.append(f"{sp[0]:.2f}x – {sp[len(sp) // 2]:.2f}x – {sp[-1]:.2f}x" if sp else "-")
+        out.append(f"| {d} | {len(rs)} | {cells[0]} | {cells[1]} |")
+    return out
+
+
+def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others: list[Verdict] = ()) -> str:
+    """The Markdown report: verdicts (chosen baseline, then the other), gates, speedup ranges,
+    suspect rows, full tables, plots."""
     L = ["# Selection Triton threshold report", ""]
     files = sorted({r["file"] for r in rows})
     L += [f"Inputs: {', '.join(f'`{f}`' for f in files)}.",
           f"Rule: smallest L from which every configuration (streams={args.streams}"
           f"{', decode included' if args.gate_decode else ', dense + varlen'}) has speedup >= {args.margin:.2f}x "
           f"and MAE <= {args.max_mae:g}, status ok and no suspect flag"
-          f"{' (suspect rows allowed)' if args.allow_suspect else ''}; otherwise keep Triton off.", ""]
+          f"{' (suspect rows allowed)' if args.allow_suspect else ''}; otherwise keep Triton off.",
+          f"Baseline: {getattr(args, 'baseline', 'sdpa')} = {BASELINES[getattr(args, 'baseline', 'sdpa')]}.", ""]
     for v in vs:
         r0 = v.rows[0]
         L += [f"## {v.gpu} (cc {r0.get('cc') or '?'}), Triton {r0.get('triton')}, torch {r0.get('torch')}, "
@@ -240,13 +295,15 @@ def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict) -> str
               f"{C.fmt(_f(r0.get('mm_tflops')))} TFLOP/s; timer {r0.get('timer')}, {r0.get('iters')} runs; "
               f"commit {r0.get('git_commit') or '?'}, {r0.get('date')}.", "",
               f"**Recommended sel_triton_min_L: {v.min_L if v.min_L is not None else 'null (keep Triton off)'}** "
-              f"({v.reason}).", "",
-              "| L | configs | min speedup | slowest config | max MAE | failing |", "|---|---|---|---|---|---|"]
-        for g in v.gates:
-            fails = "; ".join(f"{c}: {w}" for c, w in g.failures[:3]) + (" …" if len(g.failures) > 3 else "")
-            L.append(f"| {g.L} | {g.configs} | {C.fmt(g.min_speedup)} | {g.worst} | {C.fmt(g.max_mae)} | "
-                     f"{len(g.failures)}{': ' + fails if fails else ''} |")
-        L.append("")
+              f"against {BASELINES[v.baseline]} ({v.reason}).", ""]
+        L += _gate_table(v) + [""]
+        for o in others:
+            if (o.gpu, o.triton) == (v.gpu, v.triton):
+                L += [f"For comparison, against {BASELINES[o.baseline]}: sel_triton_min_L would be "
+                      f"**{o.min_L if o.min_L is not None else 'null (keep Triton off)'}** ({o.reason}).", ""]
+                L += _gate_table(o) + [""]
+        L += ["Speedup per distribution (Triton faster when > 1):", ""]
+        L += speedup_ranges([r for r in rows if gpu_key(r) == (v.gpu, v.triton)]) + [""]
         if v.gpu in plots:
             L += [f"![speedup vs L]({plots[v.gpu]})", ""]
     sus = [r for r in rows if r.get("suspect") or (r.get("status") or "ok") != "ok"]
@@ -290,7 +347,8 @@ def make_plot(rows: list[dict], v: Verdict, margin: float, path: Path) -> bool:
             ax = axes[i][j]
             sub = [r for r in rs if r.get("dist") == d and (int(r["D"]), int(r["Dv"])) == (dk, dv)]
             for n, h in sorted({(int(r["N"]), int(r["H"])) for r in sub}):
-                pts = sorted((int(r["L"]), _f(r["speedup"])) for r in sub if (int(r["N"]), int(r["H"])) == (n, h))
+                pts = sorted((int(r["L"]), row_speedup(r, v.baseline)) for r in sub
+                             if (int(r["N"]), int(r["H"])) == (n, h))
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"N={n} H={h}")
             ax.axhline(margin, ls="--", c="k", lw=0.8)
             ax.axhline(1.0, ls=":", c="grey", lw=0.8)
@@ -299,12 +357,14 @@ def make_plot(rows: list[dict], v: Verdict, margin: float, path: Path) -> bool:
             ax.set_xscale("log", base=2)
             ax.set_title(f"{d}, Dk={dk} Dv={dv}", fontsize=9)
             if j == 0:
-                ax.set_ylabel("speedup (SDPA / Triton)")
+                ax.set_ylabel(f"speedup ({'SDPA' if v.baseline == 'sdpa' else 'gather+SDPA'} / Triton)")
+                ax.set_yscale("log", base=2)
             if i == len(dists) - 1:
                 ax.set_xlabel("L (selected keys per row)")
             if sub:
                 ax.legend(fontsize=6)
-    fig.suptitle(f"{v.gpu}, Triton {v.triton}: dashed = margin {margin}x, red = min_L {v.min_L}", fontsize=10)
+    fig.suptitle(f"{v.gpu}, Triton {v.triton}, baseline {v.baseline}: dashed = margin {margin}x, "
+                 f"red = min_L {v.min_L}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -322,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--margin", type=float, default=1.2, help="required speedup (SDPA time / Triton time), default 1.2")
     p.add_argument("--max-mae", type=float, default=1e-3, help="MAE bound against the float64 oracle, default 1e-3")
     p.add_argument("--streams", type=int, default=1, help="judge rows with this --streams value, default 1")
+    p.add_argument("--baseline", default="sdpa", choices=sorted(BASELINES),
+                   help="what Triton must beat by --margin: sdpa = SDPA on pre-gathered keys (default); "
+                        "fallback = the dispatcher's gather + SDPA path")
     p.add_argument("--gate-decode", action="store_true", help="decode rows gate the threshold too")
     p.add_argument("--allow-suspect", action="store_true", help="do not let suspect rows veto (not recommended)")
     p.add_argument("--allow-missing", action="store_true", help="skip CSV paths that do not exist")
@@ -351,8 +414,9 @@ def main(argv=None) -> int:
     missing = [c for c in ("L", "N", "H", "D", "Dv", "speedup", "mae", "gpu", "triton") if rows and c not in rows[0]]
     if missing:
         p.error(f"the CSVs lack columns {missing}; they must come from bench/bench_sel_triton.py")
-    vs = verdicts(rows, a.margin, a.max_mae, streams=a.streams, gate_decode=a.gate_decode,
-                  allow_suspect=a.allow_suspect)
+    kw = dict(streams=a.streams, gate_decode=a.gate_decode, allow_suspect=a.allow_suspect)
+    vs = verdicts(rows, a.margin, a.max_mae, baseline=a.baseline, **kw)
+    others = [o for b in sorted(BASELINES) if b != a.baseline for o in verdicts(rows, a.margin, a.max_mae, baseline=b, **kw)]
     out = Path(a.out)
     plots = {}
     if not a.no_plot:
@@ -363,10 +427,10 @@ def main(argv=None) -> int:
             if make_plot(rows, v, a.margin, png):
                 plots[v.gpu] = os.path.relpath(png, out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_report(vs, rows, a, plots))
-    for v in vs:
-        print(f"{v.gpu} / Triton {v.triton}: sel_triton_min_L = {v.min_L if v.min_L is not None else 'null'} "
-              f"({v.reason})")
+    out.write_text(render_report(vs, rows, a, plots, others))
+    for v in vs + others:
+        print(f"{v.gpu} / Triton {v.triton}, baseline {v.baseline}: sel_triton_min_L = "
+              f"{v.min_L if v.min_L is not None else 'null'} ({v.reason})")
     print(f"report: {out}" + (f"; plots: {', '.join(plots.values())}" if plots else ""))
     if a.write_config:
         fake = sorted({r.get("timer") for v in vs for r in v.rows if r.get("timer") in FAKE_TIMERS})

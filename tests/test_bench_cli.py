@@ -306,3 +306,57 @@ def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch)
     t = timer(fn)
     assert len(calls) == 8 and clock["flushes"] == 5  # one flush before every timed run only
     assert t.median_ms == 3.0 and t.p20_ms == 2.0 and t.p80_ms == 4.0
+
+
+def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(monkeypatch):
+    """GraphTimer without a GPU: a fake graph whose replay advances a fake clock."""
+    clock = {"t": 0.0, "flushes": 0, "replays": 0}
+
+    class FakeEvent:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = clock["t"]
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    class FlushBuf:
+        def zero_(self):
+            clock["flushes"] += 1
+
+    class FakeGraph:
+        def replay(self):
+            clock["replays"] += 1
+            clock["t"] += 2.0
+
+    def capture(fn):
+        if getattr(fn, "syncs", False):
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return FakeGraph(), None
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(C, "capture_graph", capture)
+    timer = C.GraphTimer.__new__(C.GraphTimer)
+    timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = 4, 1, False, FlushBuf()
+
+    def fn():
+        clock["t"] += 50.0  # an eager call: launch gap and all
+
+    t = timer(fn)
+    assert t.median_ms == 2.0 and timer.last == "cuda-graph"  # replays only, never the eager time
+    assert clock["replays"] == 5 and clock["flushes"] == 4
+    assert timer.last_host_us >= 0
+    fn.syncs = True
+    assert timer(fn).median_ms == 50.0 and timer.last == "cuda-events (capture failed: RuntimeError)"
+    assert timer(lambda: None, graph=False).median_ms == 0.0 and timer.last == "cuda-events"
+
+
+def test_timer_label_names_sides_timed_another_way():
+    import bench_sel_triton as B
+
+    assert B.timer_label("cuda-graph", {"tri": "cuda-graph", "ref": "cuda-graph"}) == "cuda-graph"
+    assert B.timer_label("cuda-graph", {"tri": "cuda-graph", "ref_gather": "cuda-events"}) == \
+        "cuda-graph; ref_gather=cuda-events"

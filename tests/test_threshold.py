@@ -110,6 +110,37 @@ def test_verdicts_per_gpu_and_triton_minor_streams_and_decode():
     assert gated[("NVIDIA H100 80GB HBM3", "3.6")] is None
 
 
+def test_fallback_baseline_judges_against_gather_plus_sdpa():
+    # SDPA on pre-gathered keys ties Triton (1.0x everywhere); the dispatcher's fallback
+    # (gather + SDPA, ref_gather_ms) is 3x slower than Triton from L = 64, 0.9x below.
+    rows = rows_for(lambda d, N, L: 1.0)
+    for r in rows:
+        r["ref_gather_ms"] = 3.0 if r["L"] >= 64 else 0.9
+    rows[0]["ref_gather_ms"] = ""  # a row without the column falls back to ref_ms: 1.0x
+    assert judge(rows).min_L is None
+    v = judge(rows, baseline="fallback")
+    assert v.min_L == 64 and v.baseline == "fallback"
+    assert S.row_speedup(rows[1], "fallback") == pytest.approx(3.0) and S.row_speedup(rows[0], "fallback") == 1.0
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        S.row_speedup(rows[0], "flash")
+
+
+def test_report_shows_both_baselines_and_speedup_ranges(tmp_path):
+    rows = rows_for(lambda d, N, L: 1.0)
+    for r in rows:
+        r["ref_gather_ms"] = 3.0
+    dense, varlen = split_write(tmp_path, rows)
+    cfg = tmp_path / "t.json"
+    assert S.main(["--dense", str(dense), "--varlen", str(varlen), "--out", str(tmp_path / "r.md"), "--no-plot",
+                   "--baseline", "fallback", "--write-config", str(cfg)]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "**Recommended sel_triton_min_L: 16** against the dispatcher's fallback" in text
+    assert "For comparison, against SDPA on the pre-gathered packed keys (gather not timed): " \
+           "sel_triton_min_L would be **null (keep Triton off)**" in text
+    assert "| few | 8 | 1.00x – 1.00x – 1.00x | 3.00x – 3.00x – 3.00x |" in text
+    assert json.loads(cfg.read_text())["entries"][0]["baseline"] == "fallback"
+
+
 def test_bad_gates_are_refused():
     with pytest.raises(ValueError, match="positive"):
         S.choose_threshold(tag(rows_for(lambda d, N, L: 2.0)), 0.0, 1e-3)
@@ -139,9 +170,9 @@ def test_cli_report_plot_and_config_round_trip(tmp_path, capsys):
     h100 = [e for e in data["entries"] if e["gpu"] == "NVIDIA H100 80GB HBM3"]
     assert h100 == [{"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "triton": "3.6", "sel_triton_min_L": 64,
                      "source": "bench/results/h100/sel_dense.csv", "date": "2026-11-22", "margin": 1.2,
-                     "max_mae": 0.001}]
+                     "max_mae": 0.001, "baseline": "sdpa"}]
     assert any(e["gpu"] == "NVIDIA A100-SXM4-80GB" and e["source"] == "old" for e in data["entries"])
-    assert "NVIDIA H100 80GB HBM3 / Triton 3.6: sel_triton_min_L = 64" in capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3 / Triton 3.6, baseline sdpa: sel_triton_min_L = 64" in capsys.readouterr().out
 
 
 def test_write_config_creates_the_file_and_writes_null_for_keep_off(tmp_path):
