@@ -170,7 +170,10 @@ def decode_case(fla, dtype=torch.bfloat16):
     ranges = block_indices_to_ranges(bi, BS, T, pos, validate=False)
     L = (ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum(-1)
     nbytes = (q.numel() * 2 + float(L.sum()) * D * 2 * 2 + B * G * h * D * 2)
-    row = {"case": "decode B=64 T=32K", "bytes": nbytes}
+    from nsa_triton_sel.dispatch import decide
+
+    d = decide(q, k, v)
+    row = {"case": "decode B=64 T=32K", "bytes": nbytes, "dispatch": f"{d.path}, {'split' if d.decode else 'no-split'}"}
     ours = lambda: launch.sel_attn_decode(q, k, v, ranges)  # noqa: E731
     row["ours_ms"] = gbench(ours)
     row["ours_eager_ms"] = bench(ours)
@@ -273,7 +276,7 @@ def main(argv=None):
         rows.append(r)
         log(fmt_nsa(r))
     d = decode_case(fla)
-    log(f"{d['case']}: ours {d['ours_ms']*1e3:.1f} us = {d['bytes']/d['ours_ms']/1e6:.0f} GB/s "
+    log(f"{d['case']} (dispatcher picks: {d['dispatch']}): split {d['ours_ms']*1e3:.1f} us = {d['bytes']/d['ours_ms']/1e6:.0f} GB/s "
         f"({100*d['bytes']/d['ours_ms']/1e6/ceil['copy_GBps']:.0f}% of copy), no-split {d['ours_nosplit_ms']*1e3:.1f} us "
         f"({100*d['bytes']/d['ours_nosplit_ms']/1e6/ceil['copy_GBps']:.0f}%), splits 2/4/8: "
         f"{d['split2_ms']*1e3:.1f}/{d['split4_ms']*1e3:.1f}/{d['split8_ms']*1e3:.1f} us (graph replay; eager do_bench "

@@ -276,6 +276,20 @@ def speedup_ranges(rows: list[dict]) -> list[str]:
     return out
 
 
+def host_costs(rows: list[dict]) -> list[str]:
+    """A line on the host launch cost per eager call (graph-timed rows exclude it)."""
+    out = []
+    for side, name in (("tri", "Triton"), ("ref", "SDPA")):
+        xs = sorted(x for r in rows if not math.isnan(x := _f(r.get(f"{side}_host_us"))))
+        if xs:
+            out.append(f"{name} {xs[len(xs) // 2]:.0f} us (range {xs[0]:.0f}–{xs[-1]:.0f})")
+    if not out:
+        return []
+    return [f"Host cost of one eager call (GPU idle before it; not in the GPU times above, which are "
+            f"CUDA-graph replays): median {', '.join(out)}. An eager caller pays it per call; under CUDA "
+            f"graphs or when the GPU is busy with earlier work it is hidden.", ""]
+
+
 def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others: list[Verdict] = ()) -> str:
     """The Markdown report: verdicts (chosen baseline, then the other), gates, speedup ranges,
     suspect rows, full tables, plots."""
@@ -304,6 +318,7 @@ def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others
                 L += _gate_table(o) + [""]
         L += ["Speedup per distribution (Triton faster when > 1):", ""]
         L += speedup_ranges([r for r in rows if gpu_key(r) == (v.gpu, v.triton)]) + [""]
+        L += host_costs([r for r in rows if gpu_key(r) == (v.gpu, v.triton)])
         if v.gpu in plots:
             L += [f"![speedup vs L]({plots[v.gpu]})", ""]
     sus = [r for r in rows if r.get("suspect") or (r.get("status") or "ok") != "ok"]
