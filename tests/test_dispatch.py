@@ -81,10 +81,20 @@ def test_min_L_splits_rows_between_paths(monkeypatch, spy):
     lens = (p.ranges[..., 1] - p.ranges[..., 0]).sum(-1)
     cut = int(lens.flatten().sort().values[lens.numel() // 2])  # about half the rows each way
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", str(cut))
+    sdpa_rows_seen = []
+    real = reference.packed_sdpa
+
+    def packed(*a, **kw):
+        sdpa_rows_seen.append(kw.get("rows"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(reference, "packed_sdpa", packed)
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     sent = spy[0][1][3]  # the ranges the kernel saw
     sent_lens = (sent[..., 1] - sent[..., 0]).sum(-1)
     assert torch.equal(sent_lens, torch.where(lens < cut, 0, lens)), "rows below min_L must not reach Triton"
+    # ... and only the rows below min_L go through packed SDPA (not every row, masked).
+    assert len(sdpa_rows_seen) == 1 and torch.equal(sdpa_rows_seen[0], (lens < cut).flatten().nonzero()[:, 0])
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="split rows")
 
 

@@ -192,15 +192,19 @@ def _triton_with_threshold(q, k, v, ranges, scale, d: Decision):
     if d.min_L is None or d.min_L <= 1:  # every non-empty row qualifies: no split, no sync
         return _run_triton(q, k, v, ranges, scale, True, d)
     lens = (ranges[..., 1].to(torch.int64) - ranges[..., 0].to(torch.int64)).clamp_min(0).sum(-1)
-    small = (lens < d.min_L)[..., None, None]  # [B, S, G, 1, 1]
+    small = lens < d.min_L  # [B, S, G]
+    idx = small.reshape(-1).nonzero()[:, 0]  # one host sync
+    if idx.numel() == 0:
+        return _run_triton(q, k, v, ranges, scale, True, d)
+    # The kernel sees the small rows as empty (cheap); only those rows go through
+    # packed SDPA (e.g. the first tokens of a sequence), and are written back in place.
     zero = torch.zeros((), dtype=ranges.dtype, device=ranges.device)
-    out_t, lse_t = _run_triton(q, k, v, torch.where(small, zero, ranges), scale, True, d)
-    # packed_sdpa syncs once (its longest row) and returns at once when no row is small.
-    out_s, lse_s = reference.packed_sdpa(
-        q, k, v, torch.where(small, ranges, zero), scale=scale, return_lse=True, validate=False
-    )
-    small_o = small[..., 0, 0][..., None, None]
-    return torch.where(small_o, out_s, out_t), torch.where(small[..., 0, 0][..., None], lse_s, lse_t)
+    out, lse = _run_triton(q, k, v, torch.where(small[..., None, None], zero, ranges), scale, True, d)
+    out_s, lse_s = reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False, rows=idx)
+    B, S, G, h, Dv = out.shape
+    out.view(B * S * G, h, Dv)[idx] = out_s.to(out.dtype)
+    lse.view(B * S * G, h)[idx] = lse_s
+    return out, lse
 
 
 def _reference(q, k, v, ranges, scale, return_lse):

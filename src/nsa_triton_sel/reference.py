@@ -102,6 +102,7 @@ def packed_sdpa(
     return_lse=False,
     validate=True,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    rows=None,
 ):
     """Selection attention through a vectorised gather and masked SDPA.
 
@@ -109,23 +110,28 @@ def packed_sdpa(
     LSE ``[B, S, G, h]`` in float32.  A row with no selected key gives zeros (LSE -inf).
     Rows are processed in chunks whose gathered buffers stay under ``chunk_bytes``
     (estimated; at least one row per chunk), so memory does not grow with B * S * G.
+
+    ``rows`` (int64 indices into the ``B * S * G`` rows, in (b, s, g) order) computes
+    only those rows and returns ``[len(rows), h, Dv]`` (and ``[len(rows), h]``): the
+    dispatcher sends just the rows under its threshold here.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
     sc = _scale(scale, Dk)
-    R = dims.rows
     n = ranges.shape[3]
-    rows_r = ranges.reshape(R, n, 2)
+    row = torch.arange(dims.rows, device=q.device) if rows is None else rows.to(q.device, torch.int64)
+    R = row.numel()
+    shape_o, shape_l = ((B, S, G, h, Dv), (B, S, G, h)) if rows is None else ((R, h, Dv), (R, h))
+    rows_r = ranges.reshape(dims.rows, n, 2)[row]
     lens = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0)
     L_row = lens.sum(-1)
     L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
     if L_max == 0:
-        out = torch.zeros(B, S, G, h, Dv, dtype=v.dtype, device=q.device)
-        lse = torch.full((B, S, G, h), float("-inf"), device=q.device)
+        out = torch.zeros(shape_o, dtype=v.dtype, device=q.device)
+        lse = torch.full(shape_l, float("-inf"), device=q.device)
         return (out, lse) if return_lse else out
-    q_rows = q.reshape(R, h, Dk)
-    row = torch.arange(R, device=q.device)
+    q_rows = q.reshape(dims.rows, h, Dk)[row]
     b_of = row // (S * G)
     g_of = row % G
     chunk = max(1, chunk_bytes // _bytes_per_row(L_max, h, Dk, Dv, v.element_size()))
@@ -153,10 +159,10 @@ def packed_sdpa(
             s = s.masked_fill(~seen[:, None, :], float("-inf"))
             lse = torch.logsumexp(s, dim=-1)
             lses.append(lse.masked_fill(~nonempty, float("-inf")))
-    out = torch.cat(outs).reshape(B, S, G, h, Dv).to(v.dtype)
+    out = torch.cat(outs).reshape(shape_o).to(v.dtype)
     if not return_lse:
         return out
-    return out, torch.cat(lses).reshape(B, S, G, h).float()
+    return out, torch.cat(lses).reshape(shape_l).float()
 
 
 def sdpa_rows(q, k, v, *, scale=None, key_valid=None):
