@@ -135,7 +135,8 @@ def nsa_case(T, h, local, fla, *, with_sdpa, dtype=torch.bfloat16, tune=None, to
     ours = lambda: launch.sel_attn_ranges(q, k, v, ranges, **tune)  # noqa: E731
     row["ours_ms"] = bench(ours)
     row["convert_ms"] = bench(lambda: block_indices_to_ranges(bi, BS, T, validate=False))
-    rows = torch.randperm(T, generator=torch.Generator().manual_seed(T))[:64].sort().values
+    # 64 random tokens plus the first four (under sel_triton_min_L: the dispatcher sends them to SDPA)
+    rows = torch.cat([torch.arange(4), torch.randperm(T, generator=torch.Generator().manual_seed(T))[:64]]).unique()
     row["ours_mae"], row["ours_rel"] = sample_error(ours(), q, k, v, ranges, rows)
     if launch_tokens_ok(h):
         tok = lambda: launch.sel_attn_tokens(q, k, v, ranges, **(tok_tune or {}))  # noqa: E731
@@ -143,7 +144,9 @@ def nsa_case(T, h, local, fla, *, with_sdpa, dtype=torch.bfloat16, tune=None, to
         row["tok_mae"], row["tok_rel"] = sample_error(tok(), q, k, v, ranges, rows)
     from nsa_triton_sel import selection_attention
 
-    row["auto_ms"] = bench(lambda: selection_attention(q, k, v, ranges, validate=False))
+    auto = lambda: selection_attention(q, k, v, ranges, validate=False)  # noqa: E731
+    row["auto_ms"] = bench(auto)
+    row["auto_mae"], row["auto_rel"] = sample_error(auto(), q, k, v, ranges, rows)
     if fla is not None and h >= 16 and (h & (h - 1)) == 0:
         qf = q.reshape(1, T, G * h, D)
         kf, vf = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
@@ -309,7 +312,7 @@ def fmt_nsa(r):
         s += f", tokens {r['tok_ms']:.3f} ms (rel {r['tok_rel']:.2e})"
         if "fla_ms" in r:
             s += f" -> {r['fla_ms']/r['tok_ms']:.2f}x fla"
-    s += f", auto {r['auto_ms']:.3f} ms"
+    s += f", auto {r['auto_ms']:.3f} ms (rel {r['auto_rel']:.2e})"
     if "sdpa_ms" in r:
         s += f", packed-sdpa {r['sdpa_ms']:.2f} ms -> {r['sdpa_ms']/r['ours_ms']:.1f}x"
     return s + f", convert {r['convert_ms']:.3f} ms"

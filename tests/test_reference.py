@@ -223,6 +223,11 @@ def test_row_subset_computes_only_those_rows(monkeypatch, seed):
     assert out.shape == (4, 3, 16) and lse.shape == (4, 3)
     torch.testing.assert_close(out, whole.reshape(30, 3, 16)[rows], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(lse, whole_lse.reshape(30, 3)[rows], rtol=1e-5, atol=1e-6)
+    lens = (p.ranges[..., 1] - p.ranges[..., 0]).clamp_min(0).sum(-1).reshape(-1)[rows]
+    bounded, bounded_lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, rows=rows,
+                                       max_len=int(lens.max()) + 7)  # a bound, not the exact longest row
+    torch.testing.assert_close(bounded, out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bounded_lse, lse, rtol=1e-5, atol=1e-6)
     none, none_lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, rows=torch.tensor([], dtype=torch.long))
     assert none.shape == (0, 3, 16) and none_lse.shape == (0, 3)
 

@@ -200,7 +200,10 @@ def _triton_with_threshold(q, k, v, ranges, scale, d: Decision):
     # packed SDPA (e.g. the first tokens of a sequence), and are written back in place.
     zero = torch.zeros((), dtype=ranges.dtype, device=ranges.device)
     out, lse = _run_triton(q, k, v, torch.where(small[..., None, None], zero, ranges), scale, True, d)
-    out_s, lse_s = reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False, rows=idx)
+    # No sync from here on: the small rows have fewer than min_L keys, so packed SDPA is
+    # told that bound, and its small ops are enqueued while the kernel runs.
+    out_s, lse_s = reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False,
+                                         rows=idx, max_len=d.min_L - 1)
     B, S, G, h, Dv = out.shape
     out.view(B * S * G, h, Dv)[idx] = out_s.to(out.dtype)
     lse.view(B * S * G, h)[idx] = lse_s

@@ -103,6 +103,7 @@ def packed_sdpa(
     validate=True,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     rows=None,
+    max_len: int | None = None,
 ):
     """Selection attention through a vectorised gather and masked SDPA.
 
@@ -113,7 +114,10 @@ def packed_sdpa(
 
     ``rows`` (int64 indices into the ``B * S * G`` rows, in (b, s, g) order) computes
     only those rows and returns ``[len(rows), h, Dv]`` (and ``[len(rows), h]``): the
-    dispatcher sends just the rows under its threshold here.
+    dispatcher sends just the rows under its threshold here.  ``max_len``, an upper bound
+    on every computed row's key count that the caller knows (the dispatcher: its
+    threshold), replaces the host sync on the longest row, so the work is enqueued
+    without waiting for the GPU.  A bound that is too small would drop keys: internal use.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
@@ -126,7 +130,10 @@ def packed_sdpa(
     rows_r = ranges.reshape(dims.rows, n, 2)[row]
     lens = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0)
     L_row = lens.sum(-1)
-    L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
+    if max_len is not None:
+        L_max = int(max_len) if n and R else 0
+    else:
+        L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
     if L_max == 0:
         out = torch.zeros(shape_o, dtype=v.dtype, device=q.device)
         lse = torch.full(shape_l, float("-inf"), device=q.device)
