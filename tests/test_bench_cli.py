@@ -274,9 +274,8 @@ def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
     assert res.stdout.splitlines()[0].startswith("dense,N=3,H=2,D=32,Dv=16,L=16,streams=1, tri_ms=")
 
 
-def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch):
-    """The timing loop without a GPU: fake events, a CPU flush buffer."""
-    clock = {"t": 0.0, "flushes": 0}
+def _fake_timer(monkeypatch, cls, clock, iters, warmup):
+    """A ``cls`` timer on fake CUDA events reading ``clock["t"]`` and a flush buffer counting zeroings."""
 
     class FakeEvent:
         def __init__(self, enable_timing=True):
@@ -294,8 +293,15 @@ def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch)
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    timer = C.CudaEventTimer.__new__(C.CudaEventTimer)
-    timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = 5, 2, False, FlushBuf()
+    timer = cls.__new__(cls)
+    timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = iters, warmup, False, FlushBuf()
+    return timer
+
+
+def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch):
+    """The timing loop without a GPU: fake events, a CPU flush buffer."""
+    clock = {"t": 0.0, "flushes": 0}
+    timer = _fake_timer(monkeypatch, C.CudaEventTimer, clock, iters=5, warmup=2)
     durations = iter([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 100.0])  # compile, 2 warm-up, 5 timed (ms)
     calls = []
 
@@ -312,20 +318,6 @@ def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(
     """GraphTimer without a GPU: a fake graph whose replay advances a fake clock."""
     clock = {"t": 0.0, "flushes": 0, "replays": 0}
 
-    class FakeEvent:
-        def __init__(self, enable_timing=True):
-            self.t = None
-
-        def record(self):
-            self.t = clock["t"]
-
-        def elapsed_time(self, end):
-            return end.t - self.t
-
-    class FlushBuf:
-        def zero_(self):
-            clock["flushes"] += 1
-
     class FakeGraph:
         def replay(self):
             clock["replays"] += 1
@@ -336,11 +328,8 @@ def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(
             raise RuntimeError("operation not permitted when stream is capturing")
         return FakeGraph(), None
 
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(C, "capture_graph", capture)
-    timer = C.GraphTimer.__new__(C.GraphTimer)
-    timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = 4, 1, False, FlushBuf()
+    timer = _fake_timer(monkeypatch, C.GraphTimer, clock, iters=4, warmup=1)
 
     def fn():
         clock["t"] += 50.0  # an eager call: launch gap and all
