@@ -84,6 +84,15 @@ def test_ranges_per_head_programs(per_head):
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"per_head={per_head}")
 
 
+def test_default_decode_splits_are_capped():
+    from nsa_triton_sel.kernels.launch import MAX_DECODE_SPLITS, decode_splits
+
+    cpu = torch.device("cpu")  # sm_count 8 here: a row alone would want 16 splits
+    assert decode_splits(1, 8192, 64, cpu) == MAX_DECODE_SPLITS == 4
+    assert decode_splits(8, 8192, 64, cpu) == 2 and decode_splits(64, 8192, 64, cpu) == 1
+    assert decode_splits(1, 100, 64, cpu) == 2  # never more splits than the cache has key tiles
+
+
 @pytest.mark.parametrize("num_splits", [1, 3, 16])
 def test_decode_split_merge(num_splits):
     # B*G = 2 rows, up to 16 splits: most splits of a short row have no tile at all.

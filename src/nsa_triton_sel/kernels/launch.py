@@ -176,10 +176,20 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
     return (o, lse) if return_lse else o
 
 
+# Each extra split adds one partial result that the merge kernel reads in a serial loop
+# (about 0.4 us per split on the H100), while a decode row selects only L keys (16 blocks of
+# 64 in NSA), which the host does not know without a sync.  Measured on seed-002 shapes
+# (bench/decode_splits.py, H100): the best split count is 1-8, and the default this cap
+# gives is within 1.6 us of the best on every shape from 4 to 256 rows, where the old cap
+# (128: 66 splits for 4 rows) took 27 us instead of 9-13 us.
+MAX_DECODE_SPLITS = 4
+
+
 def decode_splits(rows: int, T: int, block_n: int, device: torch.device) -> int:
-    """How many programs share one row's keys: enough to fill the GPU twice over."""
+    """How many programs share one row's keys: enough to fill the GPU twice over, at most
+    ``MAX_DECODE_SPLITS`` and never more than the row could have key tiles."""
     want = triton_cdiv(2 * sm_count(device), max(rows, 1))
-    return int(max(1, min(want, triton_cdiv(max(T, 1), block_n), 128)))
+    return int(max(1, min(want, triton_cdiv(max(T, 1), block_n), MAX_DECODE_SPLITS)))
 
 
 def sel_attn_decode(q, k, v, ranges, *, scale=None, return_lse=False, out=None, num_splits=None,
