@@ -47,9 +47,9 @@ stage() {  # stage NAME LIMIT_S command...
 
 if [ -z "$DRY" ]; then
     # The seeds' matrix: H {4,8}; (D,Dv) {64:64, 128:128, 128:64}; N {64,256,1024};
-    # L 16..1024; few/many/mixed.  Decode: seed 002 (h {2,4}, D {64,128}, l_sel 64,
+    # L 16..1024 (plus 1..8: the rows the threshold would send to SDPA); few/many/mixed.  Decode: seed 002 (h {2,4}, D {64,128}, l_sel 64,
     # L 128..1024 = 2..16 blocks) at B*G rows {4,64,256}.
-    SWEEP=(--N 64,256,1024 --H 4,8 --dims 64:64,128:128,128:64 --L_list 16,32,64,128,256,512,1024
+    SWEEP=(--N 64,256,1024 --H 4,8 --dims 64:64,128:128,128:64 --L_list 1,2,4,8,16,32,64,128,256,512,1024
            --dist few,many,mixed --iters 25 --warmup 3 --budget-s 190)
     DECODE=(--decode 1 --N 4,64,256 --H 2,4 --dims 64:64,128:128 --L_list 128,256,512,1024 --l_sel 64
             --iters 25 --warmup 3 --budget-s 40)
