@@ -151,14 +151,19 @@ class CudaEventTimer:
             return Timing(med, p20, p80)
         fn()
         torch.cuda.synchronize()
+        return self._event_loop(fn)
+
+    def _event_loop(self, run: Callable[[], object]) -> Timing:
+        """``warmup`` untimed calls of ``run``, then ``iters`` timed ones, each after an L2 flush
+        and between two events; the host never waits inside the loop."""
         for _ in range(self.warmup):
-            fn()
+            run()
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for i in range(self.iters):
             self.flush_buf.zero_()
             starts[i].record()
-            fn()
+            run()
             ends[i].record()
         torch.cuda.synchronize()
         return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
@@ -234,18 +239,9 @@ class GraphTimer(CudaEventTimer):
             self.last = f"{CudaEventTimer.name} (capture failed: {type(exc).__name__})"
             return super().__call__(fn)
         self.last = self.name
-        for _ in range(self.warmup):
-            g.replay()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
-        for i in range(self.iters):
-            self.flush_buf.zero_()
-            starts[i].record()
-            g.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
+        timing = self._event_loop(g.replay)
         del g  # frees the graph's private memory pool
-        return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
+        return timing
 
 
 class WallTimer:
