@@ -41,7 +41,7 @@ EXTRA_COLUMNS = [
     "tri_gbs", "ref_gbs", "tri_tflops", "ref_tflops", "tri_pct_bw", "ref_pct_bw",
     "tri_p20_ms", "tri_p80_ms", "ref_p20_ms", "ref_p80_ms",
     "ref_mae", "tri_packed_ms", "ref_gather_ms", "tri_host_us", "ref_host_us", "mae_rows",
-    "copy_gbs", "mm_tflops", "timer", "iters", "status", "suspect",
+    "copy_gbs", "mm_tflops", "timer", "iters", "retries", "ref_kernel", "status", "suspect",
     "gpu", "cc", "triton", "torch", "cuda", "driver", "git_commit", "date",
 ]
 COLUMNS = SEED_COLUMNS + EXTRA_COLUMNS
@@ -54,6 +54,16 @@ DROP_TOL = 0.15
 DROP_ABS_MS = 0.002  # and by more than 2 us: launch-bound kernels jitter by about that much
 FLAT_MIN_RATIO = 1.2
 FLAT_FLOOR_FACTOR = 2.0
+# A timing is noisy when its 80 % quantile is over NOISE_RATIO times its 20 % quantile (and
+# more than NOISE_ABS_MS apart): quiet rows sit near 1.05, disturbed ones at 1.5-15.
+NOISE_RATIO = 1.3
+NOISE_ABS_MS = 0.002
+
+# The GPU hold before timed runs (CudaEventTimer._event_loop): HOLD_FACTOR times the host's
+# estimated enqueue time, within HOLD_MS_RANGE.
+HOLD_FACTOR = 2.0
+HOLD_PER_RUN_MS = 0.03  # the flush and two event records the warm-up runs do not have
+HOLD_MS_RANGE = (0.5, 50.0)
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -153,20 +163,62 @@ class CudaEventTimer:
         torch.cuda.synchronize()
         return self._event_loop(fn)
 
+    # Set by the last _event_loop: how long the GPU was held, and whether the host still
+    # was enqueueing when the hold ended (then host stalls may show up as GPU time).
+    last_hold_ms, last_host_behind = 0.0, False
+    _cycles_per_ms: float | None = None
+
     def _event_loop(self, run: Callable[[], object]) -> Timing:
         """``warmup`` untimed calls of ``run``, then ``iters`` timed ones, each after an L2 flush
-        and between two events; the host never waits inside the loop."""
+        and between two events; the host never waits inside the loop.
+
+        Before the timed runs the GPU is held in a spin kernel long enough for the host to
+        enqueue all of them.  Without the hold, a host stall (another process, the GC) in
+        the middle of the loop lets the GPU run dry, and the idle gap lands between a start
+        and an end event: the first H100 sweep had rows whose 80 % quantile was 15x their
+        20 % quantile for that reason.
+        """
+        t0 = time.perf_counter()
         for _ in range(self.warmup):
             run()
+        per_run_ms = (time.perf_counter() - t0) * 1e3 / max(1, self.warmup)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        torch.cuda.synchronize()
+        hold_ms = self._hold_gpu(HOLD_FACTOR * self.iters * (per_run_ms + HOLD_PER_RUN_MS))
+        t0 = time.perf_counter()
         for i in range(self.iters):
             self.flush_buf.zero_()
             starts[i].record()
             run()
             ends[i].record()
+        self.last_hold_ms = hold_ms
+        self.last_host_behind = (time.perf_counter() - t0) * 1e3 > hold_ms
         torch.cuda.synchronize()
         return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+    def _hold_gpu(self, want_ms: float) -> float:
+        """Enqueue a spin kernel of about ``want_ms`` (clamped to HOLD_MS_RANGE); returns the
+        milliseconds held, 0 where torch has no ``cuda._sleep`` (then nothing is held)."""
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return 0.0
+        if self._cycles_per_ms is None:
+            type(self)._cycles_per_ms = _calibrate_sleep(sleep)
+        ms = min(max(want_ms, HOLD_MS_RANGE[0]), HOLD_MS_RANGE[1])
+        sleep(int(ms * self._cycles_per_ms))
+        return ms
+
+
+def _calibrate_sleep(sleep: Callable[[int], None], cycles: int = 2_000_000) -> float:
+    """GPU clock cycles per millisecond of ``torch.cuda._sleep`` (it spins on the SM clock)."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sleep(cycles // 10)  # first launch outside the measurement
+    a.record()
+    sleep(cycles)
+    b.record()
+    torch.cuda.synchronize()
+    return cycles / max(a.elapsed_time(b), 1e-3)
 
 
 def capture_graph(fn: Callable[[], object]):
@@ -188,6 +240,32 @@ def capture_graph(fn: Callable[[], object]):
         out = fn()
     torch.cuda.synchronize()
     return graph, out
+
+
+def cuda_kernels(fn: Callable[[], object]) -> str:
+    """The GPU kernels one call of ``fn`` launches, as short names joined by ``+`` in launch
+    order (template arguments, parameters and memsets dropped), from the torch profiler.
+
+    Recorded for the reference side so a reader (and the ``ref_drop`` guard) can see when
+    SDPA changed backend between two shapes.  '' where the profiler saw no kernel.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - no CUPTI: rows then lack ref_kernel and are always compared
+        return ""
+    names = []
+    for ev in prof.events():
+        if ev.device_type.name != "CUDA" or ev.name.startswith(("Memset", "Memcpy")):
+            continue
+        short = ev.name.removeprefix("void ").split("<")[0].split("(")[0].strip().replace(",", " ")
+        if short and short not in names:
+            names.append(short)
+    return "+".join(names)
 
 
 def host_launch_us(fn: Callable[[], object], n: int = 5) -> float:
@@ -464,10 +542,19 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
 
     Per row: ``nan`` (a NaN time, MAE or output), ``tri_bw>copy`` / ``ref_bw>copy``
     (effective bandwidth above the measured copy bandwidth: the side cannot have done
-    the work).  Per sweep (same config, growing L): ``ref_drop`` (the reference got more
-    than DROP_TOL and DROP_ABS_MS faster than at the previous L), ``ref_flat`` (the reference at the
+    the work), ``tri_noisy`` / ``ref_noisy`` (the side's timings spread too much for its
+    median to mean anything: see :func:`noisy_sides`).  Per sweep (same config, growing
+    L): ``ref_drop`` (the reference got more than DROP_TOL and DROP_ABS_MS faster than at
+    the previous L while running the same kernels), ``ref_flat`` (the reference at the
     largest L is under FLAT_MIN_RATIO times its smallest-L time although the bandwidth
     floor at the largest L is at least FLAT_FLOOR_FACTOR times that time).
+
+    Why ``ref_drop`` needs the same kernels: SDPA picks its backend per shape (on the H100,
+    cuDNN does not take a key length of 1, so L = 1 runs the flash or memory-efficient
+    kernel and L >= 2 cuDNN).  A drop across such a switch shows that SDPA's kernels
+    differ in fixed cost, not that the reference skipped work; :func:`kernel_switches`
+    lists those drops for the reports instead.  Rows without ``ref_kernel`` (CPU runs,
+    older CSVs) are always compared.
     """
     flags: dict[int, list[str]] = {id(r): [] for r in rows}
     for r in rows:
@@ -480,6 +567,7 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
         for side in ("tri", "ref"):
             if _f(r.get(f"{side}_gbs")) > copy:
                 f.append(f"{side}_bw>copy")
+        f.extend(f"{side}_noisy" for side in noisy_sides(r))
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("status", "ok") in ("ok", "") and not math.isnan(_f(r.get("ref_ms"))):
@@ -487,13 +575,48 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
     for sweep in groups.values():
         sweep.sort(key=lambda r: int(r["L"]))
         for prev, cur in zip(sweep, sweep[1:]):
-            t_prev, t_cur = _f(prev["ref_ms"]), _f(cur["ref_ms"])
-            if t_cur < t_prev * (1 - DROP_TOL) and t_prev - t_cur > DROP_ABS_MS:
+            if _dropped(prev, cur) and not _switched(prev, cur):
                 flags[id(cur)].append("ref_drop")
         _flat_check(sweep, flags)
     for r in rows:
         r["suspect"] = ";".join(flags[id(r)])
     return rows
+
+
+def noisy_sides(r: dict) -> list[str]:
+    """The sides (``tri``, ``ref``) whose 80 % quantile is over NOISE_RATIO times their 20 %
+    quantile and more than NOISE_ABS_MS above it: a disturbance (host stall, clock change)
+    hit a good share of the runs, and the median may be one of them."""
+    out = []
+    for side in ("tri", "ref"):
+        p20, p80 = _f(r.get(f"{side}_p20_ms")), _f(r.get(f"{side}_p80_ms"))
+        if p80 > NOISE_RATIO * p20 and p80 - p20 > NOISE_ABS_MS:
+            out.append(side)
+    return out
+
+
+def _dropped(prev: dict, cur: dict) -> bool:
+    t_prev, t_cur = _f(prev["ref_ms"]), _f(cur["ref_ms"])
+    return t_cur < t_prev * (1 - DROP_TOL) and t_prev - t_cur > DROP_ABS_MS
+
+
+def _switched(prev: dict, cur: dict) -> bool:
+    a, b = prev.get("ref_kernel") or "", cur.get("ref_kernel") or ""
+    return bool(a and b and a != b)
+
+
+def kernel_switches(rows: list[dict]) -> list[tuple[dict, dict, bool]]:
+    """Per sweep, each step to the next L where the reference's kernels changed:
+    ``(previous row, row, the time dropped more than the ref_drop tolerance)``."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("status", "ok") in ("ok", "") and r.get("ref_kernel"):
+            groups.setdefault(group_key(r), []).append(r)
+    out = []
+    for sweep in groups.values():
+        sweep.sort(key=lambda r: int(r["L"]))
+        out += [(p, c, _dropped(p, c)) for p, c in zip(sweep, sweep[1:]) if _switched(p, c)]
+    return out
 
 
 def _flat_check(sweep: list[dict], flags: dict) -> None:

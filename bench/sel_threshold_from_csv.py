@@ -290,6 +290,22 @@ def host_costs(rows: list[dict]) -> list[str]:
             f"graphs or when the GPU is busy with earlier work it is hidden.", ""]
 
 
+def kernel_switch_section(rows: list[dict]) -> list[str]:
+    """Where SDPA changed kernels between two L of a sweep (the ``ref_drop`` guard does not
+    compare across such a switch; this table shows every one, faster or not)."""
+    sw = C.kernel_switches(rows)
+    if not sw:
+        return []
+    L = ["", "## Reference kernel switches", "",
+         "SDPA chooses its backend per shape. Across a switch the reference's time may drop although L grew; "
+         "the ref_drop guard compares only L steps that ran the same kernels.", "",
+         "| sweep | L | kernels | ref_ms | faster at larger L |", "|---|---|---|---|---|"]
+    for prev, cur, dropped in sw:
+        L.append(f"| {config_name(cur)} | {prev['L']} -> {cur['L']} | {prev['ref_kernel']} -> {cur['ref_kernel']} | "
+                 f"{C.fmt(_f(prev['ref_ms']))} -> {C.fmt(_f(cur['ref_ms']))} | {'yes' if dropped else 'no'} |")
+    return L
+
+
 def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others: list[Verdict] = ()) -> str:
     """The Markdown report: verdicts (chosen baseline, then the other), gates, speedup ranges,
     suspect rows, full tables, plots."""
@@ -325,6 +341,7 @@ def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others
     L += ["## Suspect or failed rows", ""]
     L += (_table(_sorted(sus), ["kind", "dist", "N", "H", "D", "Dv", "L", "tri_ms", "ref_ms", "ref_gbs",
                                 "copy_gbs", "mae", "status", "suspect"]) if sus else ["None: no guard fired."])
+    L += kernel_switch_section(rows)
     cols = {"dense": ["N", "H", "D", "Dv", "L", "streams", "tri_ms", "ref_ms", "speedup", "mae", "ref_mae",
                       "tri_gbs", "ref_gbs", "tri_pct_bw", "ref_pct_bw", "tri_tflops", "suspect"],
             "varlen": ["dist", "N", "H", "D", "Dv", "L", "nspans", "streams", "tri_ms", "ref_ms", "speedup", "mae",

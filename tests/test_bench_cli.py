@@ -196,6 +196,48 @@ def test_drop_nan_and_triton_bandwidth_guards():
     assert fast[0]["suspect"] == "tri_bw>copy"
 
 
+def test_ref_drop_is_judged_within_one_reference_kernel():
+    # SDPA on the H100: flash at L=1 (cuDNN refuses one key), cuDNN from L=2; the switch is
+    # faster although L grew.  Within one kernel the same drop is still a ref_drop.
+    flash, cudnn = "pytorch_flash::flash_fwd_kernel", "cudnn_generated_fort_native_sdpa_sm90"
+    rows = C.flag_suspects([_row(1, 0.029, ref_kernel=flash), _row(2, 0.024, ref_kernel=cudnn),
+                            _row(4, 0.024, ref_kernel=cudnn), _row(8, 0.018, ref_kernel=cudnn)])
+    assert [r["suspect"] for r in rows] == ["", "", "", "ref_drop"]
+    sw = C.kernel_switches(rows)
+    assert len(sw) == 1 and sw[0][0]["L"] == 1 and sw[0][1]["L"] == 2 and sw[0][2] is True
+    # Without kernel names (CPU, old CSVs) every step is compared.
+    plain = C.flag_suspects([_row(1, 0.029), _row(2, 0.024)])
+    assert plain[1]["suspect"] == "ref_drop" and C.kernel_switches(plain) == []
+
+
+def test_noisy_timings_are_flagged_per_side():
+    quiet = _row(64, 0.1, tri_p20_ms=0.066, tri_p80_ms=0.070, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    spiky = _row(64, 0.1, tri_p20_ms=0.0067, tri_p80_ms=0.1056, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    tiny = _row(64, 0.1, tri_p20_ms=0.0030, tri_p80_ms=0.0045, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    assert C.noisy_sides(quiet) == [] and C.noisy_sides(spiky) == ["tri"]
+    assert C.noisy_sides(tiny) == []  # 1.5x but 1.5 us apart: launch jitter
+    assert C.flag_suspects([spiky])[0]["suspect"] == "tri_noisy"
+
+
+def test_noisy_rows_are_re_timed_and_the_quietest_attempt_kept(monkeypatch):
+    import bench_sel_triton as B
+
+    a = B.parse_args(["--dry-run", "--retries", "2"])
+    spreads = iter([(0.01, 0.10), (0.01, 0.05), (0.01, 0.011), (0.01, 0.011)])
+
+    def fake_run_case(*args):
+        p20, p80 = next(spreads)
+        return {"status": "ok", "tri_p20_ms": p20, "tri_p80_ms": p80, "ref_p20_ms": 0.02, "ref_p80_ms": 0.021}
+
+    monkeypatch.setattr(B, "run_case", fake_run_case)
+    r = B.timed_case(a, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
+    assert r["retries"] == 2 and r["tri_p80_ms"] == 0.011  # third attempt quiet: stop there
+    a0 = B.parse_args(["--dry-run", "--retries", "0"])
+    spreads = iter([(0.01, 0.10)])
+    r0 = B.timed_case(a0, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
+    assert r0["retries"] == 0 and C.noisy_sides(r0) == ["tri"]  # kept, and the guard will flag it
+
+
 def test_guards_are_per_sweep():
     # Same L values, different N: the drop from one group to the other is not a drop.
     rows = C.flag_suspects([_row(64, 0.5, N=1024), _row(64, 0.01, N=64), _row(128, 0.02, N=64)])
@@ -291,10 +333,15 @@ def _fake_timer(monkeypatch, cls, clock, iters, warmup):
         def zero_(self):
             clock["flushes"] += 1
 
+    def fake_sleep(cycles):  # the GPU hold: the fake clock does not move (it is outside the events)
+        clock.setdefault("holds", []).append(cycles)
+
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", fake_sleep, raising=False)
     timer = cls.__new__(cls)
     timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = iters, warmup, False, FlushBuf()
+    timer._cycles_per_ms = 1000.0  # instance value: no calibration against fake events
     return timer
 
 
@@ -312,6 +359,27 @@ def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch)
     t = timer(fn)
     assert len(calls) == 8 and clock["flushes"] == 5  # one flush before every timed run only
     assert t.median_ms == 3.0 and t.p20_ms == 2.0 and t.p80_ms == 4.0
+    # One GPU hold before the timed runs, of at least HOLD_MS_RANGE[0] ms (host enqueue is fast here).
+    assert clock["holds"] == [int(C.HOLD_MS_RANGE[0] * 1000.0)] and timer.last_hold_ms == C.HOLD_MS_RANGE[0]
+    assert timer.last_host_behind is False
+
+
+def test_hold_covers_the_host_enqueue_time_and_says_when_it_did_not(monkeypatch):
+    clock = {"t": 0.0, "flushes": 0}
+    timer = _fake_timer(monkeypatch, C.CudaEventTimer, clock, iters=10, warmup=2)
+
+    def slow_host():  # 1 ms of host time per call: the hold must cover 10 of them, twice over
+        t0 = C.time.perf_counter()
+        while C.time.perf_counter() - t0 < 0.001:
+            pass
+
+    timer(slow_host)
+    assert timer.last_hold_ms >= C.HOLD_FACTOR * 10 * 1.0 and timer.last_host_behind is False
+    monkeypatch.setattr(C, "HOLD_MS_RANGE", (0.5, 1.0))  # a cap below the enqueue time: reported
+    timer(slow_host)
+    assert timer.last_hold_ms == 1.0 and timer.last_host_behind is True
+    monkeypatch.delattr(torch.cuda, "_sleep")  # no _sleep in this torch: nothing held, still timed
+    assert timer(lambda: None).median_ms == 0.0 and timer.last_hold_ms == 0.0
 
 
 def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(monkeypatch):

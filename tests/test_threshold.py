@@ -141,6 +141,18 @@ def test_report_shows_both_baselines_and_speedup_ranges(tmp_path):
     assert json.loads(cfg.read_text())["entries"][0]["baseline"] == "fallback"
 
 
+def test_report_lists_reference_kernel_switches(tmp_path):
+    rows = rows_for(lambda d, N, L: 1.5)
+    for r in rows:
+        r["ref_kernel"] = "flash_fwd" if r["L"] == 16 else "cudnn_sdpa"
+        r["ref_ms"] = 1.0 if r["L"] == 16 else 0.5 + r["L"] / 1024
+    dense, varlen = split_write(tmp_path, rows)
+    assert S.main(["--dense", str(dense), "--varlen", str(varlen), "--out", str(tmp_path / "r.md"), "--no-plot"]) == 0
+    text = (tmp_path / "r.md").read_text()
+    assert "## Reference kernel switches" in text
+    assert "| few N=64 H=4 D=64 Dv=64 | 16 -> 64 | flash_fwd -> cudnn_sdpa | 1 -> 0.5625 | yes |" in text
+
+
 def test_bad_gates_are_refused():
     with pytest.raises(ValueError, match="positive"):
         S.choose_threshold(tag(rows_for(lambda d, N, L: 2.0)), 0.0, 1e-3)
