@@ -153,7 +153,8 @@ class CudaEventTimer:
         if use_do_bench:
             self.name = "do_bench"
 
-    def __call__(self, fn: Callable[[], object], graph: bool = True) -> Timing:  # noqa: ARG002
+    def __call__(self, fn: Callable[[], object], graph: bool = True) -> Timing:
+        """Time ``fn``; ``graph=False`` says it synchronises with the host (no GPU hold then)."""
         if self.use_do_bench:
             import triton.testing
 
@@ -161,14 +162,14 @@ class CudaEventTimer:
             return Timing(med, p20, p80)
         fn()
         torch.cuda.synchronize()
-        return self._event_loop(fn)
+        return self._event_loop(fn, hold=graph)
 
     # Set by the last _event_loop: how long the GPU was held, and whether the host still
     # was enqueueing when the hold ended (then host stalls may show up as GPU time).
     last_hold_ms, last_host_behind = 0.0, False
     _cycles_per_ms: float | None = None
 
-    def _event_loop(self, run: Callable[[], object]) -> Timing:
+    def _event_loop(self, run: Callable[[], object], hold: bool = True) -> Timing:
         """``warmup`` untimed calls of ``run``, then ``iters`` timed ones, each after an L2 flush
         and between two events; the host never waits inside the loop.
 
@@ -176,7 +177,8 @@ class CudaEventTimer:
         enqueue all of them.  Without the hold, a host stall (another process, the GC) in
         the middle of the loop lets the GPU run dry, and the idle gap lands between a start
         and an end event: the first H100 sweep had rows whose 80 % quantile was 15x their
-        20 % quantile for that reason.
+        20 % quantile for that reason.  ``hold=False`` for a ``run`` that synchronises with
+        the host (it would only wait for the hold to end; its gaps are part of its cost).
         """
         t0 = time.perf_counter()
         for _ in range(self.warmup):
@@ -185,7 +187,7 @@ class CudaEventTimer:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         torch.cuda.synchronize()
-        hold_ms = self._hold_gpu(HOLD_FACTOR * self.iters * (per_run_ms + HOLD_PER_RUN_MS))
+        hold_ms = self._hold_gpu(HOLD_FACTOR * self.iters * (per_run_ms + HOLD_PER_RUN_MS)) if hold else 0.0
         t0 = time.perf_counter()
         for i in range(self.iters):
             self.flush_buf.zero_()
@@ -193,7 +195,7 @@ class CudaEventTimer:
             run()
             ends[i].record()
         self.last_hold_ms = hold_ms
-        self.last_host_behind = (time.perf_counter() - t0) * 1e3 > hold_ms
+        self.last_host_behind = hold and (time.perf_counter() - t0) * 1e3 > hold_ms
         torch.cuda.synchronize()
         return _quantiles([s.elapsed_time(e) for s, e in zip(starts, ends)])
 
@@ -309,13 +311,13 @@ class GraphTimer(CudaEventTimer):
         self.last_host_us = host_launch_us(fn)
         if not graph:
             self.last = CudaEventTimer.name
-            return super().__call__(fn)
+            return super().__call__(fn, graph=False)
         try:
             g, _ = capture_graph(fn)
         except Exception as exc:  # noqa: BLE001 - a synchronising fn: time it eagerly, say so
             torch.cuda.synchronize()
             self.last = f"{CudaEventTimer.name} (capture failed: {type(exc).__name__})"
-            return super().__call__(fn)
+            return super().__call__(fn, graph=False)
         self.last = self.name
         timing = self._event_loop(g.replay)
         del g  # frees the graph's private memory pool

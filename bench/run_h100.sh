@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100, 530 s at most).
+# The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100, 550 s at most).
 #
 #   bench/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
 #   bench/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock
@@ -15,8 +15,10 @@
 #                       off-device: bench/sel_threshold_from_csv.py ... --out report.md)
 # Each stage has its own time limit, so one slow stage cannot eat the others' time;
 # the sweeps also stop starting new work at their --budget-s and keep what they ran.
-# Environment: PYTHON (default python3), and the repository's src/ is put on PYTHONPATH
-# so the package need not be installed.
+# Environment: PYTHON (default python3); STAGES, a comma list of stage keys to run (default
+# all: env,sweep,decode,pytest,nsa,report), e.g. STAGES=env,pytest,nsa to re-time the
+# dispatcher after a threshold change.  The repository's src/ is put on PYTHONPATH so the
+# package need not be installed.
 
 set -u
 OUT="${1:?usage: bench/run_h100.sh OUTDIR [--dry-run]}"
@@ -35,8 +37,16 @@ cd "$REPO" || exit 2
 exec > >(tee -a "$OUT/run.log") 2>&1
 
 START=$SECONDS
-stage() {  # stage NAME LIMIT_S command...
-    local name="$1" limit="$2"; shift 2
+STAGES="${STAGES:-env,sweep,decode,pytest,nsa,report}"
+for k in ${STAGES//,/ }; do
+    case "$k" in env|sweep|decode|pytest|nsa|report) ;;
+        *) echo "run_h100.sh: unknown stage '$k' in STAGES=$STAGES (accepted: env,sweep,decode,pytest,nsa,report)" >&2
+           exit 2 ;;
+    esac
+done
+stage() {  # stage KEY NAME LIMIT_S command...
+    local key="$1" name="$2" limit="$3"; shift 3
+    case ",$STAGES," in *",$key,"*) ;; *) echo "=== $name skipped (STAGES=$STAGES)"; return 0 ;; esac
     echo "=== [$(date -u +%H:%M:%S) +$((SECONDS - START))s] $name (limit ${limit}s): $*"
     timeout -k 10 --signal=INT "$limit" "$@"
     local rc=$?
@@ -51,14 +61,14 @@ if [ -z "$DRY" ]; then
     # Decode: seed 002 (h {2,4}, D and Dv {64,128}, l_sel 64, L 128..1024 = 2..16 blocks)
     # at B*G rows {4,64,256}.
     SWEEP=(--N 64,256,1024 --H 4,8 --dims 64:64,64:128,128:64,128:128 --L_list 1,2,4,8,16,32,64,128,256,512,1024
-           --dist few,many,mixed --iters 25 --warmup 3 --budget-s 215)
+           --dist few,many,mixed --iters 25 --warmup 3 --budget-s 240)
     DECODE=(--decode 1 --N 4,64,256 --H 2,4 --dims 64:64,64:128,128:64,128:128 --L_list 128,256,512,1024 --l_sel 64
             --iters 25 --warmup 3 --budget-s 50)
     PYTEST_ENV=(NSA_BENCH_FLEX=1)
     NSA=(--iters 10 --warmup 2 --budget-s 30 --flex-max-T 0)  # flex is timed in the pytest suite
-    # 530 s at most: one device call.  Measured at 3db82ca: sweep 143 s, decode 37 s,
-    # pytest-benchmark > 90 s (FlexAttention's compile), nsa 26 s.
-    LIM=(15 250 70 130 45 20)
+    # 550 s at most: one device call.  Measured at c3c7eb7: sweep 211 s, decode 53 s,
+    # pytest-benchmark 94 s (FlexAttention's compile), nsa 25 s.
+    LIM=(15 270 70 130 45 20)
 else
     SWEEP=(--dry-run --N 4 --H 4 --dims 64:64 --L_list 16,64,128 --dist few,many,mixed --mae-rows 4)
     DECODE=(--dry-run --decode 1 --N 2 --H 2 --dims 64:64 --L_list 128,256 --l_sel 64 --mae-rows 2)
@@ -67,7 +77,7 @@ else
     LIM=(60 300 120 120 300 60)
 fi
 
-stage "environment" "${LIM[0]}" "$PY" - <<'EOF'
+stage env "environment" "${LIM[0]}" "$PY" - <<'EOF'
 import json, subprocess
 from nsa_triton_sel.env import fingerprint
 print(json.dumps(fingerprint(), indent=1, default=str))
@@ -77,14 +87,16 @@ except Exception as exc:
     print("nvidia-smi:", exc)
 EOF
 
-rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv" "$OUT/sel_decode.csv"  # the sweeps append
-stage "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
-stage "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
-stage "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
+# The sweeps append: start each from an empty file.
+case ",$STAGES," in *",sweep,"*) rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv" ;; esac
+case ",$STAGES," in *",decode,"*) rm -f "$OUT/sel_decode.csv" ;; esac
+stage sweep "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
+stage decode "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
+stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
     --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
     --benchmark-columns=min,median,iqr,rounds
-stage "nsa contenders" "${LIM[4]}" "$PY" bench/bench_nsa.py "${NSA[@]}" --csv "$OUT/nsa.csv"
-stage "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
+stage nsa "nsa contenders" "${LIM[4]}" "$PY" bench/bench_nsa.py "${NSA[@]}" --csv "$OUT/nsa.csv"
+stage report "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
     --dense "$OUT/sel_dense.csv" --varlen "$OUT/sel_varlen.csv" --decode "$OUT/sel_decode.csv" \
     --margin 1.2 --max-mae 1e-3 --out "$OUT/report.md" --no-plot --allow-missing
 

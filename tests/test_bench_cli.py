@@ -294,6 +294,20 @@ def test_run_h100_rejects_unknown_option(tmp_path):
     assert res.returncode == 2 and "accepted: --dry-run" in res.stderr
 
 
+def test_run_h100_runs_only_the_chosen_stages(tmp_path):
+    env = {**os.environ, "STAGES": "env,report"}
+    res = subprocess.run(["bash", str(BENCH / "run_h100.sh"), str(tmp_path), "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "environment rc=0" in out and "threshold report rc=" in out
+    for skipped in ("sweep dense+varlen", "sweep decode", "pytest-benchmark", "nsa contenders"):
+        assert f"=== {skipped} skipped (STAGES=env,report)" in out
+    bad = subprocess.run(["bash", str(BENCH / "run_h100.sh"), str(tmp_path), "--dry-run"],
+                         env={**os.environ, "STAGES": "env,plot"}, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown stage 'plot'" in bad.stdout + bad.stderr
+
+
 # ----------------------------------------------------------------------------- end to end
 def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
     """The real sweep code on the CPU: interpreter kernels, oracle MAE, modelled clock."""
@@ -406,9 +420,11 @@ def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(
     assert t.median_ms == 2.0 and timer.last == "cuda-graph"  # replays only, never the eager time
     assert clock["replays"] == 5 and clock["flushes"] == 4
     assert timer.last_host_us >= 0
+    assert len(clock["holds"]) == 1  # the replays were held for
     fn.syncs = True
     assert timer(fn).median_ms == 50.0 and timer.last == "cuda-events (capture failed: RuntimeError)"
     assert timer(lambda: None, graph=False).median_ms == 0.0 and timer.last == "cuda-events"
+    assert len(clock["holds"]) == 1 and timer.last_host_behind is False  # a syncing call is never held
 
 
 def test_timer_label_names_sides_timed_another_way():
