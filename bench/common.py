@@ -570,12 +570,7 @@ def flag_suspects(rows: list[dict]) -> list[dict]:
             if _f(r.get(f"{side}_gbs")) > copy:
                 f.append(f"{side}_bw>copy")
         f.extend(f"{side}_noisy" for side in noisy_sides(r))
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r.get("status", "ok") in ("ok", "") and not math.isnan(_f(r.get("ref_ms"))):
-            groups.setdefault(group_key(r), []).append(r)
-    for sweep in groups.values():
-        sweep.sort(key=lambda r: int(r["L"]))
+    for sweep in _sweeps(r for r in rows if not math.isnan(_f(r.get("ref_ms")))):
         for prev, cur in zip(sweep, sweep[1:]):
             if _dropped(prev, cur) and not _switched(prev, cur):
                 flags[id(cur)].append("ref_drop")
@@ -610,15 +605,19 @@ def _switched(prev: dict, cur: dict) -> bool:
 def kernel_switches(rows: list[dict]) -> list[tuple[dict, dict, bool]]:
     """Per sweep, each step to the next L where the reference's kernels changed:
     ``(previous row, row, the time dropped more than the ref_drop tolerance)``."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r.get("status", "ok") in ("ok", "") and r.get("ref_kernel"):
-            groups.setdefault(group_key(r), []).append(r)
     out = []
-    for sweep in groups.values():
-        sweep.sort(key=lambda r: int(r["L"]))
+    for sweep in _sweeps(r for r in rows if r.get("ref_kernel")):
         out += [(p, c, _dropped(p, c)) for p, c in zip(sweep, sweep[1:]) if _switched(p, c)]
     return out
+
+
+def _sweeps(rows: Iterable[dict]) -> list[list[dict]]:
+    """The ok rows grouped into sweeps (:func:`group_key`), each sorted by L."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("status", "ok") in ("ok", ""):
+            groups.setdefault(group_key(r), []).append(r)
+    return [sorted(g, key=lambda r: int(r["L"])) for g in groups.values()]
 
 
 def _flat_check(sweep: list[dict], flags: dict) -> None:

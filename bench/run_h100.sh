@@ -44,9 +44,10 @@ for k in ${STAGES//,/ }; do
            exit 2 ;;
     esac
 done
+want() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 stage() {  # stage KEY NAME LIMIT_S command...
     local key="$1" name="$2" limit="$3"; shift 3
-    case ",$STAGES," in *",$key,"*) ;; *) echo "=== $name skipped (STAGES=$STAGES)"; return 0 ;; esac
+    want "$key" || { echo "=== $name skipped (STAGES=$STAGES)"; return 0; }
     echo "=== [$(date -u +%H:%M:%S) +$((SECONDS - START))s] $name (limit ${limit}s): $*"
     timeout -k 10 --signal=INT "$limit" "$@"
     local rc=$?
@@ -88,8 +89,8 @@ except Exception as exc:
 EOF
 
 # The sweeps append: start each from an empty file.
-case ",$STAGES," in *",sweep,"*) rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv" ;; esac
-case ",$STAGES," in *",decode,"*) rm -f "$OUT/sel_decode.csv" ;; esac
+want sweep && rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv"
+want decode && rm -f "$OUT/sel_decode.csv"
 stage sweep "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
 stage decode "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
 stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
