@@ -32,18 +32,18 @@ nox.options.error_on_external_run = False
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # lanes/ledger need only the stdlib and packaging (a nox dependency)
 
-from nsa_triton_sel import lanes as _lanes  # noqa: E402
-from nsa_triton_sel import ledger as _ledger  # noqa: E402
+from nsa_triton_sel.compat import lanes as _lanes  # noqa: E402
+from nsa_triton_sel.compat import ledger as _ledger  # noqa: E402
 
 TABLE = _lanes.load_table()
 KINDS = ("compile", "parity", "bench")
 nox.options.sessions = [f"compile-{TABLE.newest().label}", f"parity-{TABLE.newest().label}"]
 
-# Runs inside the lane environment: the fingerprint (nsa_triton_sel.env) plus the imported triton.
+# Runs inside the lane environment: the fingerprint (nsa_triton_sel.compat.env) plus the imported triton.
 _FINGERPRINT = """
 import json, sys
 try:
-    from nsa_triton_sel.env import fingerprint
+    from nsa_triton_sel.compat.env import fingerprint
     fp = fingerprint()
 except Exception as exc:  # a broken env module must not hide the lane's own result
     import platform; fp = {"python": platform.python_version(), "fingerprint_error": repr(exc)}
@@ -57,7 +57,7 @@ except Exception:
     pass
 print("NSA_SEL_FP " + json.dumps(fp))
 """
-_PROBE = "import json, nsa_triton_sel.env as e; print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))"
+_PROBE = "import json, nsa_triton_sel.compat.env as e; print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))"
 # Runs a command and stores its exit status in a file: nox's session.run reports only pass/fail,
 # and the lanes need to tell "tests failed" (1) from "nothing collected" (5) or a crash (signal).
 _RC_WRAP = ("import subprocess, sys; rc = subprocess.call([sys.executable] + sys.argv[2:]); "
@@ -329,7 +329,7 @@ def _compile_body(session, lane, base, results, rest):
     # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
     # on this Triton; they are reported in their own column and never block the lane.
     jobs += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
-    rc = _run_rc(session, _raw_path(results, session, "rc"), "-m", "nsa_triton_sel.cli", "smoke",
+    rc = _run_rc(session, _raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
                  "--arch", archs, "--json", str(report_path), "--no-progress", *jobs)
     if not report_path.exists():
         rec = _ledger.record(base, kernel="(smoke harness)", verdict="crash",
@@ -377,7 +377,7 @@ def _parity_body(session, lane, base, results, rest):
 
 def _probe(session, base) -> dict:
     """The tiny known kernel under the interpreter (env.interpreter_usable) as a parity record."""
-    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.env)")
+    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.env)")
     out = session.run("python", "-c", _PROBE, silent=True, log=False, success_codes=range(256)) or ""
     found = [ln for ln in out.splitlines() if ln.startswith("NSA_SEL_PROBE ")]
     if not found:
@@ -464,7 +464,7 @@ def constraints(session: nox.Session) -> None:
 @nox.session(name="check-upgrade", venv_backend="none", default=False, tags=["ledger"])
 def check_upgrade(session: nox.Session) -> None:
     """Pre-upgrade check of a Triton release not in the table: nox -s check-upgrade -- 3.10.0."""
-    from nsa_triton_sel import upgrade  # noqa: PLC0415 - only this session needs it
+    from nsa_triton_sel.compat import upgrade  # noqa: PLC0415 - only this session needs it
 
     rc = upgrade.main(list(session.posargs))
     if rc:

@@ -418,13 +418,13 @@ def measure_ceilings(dry_run: bool = False, copy_bytes: int = 1 << 30, mm_n: int
 
 # ----------------------------------------------------------------------------- environment
 def env_columns() -> dict:
-    """The environment columns of every CSV row, from ``nsa_triton_sel.env.fingerprint``.
+    """The environment columns of every CSV row, from ``nsa_triton_sel.compat.env.fingerprint``.
 
     Imported lazily: the fingerprint module may be newer than this file, and a missing
     field must not stop a benchmark.
     """
     try:
-        from nsa_triton_sel.env import fingerprint
+        from nsa_triton_sel.compat.env import fingerprint
 
         fp = fingerprint()
     except Exception as exc:  # noqa: BLE001 - the benchmark still runs, the CSV says why

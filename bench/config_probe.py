@@ -4,7 +4,7 @@ Each (kernel, BLOCK_N, num_warps, num_stages) runs in its own child process — 
 miscompiled kernel can make an illegal memory access, which poisons the CUDA context —
 on a fresh NSA-shaped problem, and is compared with the packed-SDPA path in float32.
 Prints one verdict per configuration: ok, wrong (max error), nan, or crash (the error).
-This is how the Triton 3.0 + Hopper window in constraints/known-bad.toml was narrowed down.
+This is how the Triton 3.0 + Hopper window in src/nsa_triton_sel/data/known_bad.toml was narrowed down.
 
 Usage:  python bench/config_probe.py [--T 1024] [--h 16]
 """

@@ -8,9 +8,9 @@ import types
 
 import pytest
 
-from nsa_triton_sel import aot
+from nsa_triton_sel.compat import aot
 from nsa_triton_sel.kernels.meta import MODE_RANGES, kernel_meta
-from nsa_triton_sel.specs import SEL_TYPES, SPECS, CompileSpec, arg_type, derive_signature, kernel_params
+from nsa_triton_sel.compat.specs import SEL_TYPES, SPECS, CompileSpec, arg_type, derive_signature, kernel_params
 
 
 class _New:
@@ -88,13 +88,13 @@ def test_mma_kind():
 
 
 def test_sel_fwd_signature_follows_the_kernel():
-    from nsa_triton_sel.kernels import jit
+    from nsa_triton_sel.kernels import forward
 
     meta = kernel_meta(mode=MODE_RANGES, h=16, Dk=128, Dv=128, has_lse=True)
-    spec = CompileSpec(name="t", kernel="nsa_triton_sel.kernels.jit:sel_fwd_kernel", dtype="bf16",
+    spec = CompileSpec(name="t", kernel="nsa_triton_sel.kernels.forward:sel_fwd_kernel", dtype="bf16",
                        constexprs=meta.constexprs(), types=SEL_TYPES)
-    types_, consts = derive_signature(jit.sel_fwd_kernel, spec.request(80))
-    names = [n for n, is_c, _ in kernel_params(jit.sel_fwd_kernel)]
+    types_, consts = derive_signature(forward.sel_fwd_kernel, spec.request(80))
+    names = [n for n, is_c, _ in kernel_params(forward.sel_fwd_kernel)]
     assert list(types_) == [n for n in names if n in types_]  # kernel order, as ASTSource needs
     assert set(types_) | set(consts) == set(names) and not set(types_) & set(consts)
     assert types_["Q"] == "*bf16" and types_["LSE"] == "*fp32" and types_["SPANS"] == "*i32"
@@ -123,8 +123,8 @@ def test_type_override_substitutes_dtype():
 
 
 def test_every_registered_spec_matches_its_kernel():
-    """Cheap guard (no compile): a constexpr renamed in jit.py/meta.py breaks here first."""
-    from nsa_triton_sel.specs import load_object
+    """Cheap guard (no compile): a constexpr renamed in forward.py/meta.py breaks here first."""
+    from nsa_triton_sel.compat.specs import load_object
 
     for spec in SPECS:
         derive_signature(load_object(spec.kernel), spec.request(80))

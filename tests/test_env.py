@@ -13,7 +13,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel import env
+from nsa_triton_sel.compat import env
 
 REQUIRED = {
     "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
@@ -143,7 +143,7 @@ def test_doctor_text_without_probe(capsys):
 
 
 def test_nsa_sel_doctor_routes_through_the_cli(capsys):
-    from nsa_triton_sel import cli
+    from nsa_triton_sel.compat import cli
 
     assert cli.main(["doctor", "--no-interp"]) == 0
     assert "compute_capability" in capsys.readouterr().out
@@ -153,7 +153,7 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
     # The real command line in a fresh process, interpreter probe included (the one
     # run of the probe in this file: it costs a few seconds).
     res = subprocess.run(
-        [sys.executable, "-m", "nsa_triton_sel.cli", "doctor", "--json"],
+        [sys.executable, "-m", "nsa_triton_sel.compat.cli", "doctor", "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from packaging.version import Version
 
-from nsa_triton_sel import lanes
+from nsa_triton_sel.compat import lanes
 
 LANE = """
 [[lane]]

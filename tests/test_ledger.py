@@ -8,7 +8,8 @@ import os
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from nsa_triton_sel import known_bad, lanes, ledger
+from nsa_triton_sel import known_bad
+from nsa_triton_sel.compat import lanes, ledger
 
 TABLE = lanes.Table(
     lanes=(
@@ -395,7 +396,7 @@ def test_tidy_message_unwraps_nested_interpreter_errors():
 
 
 def test_junit_properties_become_metrics():
-    from nsa_triton_sel import ledger
+    from nsa_triton_sel.compat import ledger
 
     xml = ('<testsuites><testsuite><testcase classname="t" name="a" time="0.5"><properties>'
            '<property name="max_abs_err" value="1.5e-03"/><property name="note" value="x"/>'
@@ -410,7 +411,7 @@ def test_static_findings_of_canary_kernels_are_not_verdicts():
                            "canary": True, "as_expected": True},
                           {"spec": "s", "kernel": "sel_fwd_kernel", "arch": 80, "verdict": "ok", "canary": False}],
               "static": {"/x/tests/canaries/kernels.py:block_ptr": {"needs": "<3.9", "installed_ok": False},
-                         "nsa_triton_sel.kernels.jit:sel_fwd_kernel": {"needs": ">=3.0", "installed_ok": True}}}
+                         "nsa_triton_sel.kernels.forward:sel_fwd_kernel": {"needs": ">=3.0", "installed_ok": True}}}
     recs = ledger.records_from_smoke(report, _base("3.9", "compile"), [])
     assert [(r["check"], r["kernel"]) for r in recs if r["check"] == "compile-static"] == [
-        ("compile-static", "nsa_triton_sel.kernels.jit:sel_fwd_kernel")]
+        ("compile-static", "nsa_triton_sel.kernels.forward:sel_fwd_kernel")]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from nsa_triton_sel import smoke
-from nsa_triton_sel.specs import SPECS, CompileSpec, load_specs, uncovered_kernels
+from nsa_triton_sel.compat import smoke
+from nsa_triton_sel.compat.specs import SPECS, CompileSpec, load_specs, uncovered_kernels
 
 HERE = Path(__file__).parent
 CANARIES = HERE / "canaries" / "kernels.py"

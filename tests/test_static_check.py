@@ -4,11 +4,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from nsa_triton_sel import static_check
-from nsa_triton_sel.specs import load_specs
+from nsa_triton_sel.compat import static_check
+from nsa_triton_sel.compat.specs import load_specs
 
 CANARIES = Path(__file__).parent / "canaries" / "kernels.py"
-JIT = Path(static_check.__file__).parent / "kernels" / "jit.py"
+JIT = Path(static_check.__file__).parents[1] / "kernels" / "forward.py"
 
 
 def _needs(source, kernel):

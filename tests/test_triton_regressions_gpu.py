@@ -1,4 +1,4 @@
-"""Smallest reproducers of Triton defects found on the GPU (constraints/known-bad.toml).
+"""Smallest reproducers of Triton defects found on the GPU (src/nsa_triton_sel/data/known_bad.toml).
 
 Each test runs a tiny kernel and compares with torch.  A failure inside a known-bad window is
 expected (xfail with the window's reason); outside it, it is a new regression.  GPU only:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nsa_triton_sel import known_bad, lanes, ledger, upgrade
+from nsa_triton_sel import known_bad
+from nsa_triton_sel.compat import lanes, ledger, upgrade
 
 CAND = lanes.Lane(label="3.10", triton="3.10.0", torch=("0",), python=">=3.11", numpy=">=1.26", candidate=True)
 BASE = lanes.Lane(label="3.9", triton="3.9.0", torch=("2.15.0",), python=">=3.11", numpy=">=1.26")

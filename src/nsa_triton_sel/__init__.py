@@ -2,7 +2,7 @@
 
 The public entry point is :func:`selection_attention`; :mod:`nsa_triton_sel.reference`
 holds the float64 oracle and the packed-SDPA path.  Attributes are imported lazily so
-that ``import nsa_triton_sel.kernels.jit`` (the compile-smoke child processes) does not
+that ``import nsa_triton_sel.kernels.forward`` (the compile-smoke child processes) does not
 pay for the dispatcher.
 """
 

@@ -45,7 +45,7 @@ def warn_if_known_bad() -> str | None:
     reason = check_installed()
     if reason:
         warnings.warn(f"nsa_triton_sel: the installed Triton is known-bad here: {reason} "
-                      f"(see constraints/known-bad.toml and constraints/known-good.txt)", RuntimeWarning, stacklevel=2)
+                      f"(see src/nsa_triton_sel/data/known_bad.toml and constraints/known-good.txt)", RuntimeWarning, stacklevel=2)
     return reason
 
 

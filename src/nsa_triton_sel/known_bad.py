@@ -1,11 +1,11 @@
-"""Known-bad Triton windows (``constraints/known-bad.toml``) and the runtime guard.
+"""Known-bad Triton windows (package data ``data/known_bad.toml``) and the runtime guard.
 
 A window is data: a PEP 440 specifier of Triton versions, optionally the GPU architectures it
 affects and the checks it explains, and a one-line reason.  Three consumers read it:
 
 - :func:`check_installed`, called by the dispatcher at import, returns the reason when the
   installed Triton is known-bad (for this GPU when one is visible), so it can warn once;
-- the pin logic (:mod:`nsa_triton_sel.ledger`) keeps versions under an all-arch window out of
+- the pin logic (:mod:`nsa_triton_sel.compat.ledger`) keeps versions under an all-arch window out of
   ``known-good.txt`` and lists every window in ``MATRIX.md``;
 - tests and check-upgrade ask :func:`matching` / :func:`expected_failure` whether a failure is
   expected.
@@ -20,7 +20,7 @@ import sys
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
@@ -82,15 +82,15 @@ class Window:
 
 
 def default_path() -> Path | None:
-    """``$NSA_SEL_KNOWN_BAD``, else the checkout's ``constraints/known-bad.toml``, else packaged data."""
+    """``$NSA_SEL_KNOWN_BAD``, else the windows shipped as package data (``data/known_bad.toml``).
+
+    The data travels inside the wheel, so an installed package has the same guard as a checkout.
+    """
     env = os.environ.get("NSA_SEL_KNOWN_BAD")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent
-    for cand in (here.parents[1] / "constraints" / "known-bad.toml", here / "data" / "known_bad.toml"):
-        if cand.exists():
-            return cand
-    return None
+    packaged = Path(str(resources.files("nsa_triton_sel") / "data" / "known_bad.toml"))
+    return packaged if packaged.exists() else None
 
 
 def parse(text: str, source: str = "<known-bad>") -> list[Window]:

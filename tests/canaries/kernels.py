@@ -1,6 +1,6 @@
 """Canary kernels: tiny reproductions of the failure classes that broke the seeds.
 
-Each canary has a :class:`~nsa_triton_sel.specs.CompileSpec` in :data:`SPECS` that says
+Each canary has a :class:`~nsa_triton_sel.compat.specs.CompileSpec` in :data:`SPECS` that says
 which verdict the smoke harness must reach on which Triton version
 (``nsa-sel smoke --canaries`` or ``--specs tests/canaries/kernels.py:SPECS``):
 
@@ -15,13 +15,13 @@ which verdict the smoke harness must reach on which Triton version
 - ``block_ptr``: ``tl.make_block_ptr`` / ``tl.advance``, removed in 3.9
   (``unsupported`` or ``compile_error`` there, ``ok`` before).
 
-This file imports only triton and :mod:`nsa_triton_sel.specs` (the children load it by path).
+This file imports only triton and :mod:`nsa_triton_sel.compat.specs` (the children load it by path).
 """
 
 import triton
 import triton.language as tl
 
-from nsa_triton_sel.specs import CompileSpec
+from nsa_triton_sel.compat.specs import CompileSpec
 
 
 @triton.jit

@@ -23,7 +23,7 @@ import os
 import torch
 from packaging.version import Version
 
-from . import jit
+from . import forward
 from .meta import MODE_CU, MODE_DENSE, MODE_RANGES, KernelMeta, kernel_meta, tok_meta
 
 LOG2E = 1.4426950408889634
@@ -31,7 +31,7 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _interpreter_dot_f32(dtype) -> bool:
-    """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see jit.py)."""
+    """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see forward.py)."""
     return dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -77,7 +77,7 @@ def _launch(
     dummy = o  # never dereferenced when the constexpr that guards it is off
     if not meta.SPLIT:
         grid = (rows, G * n_hc)
-        jit.sel_fwd_kernel[grid](
+        forward.sel_fwd_kernel[grid](
             q, k, v, o, lse if lse is not None else dummy, spans, dummy, dummy,
             S, G, h, Dk, Dv, n_spans, seq_len, 1, qk_scale,
             *sq, *sk, *sv, *so, *sl, *sr,
@@ -86,13 +86,13 @@ def _launch(
         return
     op = torch.empty((rows * G * num_splits, h, Dv), device=q.device, dtype=torch.float32)
     lp = torch.empty((rows * G * num_splits, h), device=q.device, dtype=torch.float32)
-    jit.sel_fwd_kernel[(rows * num_splits, G * n_hc)](
+    forward.sel_fwd_kernel[(rows * num_splits, G * n_hc)](
         q, k, v, o, dummy, spans, op, lp,
         S, G, h, Dk, Dv, n_spans, seq_len, num_splits, qk_scale,
         *sq, *sk, *sv, *so, *sl, *sr,
         num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
     )
-    jit.merge_splits_kernel[(rows, G * n_hc)](
+    forward.merge_splits_kernel[(rows, G * n_hc)](
         op, lp, o, lse if lse is not None else dummy,
         S, G, h, Dv, num_splits,
         *so, *sl,
@@ -167,7 +167,7 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
         return (o, lse) if return_lse else o
     sl = lse.stride() if lse is not None else (0, 0, 0, 0)
     grid = (B * triton_cdiv(S, meta.TOK), G)
-    jit.sel_fwd_tok_kernel[grid](
+    forward.sel_fwd_tok_kernel[grid](
         q, k, v, o, lse if lse is not None else o, ranges,
         S, G, h, Dk, Dv, n, _scale(scale, Dk) * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride(),

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import known_bad, lanes, ledger
+from .. import known_bad
+from . import lanes, ledger
 
 SAFE, BLOCKED = "safe", "blocked"
 

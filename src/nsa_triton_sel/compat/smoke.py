@@ -1,6 +1,6 @@
 """``nsa-sel smoke``: compile every registered kernel variant ahead of time, without a GPU.
 
-Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.aot``)
+Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.aot``)
 with its own ``TRITON_CACHE_DIR`` and a timeout, several at once, because some compiler
 failures are C++ assertion aborts that kill the process - a try/except in the parent
 would never see them.  The verdicts:
@@ -162,7 +162,7 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path, err_path = workdir / "request.json", workdir / "result.json", workdir / "stderr.txt"
     req_path.write_text(json.dumps(req))
-    cmd = [python, "-m", "nsa_triton_sel.aot", str(req_path), str(res_path)]
+    cmd = [python, "-m", "nsa_triton_sel.compat.aot", str(req_path), str(res_path)]
     t0 = time.perf_counter()
     with open(err_path, "wb") as err:
         # Own session: on timeout the whole group (ptxas included) is killed.
@@ -532,7 +532,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def find_canaries() -> Path:
     """``tests/canaries/kernels.py`` of the checkout (the cwd first, then next to the package)."""
-    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+    for base in (Path.cwd(), Path(__file__).resolve().parents[3]):
         path = base / "tests" / "canaries" / "kernels.py"
         if path.is_file():
             return path

@@ -41,7 +41,8 @@ from typing import Iterable
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import known_bad, lanes
+from .. import known_bad
+from . import lanes
 
 SCHEMA = 1
 VERDICTS = ("pass", "fail", "error", "crash", "timeout", "interrupted", "skip", "xfail", "unsupported")
@@ -103,7 +104,7 @@ def base_record(lane: lanes.Lane, fp: dict, *, check: str, mode: str, session: s
                 run_id: str, knobs: dict | None = None) -> dict:
     """The fields every record of one run shares, from the lane and its environment fingerprint.
 
-    ``fp`` is :func:`nsa_triton_sel.env.fingerprint` as run *inside* the lane environment.
+    ``fp`` is :func:`nsa_triton_sel.compat.env.fingerprint` as run *inside* the lane environment.
     torch counts as paired only for a CUDA build of a torch release that pins this Triton;
     otherwise ``off_pair_reason`` says what ran instead.
     """

@@ -3,7 +3,7 @@
 One lane per Triton minor release: its exact Triton, the torch releases that pin it, the Python
 range, the numpy the interpreter needs, and extra requirements.  The noxfile builds its sessions
 from :func:`load_lanes`; :func:`constraints_text` renders the per-lane pip constraints files
-(``constraints/triton-<label>.txt``), which ``python -m nsa_triton_sel.lanes --write`` (or
+(``constraints/triton-<label>.txt``), which ``python -m nsa_triton_sel.compat.lanes --write`` (or
 ``nox -s constraints``) regenerates and ``--check`` verifies.
 
 This module needs only the standard library and ``packaging`` so that the noxfile can import it
@@ -31,7 +31,7 @@ SCHEMA = 1
 
 def repo_root() -> Path:
     """The checkout this module lives in (src layout: ``<root>/src/nsa_triton_sel``)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def constraints_dir() -> Path:
@@ -237,8 +237,8 @@ def write_constraints(table: Table, root: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m nsa_triton_sel.lanes [--write | --check | --list]``."""
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.lanes", description=__doc__.splitlines()[0])
+    """``python -m nsa_triton_sel.compat.lanes [--write | --check | --list]``."""
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes", description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="regenerate constraints/triton-*.txt")
     g.add_argument("--check", action="store_true", help="exit 1 if a constraints file is stale")

@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .kernels import meta as _meta
-from .kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
+from ..kernels import meta as _meta
+from ..kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
 
 VERDICTS = ("ok", "compile_error", "crash", "timeout", "unsupported")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -86,7 +86,7 @@ class CompileSpec:
         return self.kernel.rpartition(":")[2]
 
     def request(self, arch: int, warp_size: int = 32) -> dict:
-        """The JSON request a child process compiles (see :func:`nsa_triton_sel.aot.compile_request`)."""
+        """The JSON request a child process compiles (see :func:`nsa_triton_sel.compat.aot.compile_request`)."""
         return {
             "name": self.name, "kernel": self.kernel, "dtype": self.dtype,
             "constexprs": dict(self.constexprs), "types": dict(self.types),
@@ -267,9 +267,9 @@ def check_unique(specs: list[CompileSpec]) -> None:
 
 # ---------------------------------------------------------------- this package's registry
 
-SEL_FWD = "nsa_triton_sel.kernels.jit:sel_fwd_kernel"
-MERGE = "nsa_triton_sel.kernels.jit:merge_splits_kernel"
-SEL_TOK = "nsa_triton_sel.kernels.jit:sel_fwd_tok_kernel"
+SEL_FWD = "nsa_triton_sel.kernels.forward:sel_fwd_kernel"
+MERGE = "nsa_triton_sel.kernels.forward:merge_splits_kernel"
+SEL_TOK = "nsa_triton_sel.kernels.forward:sel_fwd_tok_kernel"
 HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 DTYPES_SHIPPED = ("fp16", "bf16")
 N_SPANS = 16  # NSA's typical selected-block count per row
@@ -362,7 +362,7 @@ def registry() -> list[CompileSpec]:
 SPECS = registry()
 
 
-def uncovered_kernels(module: str = "nsa_triton_sel.kernels.jit", specs=None) -> list[str]:
+def uncovered_kernels(module: str = "nsa_triton_sel.kernels.forward", specs=None) -> list[str]:
     """Public ``@triton.jit`` kernels of ``module`` that no spec compiles (imports triton)."""
     mod = importlib.import_module(module)
     covered = {s.kernel for s in (SPECS if specs is None else specs)}
