@@ -33,10 +33,10 @@ import tempfile
 import time
 import traceback
 
+from .env import imported_versions
 from .specs import derive_signature, load_object
+from .verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
-# Verdicts the child itself can reach; ``crash`` and ``timeout`` are decided by the parent.
-OK, COMPILE_ERROR, UNSUPPORTED = "ok", "compile_error", "unsupported"
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
 
 
@@ -118,6 +118,7 @@ def compile_request(req: dict) -> dict:
         result.update(verdict=verdict, message=message, chain=error_chain(e),
                       traceback=traceback.format_exc()[-4000:])
     result["seconds"] = round(time.perf_counter() - t0, 3)
+    result["imported"] = imported_versions()  # what this child really compiled with
     return result
 
 
@@ -262,12 +263,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(argv[0]) as f:
         req = json.load(f)
-    result = compile_request(req)
-    tmp = argv[1] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, argv[1])  # atomic: a half-written result never reads as a verdict
+    try:  # import first and say what was imported: a compiler abort later still leaves this behind
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 - compile_request reports it as a verdict
+        pass
+    _write_json(argv[1] + ".imported", imported_versions())
+    _write_json(argv[1], compile_request(req))
     return 0
+
+
+def _write_json(path: str, doc: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)  # atomic: a half-written result never reads as a verdict
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ COMMANDS = {
     "doctor": ("nsa_triton_sel.compat.env", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
-    "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton version not yet in the table"),
+    "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one"),
 }
 
 

@@ -46,12 +46,40 @@ def _knobs(prefix: str = "TRITON_") -> dict:
     }
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
     """Installed version of a distribution, or None (never imports it)."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+IMPORT_CHECKED = ("triton", "numpy", "torch")
+
+
+def imported_versions(names: tuple[str, ...] = IMPORT_CHECKED) -> dict:
+    """The versions of the packages this process has *imported* (None: not imported).
+
+    Installed metadata can disagree with what a process imports (a directory earlier on
+    ``sys.path`` shadows the installed package), so every process that produces a verdict
+    reports this, and the ledger checks it against the release the lane names.
+    """
+    out = {}
+    for name in names:
+        mod = sys.modules.get(name)
+        version = getattr(mod, "__version__", None) if mod is not None else None
+        out[name] = str(version) if version is not None else None
+    return out
+
+
+def imported_origins(names: tuple[str, ...] = IMPORT_CHECKED) -> dict:
+    """Where each imported package came from (its directory), for logs; None when not imported."""
+    out = {}
+    for name in names:
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None) if mod is not None else None
+        out[name] = os.path.dirname(path) if path else None
+    return out
 
 
 def _run(cmd: list[str], timeout: float = 5.0, cwd: str | None = None) -> str | None:
@@ -154,9 +182,9 @@ def _static_fingerprint() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "torch": _torch_version(),
-        "triton": _version("triton"),
-        "numpy": _version("numpy"),
-        "nsa_triton_sel": _version("nsa-triton-sel"),
+        "triton": dist_version("triton"),
+        "numpy": dist_version("numpy"),
+        "nsa_triton_sel": dist_version("nsa-triton-sel"),
         "git_commit": _git_commit(),
     }
     fp.update(_cuda_info())
@@ -236,7 +264,7 @@ def main():
     c = torch.zeros(M, N)
     small_dot[(1,)](torch.from_numpy(a), torch.from_numpy(b), c, K, BM=M, BN=N, BK=16)
     dot_err = float(np.abs(c.numpy() - a.astype(np.float64) @ b.astype(np.float64)).max())
-    versions = {"triton": triton.__version__, "numpy": np.__version__}
+    versions = {"triton": triton.__version__, "numpy": np.__version__, "torch": str(torch.__version__)}
     print(MARK + json.dumps({"add_max_err": add_err, "dot_max_err": dot_err, **versions}))
 
 
@@ -254,7 +282,7 @@ def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
     did not run (exception, crash, timeout, triton missing).
     """
     env = dict(os.environ, TRITON_INTERPRET="1")
-    base = {"triton": _version("triton"), "numpy": _version("numpy")}
+    base = {"triton": dist_version("triton"), "numpy": dist_version("numpy")}
     with tempfile.TemporaryDirectory(prefix="nsa_sel_probe_") as tmp:
         script = Path(tmp) / "nsa_sel_interp_probe.py"
         script.write_text(f"MARK = {_PROBE_MARK!r}\n" + _PROBE_SCRIPT)
@@ -269,7 +297,8 @@ def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
     if res.returncode != 0 or not found:
         return {**base, "status": "error", "detail": _last_error(res)}
     # The child's own versions (what it imported) override the installed metadata.
-    return {**base, **_judge(json.loads(found[-1][len(_PROBE_MARK):]))}
+    errs = json.loads(found[-1][len(_PROBE_MARK):])
+    return {**base, **_judge(errs), "imported": {k: errs.get(k) for k in IMPORT_CHECKED}}
 
 
 def _last_error(res: subprocess.CompletedProcess) -> str:

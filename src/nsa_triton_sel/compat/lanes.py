@@ -1,47 +1,46 @@
 """The lanes table (``constraints/lanes.toml``) and what is derived from it.
 
 One lane per Triton minor release: its exact Triton, the torch releases that pin it, the Python
-range, the numpy the interpreter needs, and extra requirements.  The noxfile builds its sessions
-from :func:`load_lanes`; :func:`constraints_text` renders the per-lane pip constraints files
-(``constraints/triton-<label>.txt``), which ``python -m nsa_triton_sel.compat.lanes --write`` (or
-``nox -s constraints``) regenerates and ``--check`` verifies.
+range, the numpy the interpreter needs, and extra requirements.  A lane may list further
+releases of its minor (``[[lane.patch]]``, e.g. 3.3.0 beside the lane's 3.3.1): each is checked
+with the lane's rules in sessions of its own (``compile-3.3.0``), so known-good.txt can admit or
+exclude it from evidence.  The noxfile builds its sessions from :func:`load_table`;
+:func:`constraints_text` renders the per-lane pip constraints files
+(``constraints/triton-<label>.txt``), which ``python -m nsa_triton_sel.compat.lanes --write``
+(or ``nox -s constraints``) regenerates and ``--check`` verifies.
 
-This module needs only the standard library and ``packaging`` so that the noxfile can import it
-from ``src/`` before any lane environment exists.
+Standard library and ``packaging`` only, so the noxfile can import it before any lane exists.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - nox itself depends on tomli on 3.10
-    import tomli as tomllib
+from .. import _toml
+from . import project
+from .atomic import atomic_write_text
+from .verdicts import REQUIRABLE
 
 SCHEMA = 1
-
-
-def repo_root() -> Path:
-    """The checkout this module lives in (src layout: ``<root>/src/nsa_triton_sel``)."""
-    return Path(__file__).resolve().parents[3]
-
-
-def constraints_dir() -> Path:
-    """Where the table and its derived files live; ``NSA_SEL_CONSTRAINTS`` overrides it."""
-    return Path(os.environ.get("NSA_SEL_CONSTRAINTS") or repo_root() / "constraints")
+LANE_KEYS = {"label", "triton", "torch", "torch_cuda", "python", "numpy", "numpy_reason", "extras",
+             "extras_reason", "patch"}
+PATCH_KEYS = {"triton", "torch", "torch_cuda"}
+MATRIX_KEYS = {"required", "archs", "knobs"}
 
 
 @dataclass(frozen=True)
 class Lane:
-    """One row of the table.  ``label`` is the Triton minor ("3.3"), ``triton`` the release ("3.3.1")."""
+    """One release to test.  ``label`` is the Triton minor ("3.3"), ``triton`` the release ("3.3.1").
+
+    A patch release (``patch=True``) shares its lane's label and rules; ``name`` tells the
+    sessions apart (``compile-3.3`` for the lane's own release, ``compile-3.3.0`` for the patch).
+    """
 
     label: str
     triton: str
@@ -53,20 +52,21 @@ class Lane:
     numpy_reason: str = ""
     extras_reason: str = ""
     candidate: bool = False  # a temporary lane built by check-upgrade, not in the table
+    patch: bool = False
 
     @property
     def version(self) -> Version:
         return Version(self.triton)
 
     @property
-    def slug(self) -> str:
-        """The label as nox normalises it in directory names ("3.1" -> "3-1")."""
-        return self.label.replace(".", "-")
+    def name(self) -> str:
+        """What the session names carry: the label, the exact release of a patch, or 'candidate'."""
+        return "candidate" if self.candidate else self.triton if self.patch else self.label
 
     @property
-    def paired_torch(self) -> str:
-        """The torch a GPU lane installs: the first of ``torch``."""
-        return self.torch[0]
+    def paired_torch(self) -> str | None:
+        """The torch a GPU lane installs: the first of ``torch`` (None: no torch pins it yet)."""
+        return self.torch[0] if self.torch else None
 
     def python_ok(self, python_version: str) -> bool:
         """Whether wheels of this lane exist for that interpreter (e.g. "3.11.9")."""
@@ -89,13 +89,13 @@ class Lane:
 
 @dataclass(frozen=True)
 class Table:
-    """The whole table: lanes sorted by Triton version, plus matrix-wide settings."""
+    """The whole table: lanes sorted by Triton version, their patch releases, matrix-wide settings."""
 
     lanes: tuple[Lane, ...]
     required: tuple[str, ...] = ("compile", "parity")
     archs: tuple[int, ...] = (80, 89, 90)
     knobs: dict = field(default_factory=dict)
-    other_releases: tuple[str, ...] = ()
+    patches: tuple[Lane, ...] = ()
 
     def lane(self, label: str) -> Lane:
         """The lane with that label; a clear error listing the labels otherwise."""
@@ -108,63 +108,119 @@ class Table:
     def labels(self) -> list[str]:
         return [lane.label for lane in self.lanes]
 
+    @property
+    def releases(self) -> tuple[Lane, ...]:
+        """Every release the table tests (lanes and their patches), sorted by version."""
+        return tuple(sorted(self.lanes + self.patches, key=lambda r: r.version))
+
     def for_version(self, version: str) -> Lane | None:
-        """The lane whose exact Triton is ``version`` (local/patch must match), or None."""
+        """The release whose exact Triton is ``version`` (lane or patch), or None."""
         v = Version(version)
-        return next((lane for lane in self.lanes if lane.version == v), None)
+        return next((r for r in self.releases if r.version == v), None)
 
     def newest(self) -> Lane:
         return self.lanes[-1]
 
 
-def _lane(raw: dict) -> Lane:
+class TableError(ValueError):
+    """lanes.toml does not parse or says something inconsistent; the message names the field."""
+
+
+def _need(cond: bool, where: str, what: str) -> None:
+    if not cond:
+        raise TableError(f"{where}: {what}")
+
+
+def _strings(raw, where: str, key: str) -> tuple[str, ...]:
+    value = [raw] if isinstance(raw, str) else raw
+    _need(isinstance(value, list) and all(isinstance(v, str) for v in value), where,
+          f"`{key}` must be a string or a list of strings, got {raw!r}")
+    return tuple(value)
+
+
+def _checked(where: str, key: str, text, parse) -> None:
+    _need(isinstance(text, str), where, f"`{key}` must be a string, got {text!r}")
+    try:
+        parse(text)
+    except (InvalidVersion, InvalidSpecifier) as exc:
+        raise TableError(f"{where}: `{key}` = {text!r} does not parse ({exc})") from None
+
+
+def _lane(raw: dict, where: str) -> tuple[Lane, list[Lane]]:
+    _need(isinstance(raw, dict), where, "each [[lane]] must be a table")
+    where = f"{where} [[lane]] {raw.get('label', '?')!r}"
+    _need(not (raw.keys() - LANE_KEYS), where, f"unknown field(s) {sorted(raw.keys() - LANE_KEYS)}; "
+          f"known: {sorted(LANE_KEYS)}")
     missing = {"label", "triton", "torch", "python"} - raw.keys()
-    if missing:
-        raise ValueError(f"lane {raw.get('label', '?')!r} lacks {sorted(missing)}")
-    lane = Lane(
-        label=str(raw["label"]),
-        triton=str(raw["triton"]),
-        torch=tuple(raw["torch"]) if isinstance(raw["torch"], list) else (raw["torch"],),
-        python=raw["python"],
-        numpy=raw.get("numpy", ""),
-        torch_cuda=raw.get("torch_cuda"),
-        extras=tuple(raw.get("extras", ())),
-        numpy_reason=raw.get("numpy_reason", ""),
-        extras_reason=raw.get("extras_reason", ""),
-    )
-    _validate(lane)
-    return lane
+    _need(not missing, where, f"lacks {sorted(missing)}")
+    for key, parse in (("triton", Version), ("python", SpecifierSet), ("numpy", SpecifierSet)):
+        _checked(where, key, raw.get(key, ""), parse)
+    torch = _strings(raw["torch"], where, "torch")
+    for t in torch:
+        _checked(where, "torch", t, Version)
+    lane = Lane(label=str(raw["label"]), triton=raw["triton"], torch=torch, python=raw["python"],
+                numpy=raw.get("numpy", ""), torch_cuda=raw.get("torch_cuda"),
+                extras=_strings(raw.get("extras", []), where, "extras"),
+                numpy_reason=raw.get("numpy_reason", ""), extras_reason=raw.get("extras_reason", ""))
+    v = lane.version
+    _need(lane.label == f"{v.major}.{v.minor}", where, f"label must be the minor of triton {lane.triton}")
+    return lane, [_patch(lane, p, where) for p in raw.get("patch", [])]
 
 
-def _validate(lane: Lane) -> None:
-    """Reject rows whose fields do not parse or disagree, at load time rather than mid-run."""
-    v = lane.version  # raises InvalidVersion on garbage
-    if lane.label != f"{v.major}.{v.minor}":
-        raise ValueError(f"lane {lane.label!r}: label must be the minor of triton {lane.triton}")
-    SpecifierSet(lane.python)
-    SpecifierSet(lane.numpy)
-    for t in lane.torch:
-        Version(t)
+def _patch(lane: Lane, raw: dict, where: str) -> Lane:
+    where = f"{where} [[lane.patch]] {raw.get('triton', '?')!r}"
+    _need(not (raw.keys() - PATCH_KEYS), where, f"unknown field(s) {sorted(raw.keys() - PATCH_KEYS)}; "
+          f"known: {sorted(PATCH_KEYS)}")
+    _need("triton" in raw and "torch" in raw, where, "needs `triton` and `torch`")
+    _checked(where, "triton", raw["triton"], Version)
+    torch = _strings(raw["torch"], where, "torch")
+    v = Version(raw["triton"])
+    _need(f"{v.major}.{v.minor}" == lane.label and v != lane.version, where,
+          f"a patch must be another release of the lane's minor {lane.label}")
+    return replace(lane, triton=raw["triton"], torch=torch, torch_cuda=raw.get("torch_cuda", lane.torch_cuda),
+                   patch=True)
 
 
-def load_table(path: Path | None = None) -> Table:
-    """Parse ``lanes.toml``; lanes come back sorted by Triton version (3.10 after 3.9)."""
-    path = path or constraints_dir() / "lanes.toml"
-    data = tomllib.loads(Path(path).read_text())
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {data.get('schema')!r}, this code reads {SCHEMA}")
-    lanes = sorted((_lane(raw) for raw in data.get("lane", [])), key=lambda lane: lane.version)
+def _matrix(m, where: str) -> dict:
+    where = f"{where} [matrix]"
+    _need(isinstance(m, dict), where, "must be a table")
+    _need(not (m.keys() - MATRIX_KEYS), where, f"unknown field(s) {sorted(m.keys() - MATRIX_KEYS)}; "
+          f"known: {sorted(MATRIX_KEYS)}")
+    required = _strings(m.get("required", ["compile", "parity"]), where, "required")
+    bad = [c for c in required if c not in REQUIRABLE]
+    _need(not bad, where, f"`required` has unknown check(s) {bad}; accepted: {', '.join(REQUIRABLE)}")
+    archs = m.get("archs", [80, 89, 90])
+    _need(isinstance(archs, list) and archs and all(isinstance(a, int) and not isinstance(a, bool)
+                                                    and 50 <= a <= 200 for a in archs), where,
+          f"`archs` must be a non-empty list of compute capabilities as integers (e.g. [80, 89, 90]), got {archs!r}")
+    knobs = m.get("knobs", {})
+    _need(isinstance(knobs, dict) and all(isinstance(v, (str, int)) for v in knobs.values()), where,
+          f"`knobs` must map names to strings, got {knobs!r}")
+    return {"required": required, "archs": tuple(archs), "knobs": dict(knobs)}
+
+
+def load_table(path: Path | str | None = None) -> Table:
+    """Parse ``lanes.toml`` (default: the project's, see :mod:`.project`); lanes sorted by version."""
+    path = Path(path) if path else project.constraints_dir() / project.TABLE_NAME
+    try:
+        data = _toml.loads(path.read_text())
+    except _toml.TOMLDecodeError as exc:
+        raise TableError(f"{path}: not valid TOML ({exc})") from None
+    _need(data.get("schema") == SCHEMA, str(path), f"schema {data.get('schema')!r}, this code reads {SCHEMA}")
+    unknown = data.keys() - {"schema", "matrix", "lane"}
+    _need(not unknown, str(path), f"unknown top-level key(s) {sorted(unknown)}")
+    rows = data.get("lane", [])
+    _need(isinstance(rows, list) and rows, str(path),
+          "no [[lane]] rows: the table needs at least one lane (label, triton, torch, python)")
+    parsed = [_lane(raw, str(path)) for raw in rows]
+    lanes = sorted((lane for lane, _ in parsed), key=lambda lane: lane.version)
+    patches = [p for _, ps in parsed for p in ps]
     labels = [lane.label for lane in lanes]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"{path}: duplicate lane labels in {labels}")
-    m = data.get("matrix", {})
-    return Table(
-        lanes=tuple(lanes),
-        required=tuple(m.get("required", ("compile", "parity"))),
-        archs=tuple(int(a) for a in m.get("archs", (80, 89, 90))),
-        knobs=dict(m.get("knobs", {})),
-        other_releases=tuple(m.get("other_releases", ())),
-    )
+    _need(len(set(labels)) == len(labels), str(path), f"duplicate lane labels in {labels}")
+    versions = [r.triton for r in lanes + patches]
+    _need(len({Version(v) for v in versions}) == len(versions), str(path), f"a release is listed twice in {versions}")
+    return Table(lanes=tuple(lanes), patches=tuple(sorted(patches, key=lambda p: p.version)),
+                 **_matrix(data.get("matrix", {}), str(path)))
 
 
 def load_lanes(path: Path | None = None) -> list[Lane]:
@@ -172,24 +228,36 @@ def load_lanes(path: Path | None = None) -> list[Lane]:
     return list(load_table(path).lanes)
 
 
-def candidate_lane(version: str, table: Table) -> Lane:
-    """A temporary lane for a Triton release not in the table (check-upgrade).
+def rules_for(version: str, table: Table) -> tuple[Lane, str]:
+    """The lane whose rules (Python range, numpy, extras) a release not in the table should follow.
 
-    It inherits the newest lane's numpy and Python range: the best guess until the release is
-    measured and given its own row.  torch is unknown, so nothing counts as paired.
+    The lane of the same minor when there is one; else the nearest lane below it; else the
+    oldest lane.  Returns the lane and a phrase saying why it was picked.
     """
     v = Version(version)
-    base = table.newest()
-    return Lane(
-        label=f"{v.major}.{v.minor}",
-        triton=str(v),
-        torch=("0",),  # no torch release is known to pin it yet
-        python=base.python,
-        numpy=base.numpy,
-        extras=base.extras,
-        numpy_reason=f"assumed from lane {base.label}",
-        candidate=True,
-    )
+    same = [lane for lane in table.lanes if (lane.version.major, lane.version.minor) == (v.major, v.minor)]
+    if same:
+        return same[0], f"lane {same[0].label} (same minor)"
+    below = [lane for lane in table.lanes if lane.version < v]
+    if below:
+        return below[-1], f"lane {below[-1].label} (the nearest below)"
+    return table.lanes[0], f"lane {table.lanes[0].label} (the oldest; the candidate is older than every lane)"
+
+
+def candidate_lane(version: str, table: Table) -> Lane:
+    """A temporary lane for a Triton release to pre-check (check-upgrade).
+
+    A release the table already lists keeps its own row; any other follows :func:`rules_for`
+    (never blindly the newest lane: numpy 2.4 breaks the 3.2-3.6 interpreter).  torch is known
+    only for listed releases, so an unlisted candidate is never paired.
+    """
+    listed = table.for_version(version)
+    if listed is not None:
+        return replace(listed, candidate=True)
+    base, why = rules_for(version, table)
+    v = Version(version)
+    return replace(base, label=f"{v.major}.{v.minor}", triton=str(v), torch=(), torch_cuda=None,
+                   numpy_reason=f"from {why}: {base.numpy_reason}".rstrip(": "), candidate=True, patch=False)
 
 
 def constraints_text(lane: Lane) -> str:
@@ -197,12 +265,13 @@ def constraints_text(lane: Lane) -> str:
     torch_alts = ", ".join(lane.torch[1:])
     lines = [
         f"# Lane {lane.label}: GENERATED from constraints/lanes.toml by `nox -s constraints`; do not edit.",
-        f"# Triton {lane.triton} is pinned by torch {' / '.join(lane.torch)}"
+        f"# Triton {lane.triton} is pinned by torch {' / '.join(lane.torch) or '(none known yet)'}"
         f" (CUDA {lane.torch_cuda or '?'}); Python {lane.python}.",
         "# Use: pip install -c constraints/triton-%s.txt nsa-triton-sel" % lane.label,
         f"triton=={lane.triton}",
-        f"torch=={lane.paired_torch}" + (f"  # also pins this Triton: {torch_alts}" if torch_alts else ""),
     ]
+    if lane.paired_torch:
+        lines.append(f"torch=={lane.paired_torch}" + (f"  # also pins this Triton: {torch_alts}" if torch_alts else ""))
     if lane.numpy:
         lines.append(f"numpy{lane.numpy}  # {lane.numpy_reason}" if lane.numpy_reason else f"numpy{lane.numpy}")
     for extra in lane.extras:
@@ -211,7 +280,7 @@ def constraints_text(lane: Lane) -> str:
 
 
 def constraints_path(lane: Lane, root: Path | None = None) -> Path:
-    return (root or constraints_dir()) / f"triton-{lane.label}.txt"
+    return (root or project.constraints_dir()) / f"triton-{lane.label}.txt"
 
 
 def stale_constraints(table: Table, root: Path | None = None) -> list[Path]:
@@ -226,8 +295,6 @@ def stale_constraints(table: Table, root: Path | None = None) -> list[Path]:
 
 def write_constraints(table: Table, root: Path | None = None) -> list[Path]:
     """(Re)write every lane's constraints file atomically; returns the files that changed."""
-    from .ledger import atomic_write_text  # local import: ledger imports this module
-
     changed = stale_constraints(table, root)
     for lane in table.lanes:
         path = constraints_path(lane, root)
@@ -237,7 +304,7 @@ def write_constraints(table: Table, root: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m nsa_triton_sel.compat.lanes [--write | --check | --list]``."""
+    """``python -m nsa_triton_sel.compat.lanes [--write | --check]`` (no option: list the releases)."""
     p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes", description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="regenerate constraints/triton-*.txt")
@@ -253,9 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         for path in stale:
             print(f"stale: {path} (run `nox -s constraints`)", file=sys.stderr)
         return 1 if stale else 0
-    for lane in table.lanes:
-        print(f"{lane.label:<5} triton {lane.triton:<7} torch {'/'.join(lane.torch):<15} "
-              f"python {lane.python:<13} numpy{lane.numpy or ' any':<8} {' '.join(lane.extras)}")
+    for r in table.releases:
+        print(f"{r.name:<6} triton {r.triton:<7} torch {'/'.join(r.torch):<15} "
+              f"python {r.python:<13} numpy{r.numpy or ' any':<8} {' '.join(r.extras)}")
     return 0
 
 

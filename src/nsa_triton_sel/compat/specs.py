@@ -30,8 +30,8 @@ from typing import Any, Iterable, Mapping
 
 from ..kernels import meta as _meta
 from ..kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
+from .verdicts import COMPILE_VERDICTS
 
-VERDICTS = ("ok", "compile_error", "crash", "timeout", "unsupported")
 DTYPES = ("fp16", "bf16", "fp32")
 FLOAT_ARGS = frozenset({"qk_scale", "sm_scale", "scale", "softmax_scale", "eps"})
 
@@ -77,7 +77,7 @@ class CompileSpec:
         if self.dtype not in DTYPES:
             raise ValueError(f"spec {self.name!r}: dtype {self.dtype!r} not in {DTYPES}")
         for spec, verdicts in (self.expected or {}).items():
-            bad = set(_as_list(verdicts)) - set(VERDICTS)
+            bad = set(_as_list(verdicts)) - set(COMPILE_VERDICTS)
             if bad:
                 raise ValueError(f"spec {self.name!r}: expected[{spec!r}] has unknown verdicts {sorted(bad)}")
 
@@ -252,9 +252,25 @@ def load_specs(ref: str) -> list[CompileSpec]:
         obj = obj()
     if not isinstance(obj, Iterable):
         raise ValueError(f"{ref} is not a list of compile specs")
-    specs = [s if isinstance(s, CompileSpec) else CompileSpec(**s) for s in obj]
+    specs = [s if isinstance(s, CompileSpec) else spec_from_dict(s, f"{ref}[{i}]") for i, s in enumerate(obj)]
     check_unique(specs)
     return specs
+
+
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(CompileSpec))
+
+
+def spec_from_dict(raw, where: str = "spec") -> CompileSpec:
+    """A :class:`CompileSpec` from a mapping; unknown or missing fields are a ValueError naming them."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected a CompileSpec or a dict, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(SPEC_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown CompileSpec field(s) {unknown}; known: {', '.join(SPEC_FIELDS)}")
+    missing = [f for f in ("name", "kernel") if f not in raw]
+    if missing:
+        raise ValueError(f"{where}: missing CompileSpec field(s) {missing}")
+    return CompileSpec(**raw)
 
 
 def check_unique(specs: list[CompileSpec]) -> None:
@@ -369,3 +385,32 @@ def uncovered_kernels(module: str = "nsa_triton_sel.kernels.forward", specs=None
     names = [n for n, obj in vars(mod).items()
              if not n.startswith("_") and hasattr(obj, "arg_names")]  # JIT or interpreted kernels
     return [n for n in names if f"{module}:{n}" not in covered]
+
+
+# ---------------------------------------------------------------- loading user specs in a child
+
+def _child_main(argv: list[str]) -> int:
+    """``python -m nsa_triton_sel.compat.specs REF OUT.json``: load ``REF``'s specs, write them as JSON.
+
+    ``nsa-sel smoke --specs`` imports a user's spec module here, in a child under a timeout: a
+    module that hangs, crashes or raises at import cannot take the harness down.  OUT gets
+    ``{"specs": [...]}`` or ``{"error": "<what went wrong>"}``.
+    """
+    import json  # noqa: PLC0415
+
+    from nsa_triton_sel.compat import specs  # noqa: PLC0415 - the module the user's imports see, not __main__
+
+    ref, out = argv
+    try:
+        doc = {"specs": [s.to_dict() for s in specs.load_specs(ref)]}
+    except SyntaxError as e:
+        doc = {"error": f"SyntaxError: {e.msg} ({e.filename}, line {e.lineno})"}
+    except Exception as e:  # noqa: BLE001 - any failure of a user's module is reported, not raised
+        doc = {"error": f"{type(e).__name__}: {e}"}
+    with open(out, "w") as f:
+        json.dump(doc, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

@@ -1,19 +1,27 @@
-"""``nsa-sel check-upgrade VERSION``: may this project move to a Triton release not in the table yet?
+"""``nsa-sel check-upgrade VERSION [--admit]``: may this project use a Triton release it has not checked?
 
 It builds a temporary lane for the candidate (``NSA_SEL_CANDIDATE=VERSION`` makes the noxfile
 generate ``compile-candidate``, ``parity-candidate`` and, on a GPU machine, ``bench-candidate``),
-runs it with results in a temporary directory, and compares its verdicts with those of the newest
-known-good version in the ledger.  It prints ``SAFE`` or ``BLOCKED`` with reasons and exits 1
-when blocked.  Candidate records never enter the committed ledger.
+runs it with results in a temporary directory, and judges its records against the nearest
+known-good release in the ledger.  The candidate gets its Python range, numpy and extras from
+the rules of the lanes around its version (:func:`.lanes.rules_for`; a release the table
+already lists keeps its row), never blindly from the newest lane, and compiles with its own
+Triton (the lane is isolated like every lane).
 
-The decision (:func:`decide`) is a pure function of records, so it is tested without running lanes:
+The verdict (:func:`judge`, a pure function of records, tested without running lanes):
 
-- blocked when a required check of the candidate is not a pass (including a lane that could not
-  be installed or was interrupted), naming every kernel that passed on the baseline and does not
-  on the candidate as a regression;
-- blocked when an all-arch known-bad window covers the candidate;
-- blocked when a benchmark's median is slower than the baseline by more than ``max_slowdown``;
-- compile metrics that grow (shared memory, registers, spills) are reported as notes only.
+- ``environment``: the candidate's environment could not be built or trusted (install failed,
+  the interpreter probe failed, a process imported another Triton or numpy, the harness died):
+  no verdict about the Triton itself, never reported as a regression;
+- ``blocked``: a required check failed (each kernel that passed on the baseline and does not on
+  the candidate is named as a regression), an all-arch known-bad window covers the candidate,
+  or a benchmark is slower than the baseline by more than ``--max-slowdown``;
+- ``safe``: otherwise.  Compile metrics that grow (shared memory, registers, spills) are notes.
+
+``--admit`` records a SAFE candidate: its release joins ``constraints/lanes.toml`` (as a patch
+of its minor's lane, or as a new lane), its records enter the ledger under that release, and
+MATRIX.md and known-good.txt are re-rendered, all in one command.  Exit status: 0 safe, 1
+blocked, 3 environment, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -24,23 +32,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from .. import known_bad
-from . import lanes, ledger
+from . import lanes, ledger, project
+from .admit import admit
+from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
-SAFE, BLOCKED = "safe", "blocked"
+EXIT = {SAFE: 0, BLOCKED: 1, ENVIRONMENT: 3}
 
 
 @dataclass
-class Decision:
+class UpgradeReport:
     verdict: str
     candidate: str
     baseline: str | None
-    reasons: list[str] = field(default_factory=list)  # why blocked
+    reasons: list[str] = field(default_factory=list)  # why blocked, or why no verdict (environment)
     notes: list[str] = field(default_factory=list)  # worth reading, not blocking
 
     @property
@@ -51,7 +62,8 @@ class Decision:
         head = f"check-upgrade: triton {self.candidate}"
         head += f" vs known-good {self.baseline}" if self.baseline else " (no known-good baseline in the ledger)"
         lines = [f"{head}: {self.verdict.upper()}"]
-        lines += [f"  blocked: {r}" for r in self.reasons]
+        label = "environment" if self.verdict == ENVIRONMENT else "blocked"
+        lines += [f"  {label}: {r}" for r in self.reasons]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -60,16 +72,34 @@ def _index(recs: list[dict]) -> dict[tuple, dict]:
     return {(r["check"], r.get("mode"), r["kernel"], r.get("arch")): r for r in recs}
 
 
+def environment_problems(recs: list[dict]) -> list[str]:
+    """What says the candidate's environment, not its Triton, is at fault."""
+    out = []
+    for r in recs:
+        why = None
+        if r.get("isolation_error"):
+            why = r["isolation_error"]
+        elif r["kernel"] == "(lane session)" and r.get("stage") == "set-up":
+            why = f"the lane could not be set up: {r.get('message')}"
+        elif r["kernel"] == "interpreter-probe" and r["verdict"] != PASS:
+            why = f"the Triton interpreter is not trustworthy with this numpy: {r.get('message')}"
+        elif r["kernel"] == "(smoke harness)" or (r["kernel"] == "(pytest)" and r["verdict"] == ERROR):
+            why = f"{r['kernel']}: {r.get('message')}"  # the harness itself could not run
+        if why:
+            out.append(f"{r.get('session')}: {ledger.first_line(why, 400)}")
+    return list(dict.fromkeys(out))
+
+
 def _regressions(cand: list[dict], base: list[dict], check: str) -> list[str]:
-    """Kernels of ``check`` that passed on the baseline and are bad (or gone bad) on the candidate."""
+    """Kernels of ``check`` that passed on the baseline and are bad on the candidate."""
     c = _index([r for r in cand if r["check"] == check])
     out = []
     for key, b in _index([r for r in base if r["check"] == check]).items():
         got = c.get(key)
-        if b["verdict"] == "pass" and got is not None and got["verdict"] in ledger.BAD:
+        if b["verdict"] == PASS and got is not None and got["verdict"] in BAD:
             arch = f" [sm_{key[3]}]" if key[3] else ""
             out.append(f"regression in {check}: `{key[2]}`{arch} passed on the baseline, "
-                       f"{got['verdict']} now: {ledger._first_line(got.get('message'))}")
+                       f"{got['verdict']} now: {ledger.first_line(got.get('message'))}")
     return out
 
 
@@ -79,13 +109,10 @@ def _metric_notes(cand: list[dict], base: list[dict], grow_limit: float = 0.10) 
     notes = []
     for key, b in _index([r for r in base if r["check"] == "compile"]).items():
         got = c.get(key)
-        if got is None:
-            continue
-        for name, old in (b.get("metrics") or {}).items():
+        for name, old in (b.get("metrics") or {}).items() if got else ():
             new = (got.get("metrics") or {}).get(name)
-            if name == "seconds" or not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
-                continue
-            if old > 0 and new > old * (1 + grow_limit):
+            if name != "seconds" and isinstance(old, (int, float)) and isinstance(new, (int, float)) \
+                    and old > 0 and new > old * (1 + grow_limit):
                 notes.append(f"`{key[2]}` sm_{key[3]}: {name} {old} -> {new}")
     return notes
 
@@ -102,16 +129,22 @@ def _slowdowns(cand: list[dict], base: list[dict], max_slowdown: float) -> list[
     return out
 
 
-def decide(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs: list[dict],
-           required: tuple[str, ...] = ("compile", "parity"), windows: list | None = None,
-           max_slowdown: float = 0.10) -> Decision:
-    """SAFE or BLOCKED for ``candidate`` given its records and the baseline's (pure function)."""
-    d = Decision(SAFE, candidate, baseline)
+def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs: list[dict],
+          required: tuple[str, ...] = ("compile", "parity"), windows: list | None = None,
+          max_slowdown: float = 0.10) -> UpgradeReport:
+    """SAFE, BLOCKED or ENVIRONMENT for ``candidate`` given its records and the baseline's (pure)."""
+    d = UpgradeReport(SAFE, candidate, baseline)
+    env = environment_problems(cand_recs)
+    if env:
+        d.verdict, d.reasons = ENVIRONMENT, env
+        d.notes.append("no verdict about the Triton itself: fix the environment (numpy/setuptools rules in "
+                       "constraints/lanes.toml, the installed wheels) and run again")
+        return d
     for check in required:
-        verdict, text = ledger.cell([r for r in cand_recs if r["check"] == check])
-        if verdict == "not run":
+        verdict, _ = ledger.cell([r for r in cand_recs if r["check"] == check])
+        if verdict == ledger.NOT_RUN:
             d.reasons.append(f"{check}: not run")
-        elif verdict != "pass":
+        elif verdict != PASS:
             regress = _regressions(cand_recs, base_recs, check)
             d.reasons += regress or [f"{check}: " + "; ".join(ledger.reasons(
                 [r for r in cand_recs if r["check"] == check], limit=3))]
@@ -122,20 +155,21 @@ def decide(candidate: str, cand_recs: list[dict], baseline: str | None, base_rec
             d.notes.append(f"known-bad on some GPUs [{w.id}]: {w.describe()}")
     d.reasons += _slowdowns(cand_recs, base_recs, max_slowdown)
     d.notes += _metric_notes(cand_recs, base_recs)
-    if not any(r["check"] == "bench" and r["verdict"] == "pass" for r in cand_recs):
+    if not any(r["check"] == "bench" and r["verdict"] == PASS for r in cand_recs):
         d.notes.append("no benchmark ran (no GPU): performance not compared")
     if baseline is None:
-        d.notes.append("no known-good version in the ledger: verdicts judged on their own")
+        d.notes.append("no known-good release in the ledger: verdicts judged on their own")
     if d.reasons:
         d.verdict = BLOCKED
     return d
 
 
-def newest_known_good(table: lanes.Table, recs: list[dict], windows: list) -> lanes.Lane | None:
-    """The newest lane admitted to known-good by the ledger, or None."""
-    verdicts = ledger.lane_verdicts(table, recs, windows)
-    good = [lane for lane in table.lanes if verdicts[lane.label][0]]
-    return max(good, key=lambda lane: lane.version) if good else None
+def baseline_release(table: lanes.Table, recs: list[dict], windows: list, candidate: str) -> lanes.Lane | None:
+    """The known-good release nearest the candidate: the newest at or below it, else the oldest above."""
+    verdicts = ledger.release_verdicts(table, recs, windows)
+    good = [r for r in table.releases if verdicts[r.triton][0] and r.version != Version(candidate)]
+    below = [r for r in good if r.version < Version(candidate)]
+    return (below[-1] if below else good[0]) if good else None
 
 
 def _nox_command() -> list[str]:
@@ -151,68 +185,75 @@ def _nox_command() -> list[str]:
         return [exe]
 
 
-def run_candidate(version: str, results: Path, gpu: bool | None = None) -> int:
-    """Run the candidate lane's sessions through nox; their verdicts land in ``results``."""
+def run_candidate(version: str, results: Path, root: Path, gpu: bool) -> int:
+    """Run the candidate lane's sessions through the project's noxfile; verdicts land in ``results``."""
     sessions = ["compile-candidate", "parity-candidate"] + (["bench-candidate"] if gpu else [])
-    cmd = _nox_command() + ["-f", str(lanes.repo_root() / "noxfile.py"), "-s", *sessions,
-                            "--no-stop-on-first-error", "--", "--results", str(results)]
-    env = dict(os.environ, NSA_SEL_CANDIDATE=version)
+    cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-s", *sessions, "--no-stop-on-first-error",
+                            "--", "--results", str(results)]
+    env = dict(os.environ, NSA_SEL_CANDIDATE=version, NSA_SEL_GPU="1" if gpu else "0")
     print(f"check-upgrade: running {' '.join(sessions)} for triton {version}", flush=True)
     return subprocess.call(cmd, env=env)
 
 
-def _gpu_present() -> bool:
-    forced = os.environ.get("NSA_SEL_GPU", "")
-    if forced in ("0", "1"):
-        return forced == "1"
-    smi = shutil.which("nvidia-smi")
-    return bool(smi) and subprocess.call([smi, "-L"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0
+def _candidate_records(version: str, args, root: Path, gpu: bool) -> tuple[list[dict], Path | None]:
+    """Run (or read) the candidate lane; its records (markers included) and the kept results dir."""
+    if args.from_results:
+        recs, _ = ledger.load_run_files([args.from_results])
+        return [r for r in recs if r.get("candidate")], args.from_results
+    tmp = Path(tempfile.mkdtemp(prefix=f"nsa-sel-upgrade-{version}-"))
+    run_candidate(version, tmp, root, gpu)
+    recs, notes = ledger.load_run_files([tmp])
+    for note in notes:
+        print(f"check-upgrade: {note}")
+    if args.keep or args.admit:
+        print(f"check-upgrade: results in {tmp}")
+        return recs, tmp
+    shutil.rmtree(tmp, ignore_errors=True)
+    return recs, None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel check-upgrade VERSION [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``."""
+    """``nsa-sel check-upgrade VERSION [--admit] [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``."""
+    from .nox_lanes import gpu_mode  # noqa: PLC0415
+
     p = argparse.ArgumentParser(prog="nsa-sel check-upgrade", description=__doc__.splitlines()[0])
     p.add_argument("version", help="candidate Triton release, e.g. 3.10.0")
-    p.add_argument("--ledger", type=Path, default=lanes.constraints_dir() / "ledger.jsonl")
+    p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
+    p.add_argument("--ledger", type=Path, help="default: <constraints>/ledger.jsonl")
     p.add_argument("--from-results", type=Path, help="judge existing candidate run files instead of running")
     p.add_argument("--keep", action="store_true", help="keep the temporary results directory")
+    p.add_argument("--admit", action="store_true", help="if SAFE, add the release to the table, ledger and known-good")
     p.add_argument("--max-slowdown", type=float, default=0.10, help="blocking benchmark slowdown (0.10 = 10%%)")
     args = p.parse_args(argv)
     try:
         version = str(Version(args.version))
+        cdir = project.constraints_dir(args.constraints)
     except InvalidVersion:
         p.error(f"not a version: {args.version!r}")
-    table, windows = lanes.load_table(), known_bad.load()
-    if table.for_version(version):
-        print(f"check-upgrade: note: {version} is already lane {table.for_version(version).label}; "
-              "checked as a candidate anyway")
-    recs = ledger.load_ledger(args.ledger)
-    base_lane = newest_known_good(table, recs, windows)
-    base_recs = [r for r in recs if base_lane and r["lane"] == base_lane.label]
-    cand_recs = _candidate_records(version, args)
-    decision = decide(version, cand_recs, base_lane.triton if base_lane else None, base_recs,
-                      table.required, windows, args.max_slowdown)
-    print(decision.render())
-    return 1 if decision.blocked else 0
-
-
-def _candidate_records(version: str, args) -> list[dict]:
-    """Run (or read) the candidate lane and return its records, interrupted markers included."""
-    if args.from_results:
-        recs, _ = ledger.load_run_files([args.from_results])
-        return [r for r in recs if r.get("candidate")]
-    tmp = Path(tempfile.mkdtemp(prefix=f"nsa-sel-upgrade-{version}-"))
-    try:
-        run_candidate(version, tmp, gpu=_gpu_present())
-        recs, warns = ledger.load_run_files([tmp])
-        for w in warns:
-            print(f"check-upgrade: {w}")
-        return recs
-    finally:
-        if args.keep:
-            print(f"check-upgrade: results kept in {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    except project.ProjectNotFound as exc:
+        p.error(str(exc))
+    t0 = time.perf_counter()
+    table, windows = lanes.load_table(cdir / project.TABLE_NAME), known_bad.load()
+    cand = lanes.candidate_lane(version, table)
+    listed = table.for_version(version)
+    print(f"check-upgrade: triton {version}: " + (f"release of lane {listed.label} in the table, checked with its "
+          f"row" if listed else f"python {cand.python}, numpy{cand.numpy}, extras {list(cand.extras)} ({cand.numpy_reason})"))
+    ledger_path = args.ledger or cdir / "ledger.jsonl"
+    recs = ledger.load_ledger(ledger_path)
+    base = baseline_release(table, recs, windows, version)
+    base_recs = [r for r in recs if base and r["triton"] == base.triton]
+    gpu = gpu_mode()
+    cand_recs, results = _candidate_records(version, args, cdir.parent, gpu)
+    report = judge(version, cand_recs, base.triton if base else None, base_recs, table.required, windows,
+                   args.max_slowdown)
+    print(report.render())
+    print(f"check-upgrade: {report.verdict.upper()} in {time.perf_counter() - t0:.0f} s")
+    if args.admit:
+        if report.verdict != SAFE:
+            print("check-upgrade: --admit refused: only a SAFE candidate is admitted", file=sys.stderr)
+            return EXIT[report.verdict]
+        admit(version, cand_recs, cdir, ledger_path)
+    return EXIT[report.verdict]
 
 
 if __name__ == "__main__":

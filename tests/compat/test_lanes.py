@@ -47,14 +47,58 @@ def test_versions_sort_numerically_not_as_strings(tmp_path):
 
 def test_for_version_matches_exact_release_only():
     table = lanes.load_table()
-    assert table.for_version("3.5.1").label == "3.5"
-    assert table.for_version("3.5.0") is None  # not the tested release of lane 3.5
-    assert table.for_version("3.10.0") is None
+    assert table.for_version("3.5.1").label == "3.5" and not table.for_version("3.5.1").patch
+    assert table.for_version("3.5.0").patch and table.for_version("3.5.0").name == "3.5.0"
+    assert table.for_version("3.5.2") is None and table.for_version("3.10.0") is None
+
+
+def test_every_triton_3_release_on_pypi_is_a_release_of_the_table():
+    """3.3.0, 3.5.0 and 3.7.0 (the Triton of torch 2.7.0, 2.9.0, 2.12.0) are checked as patch releases."""
+    table = lanes.load_table()
+    assert [r.triton for r in table.releases] == ["3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.3.1", "3.4.0", "3.5.0",
+                                                  "3.5.1", "3.6.0", "3.7.0", "3.7.1", "3.8.0", "3.9.0"]
+    pins = {r.triton: r.torch for r in table.patches}
+    assert pins == {"3.3.0": ("2.7.0",), "3.5.0": ("2.9.0",), "3.7.0": ("2.12.0",)}
+    patch = table.for_version("3.5.0")
+    assert (patch.numpy, patch.python, patch.label) == (table.lane("3.5").numpy, table.lane("3.5").python, "3.5")
 
 
 def test_label_must_be_the_minor_of_the_release(tmp_path):
     with pytest.raises(ValueError, match="label must be the minor"):
         _table(tmp_path, ("3.4", "3.5.1"))
+
+
+@pytest.mark.parametrize("matrix, expect", [
+    ('required = ["compile", "parit"]', "`required` has unknown check(s) ['parit']; accepted: compile, parity, bench"),
+    ('archs = ["eighty"]', "`archs` must be a non-empty list of compute capabilities"),
+    ("archs = []", "`archs` must be a non-empty list"),
+    ('other_releases = ["3.3.0"]', "unknown field(s) ['other_releases']"),
+])
+def test_bad_matrix_fields_are_rejected_at_load_naming_the_field(tmp_path, matrix, expect):
+    with pytest.raises(lanes.TableError, match="\\[matrix\\]") as exc:
+        _table(tmp_path, ("3.5", "3.5.1"), header=f"schema = 1\n[matrix]\n{matrix}\n")
+    assert expect in str(exc.value)
+
+
+def test_a_table_with_no_lanes_is_a_clear_error(tmp_path):
+    with pytest.raises(lanes.TableError, match="no \\[\\[lane\\]\\] rows: the table needs at least one lane"):
+        _table(tmp_path)
+
+
+@pytest.mark.parametrize("row, expect", [
+    ('label = "3.5"\ntriton = "3.5.1"\ntorch = ["2.9.1"]\npython = ">=3.10"\nnumpi = "<2.4"\n', "unknown field(s) ['numpi']"),
+    ('label = "3.5"\ntriton = "3.5.1"\ntorch = ["2.9.1"]\npython = "3.10+"\n', "`python` = '3.10+' does not parse"),
+    ('label = "3.5"\ntriton = "three"\ntorch = ["2.9.1"]\npython = ">=3.10"\n', "`triton` = 'three' does not parse"),
+    ('label = "3.5"\ntriton = "3.5.1"\ntorch = 2.9\npython = ">=3.10"\n', "`torch` must be a string or a list"),
+    ('label = "3.5"\ntriton = "3.5.1"\ntorch = ["2.9.1"]\npython = ">=3.10"\n[[lane.patch]]\ntriton = "3.6.0"\n'
+     'torch = ["2.10.0"]\n', "a patch must be another release of the lane's minor 3.5"),
+])
+def test_bad_lane_rows_name_the_lane_and_field(tmp_path, row, expect):
+    path = tmp_path / "lanes.toml"
+    path.write_text("schema = 1\n[[lane]]\n" + row)
+    with pytest.raises(lanes.TableError) as exc:
+        lanes.load_table(path)
+    assert expect in str(exc.value) and "[[lane]] '3.5'" in str(exc.value)
 
 
 def test_duplicate_labels_and_wrong_schema_are_rejected(tmp_path):
@@ -106,12 +150,18 @@ def test_python_range():
     assert not table.lane("3.0").python_ok("3.13.0")
 
 
-def test_candidate_lane_inherits_newest_numpy_and_is_never_paired():
+def test_candidate_lane_follows_the_rules_of_the_lanes_around_it():
     table = lanes.load_table()
-    cand = lanes.candidate_lane("3.10.0", table)
-    assert cand.label == "3.10" and cand.candidate
-    assert cand.numpy == table.newest().numpy
-    assert not cand.torch_is_paired("2.15.0", "13.2")
+    newer = lanes.candidate_lane("3.10.0", table)
+    assert newer.label == "3.10" and newer.candidate and newer.name == "candidate"
+    assert newer.numpy == table.newest().numpy and "lane 3.9 (the nearest below)" in newer.numpy_reason
+    assert not newer.torch_is_paired("2.15.0", "13.2") and newer.torch == ()
+    patch = lanes.candidate_lane("3.4.1", table)  # not on PyPI: a made-up patch of lane 3.4
+    assert patch.numpy == "<2.4" and "lane 3.4 (same minor)" in patch.numpy_reason  # not the newest lane's numpy
+    listed = lanes.candidate_lane("3.5.0", table)  # already a release of the table: its own row
+    assert listed.torch == ("2.9.0",) and listed.numpy == "<2.4" and listed.candidate
+    old = lanes.candidate_lane("3.1.1", table)
+    assert old.numpy == "<2" and old.extras == table.lane("3.1").extras
 
 
 def test_write_constraints_rewrites_only_stale_files(tmp_path):
@@ -121,39 +171,3 @@ def test_write_constraints_rewrites_only_stale_files(tmp_path):
     assert [p.name for p in lanes.stale_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert [p.name for p in lanes.write_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert lanes.stale_constraints(table, tmp_path) == []
-
-
-def _nox_sessions(env_extra: dict | None = None) -> dict:
-    """The noxfile's registered sessions, loaded in a child (registration is global state)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    pytest.importorskip("nox")
-    code = ("import json, runpy, nox.registry; runpy.run_path('noxfile.py'); "
-            "print(json.dumps({n: {'requires': f.requires, 'tags': f.tags, 'doc': f.__doc__, "
-            "'backend': f.venv_backend} for n, f in nox.registry.get().items()}))")
-    env = {**os.environ, "NSA_SEL_GPU": "0", **(env_extra or {})}
-    out = subprocess.run([sys.executable, "-c", code], cwd=lanes.repo_root(), env=env, capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def test_noxfile_generates_three_literal_sessions_per_lane():
-    sessions = _nox_sessions()
-    for label in lanes.load_table().labels:
-        for kind in ("compile", "parity", "bench"):
-            s = sessions[f"{kind}-{label}"]
-            assert s["tags"] == [kind, f"triton-{label}"]
-            assert (s["requires"] or None) == (None if kind == "compile" else [f"compile-{label}"])
-            assert f"triton {lanes.load_table().lane(label).triton} " in s["doc"]
-    assert sessions["bench-3.1"]["backend"] == "none"  # CPU machine: bench only records a skip
-    assert {"pin", "constraints", "check-upgrade"} <= set(sessions)
-
-
-def test_noxfile_adds_candidate_lane_only_when_asked():
-    assert not any(n.endswith("-candidate") for n in _nox_sessions())
-    sessions = _nox_sessions({"NSA_SEL_CANDIDATE": "3.10.0"})
-    assert sessions["parity-candidate"]["requires"] == ["compile-candidate"]
-    assert "triton 3.10.0 " in sessions["compile-candidate"]["doc"]

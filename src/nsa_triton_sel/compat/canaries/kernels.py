@@ -1,8 +1,8 @@
 """Canary kernels: tiny reproductions of the failure classes that broke the seeds.
 
-Each canary has a :class:`~nsa_triton_sel.compat.specs.CompileSpec` in :data:`SPECS` that says
-which verdict the smoke harness must reach on which Triton version
-(``nsa-sel smoke --canaries`` or ``--specs tests/canaries/kernels.py:SPECS``):
+Each canary has a :class:`~nsa_triton_sel.compat.specs.CompileSpec` in
+:data:`nsa_triton_sel.compat.canaries.SPECS` that says which verdict the smoke harness must
+reach on which Triton version (``nsa-sel smoke --canaries``):
 
 - ``broadcast_load``: a load through a ``[1, 64]`` pointer tile with a ``[64, 64]``
   mask (the seeds' "Cannot broadcast" error: a row offset missing its ``[:, None]``).
@@ -15,13 +15,12 @@ which verdict the smoke harness must reach on which Triton version
 - ``block_ptr``: ``tl.make_block_ptr`` / ``tl.advance``, removed in 3.9
   (``unsupported`` or ``compile_error`` there, ``ok`` before).
 
-This file imports only triton and :mod:`nsa_triton_sel.compat.specs` (the children load it by path).
+Only the compile children import this module (it imports triton); the specs live in the
+package's ``__init__`` with string references, so the harness itself never imports Triton.
 """
 
 import triton
 import triton.language as tl
-
-from nsa_triton_sel.compat.specs import CompileSpec
 
 
 @triton.jit
@@ -64,29 +63,3 @@ def block_ptr(X, Y, m, n, stride_m, BLOCK: tl.constexpr):
     dst = tl.make_block_ptr(base=Y, shape=(m, n), strides=(stride_m, 1), offsets=(0, 0),
                             block_shape=(BLOCK, BLOCK), order=(1, 0))
     tl.store(dst, acc.to(tl.float16), boundary_check=(0, 1))
-
-
-_BCAST = "Cannot broadcast"
-SPECS = [
-    CompileSpec(
-        name="canary/broadcast_load", kernel=broadcast_load, constexprs={"BLOCK": 64}, canary=True,
-        expected={"<3.5": "compile_error", ">=3.5": "ok"}, expected_message={"<3.5": _BCAST},
-        note="[1,64] pointer, [64,64] mask, load",
-    ),
-    CompileSpec(
-        name="canary/broadcast_store", kernel=broadcast_store, constexprs={"BLOCK": 64}, canary=True,
-        expected={">=3.0": "compile_error"},
-        expected_message={"<3.6": _BCAST, ">=3.6": "Expected pointer argument to have shape"},
-        note="[1,64] pointer, [64,64] mask, store",
-    ),
-    CompileSpec(
-        name="canary/loop_bound_tensor", kernel=loop_bound_tensor, constexprs={"BLOCK": 64}, canary=True,
-        expected={">=3.0": "crash"}, expected_message={">=3.0": "isIntOrFloat"},
-        note="for-loop bound is a 1-element tensor: MLIR assertion abort",
-    ),
-    CompileSpec(
-        name="canary/block_ptr", kernel=block_ptr, constexprs={"BLOCK": 64}, canary=True,
-        expected={"<3.9": "ok", ">=3.9": ["unsupported", "compile_error"]},
-        note="tl.make_block_ptr / tl.advance (removed in 3.9)",
-    ),
-]

@@ -5,9 +5,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from nsa_triton_sel.compat import static_check
-from nsa_triton_sel.compat.specs import load_specs
 
-CANARIES = Path(__file__).parent / "canaries" / "kernels.py"
+CANARIES = Path(static_check.__file__).parent / "canaries" / "kernels.py"
 JIT = Path(static_check.__file__).parents[1] / "kernels" / "forward.py"
 
 
@@ -75,7 +74,7 @@ def test_two_way_mask_broadcast_only_when_pointer_is_narrower():
 
 
 def test_smoke_report_carries_static_needs():
-    specs = load_specs(f"{CANARIES}:SPECS")
+    from nsa_triton_sel.compat.canaries import SPECS as specs
     out = static_check.check_specs(specs, "3.9.0")
     block = next(v for k, v in out.items() if k.endswith(":block_ptr"))
     assert block["needs"] == "<3.9" and block["installed_ok"] is False

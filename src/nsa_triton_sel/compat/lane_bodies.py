@@ -1,0 +1,147 @@
+"""The checks a lane session runs once its environment is ready: compile, parity, bench.
+
+Each body is ``(session, lane, base record, results dir, pytest args, matrix) -> (records,
+problem)``, where problem is None, ``"skip"``, or the reason the session fails.  Every record
+carries the versions its producing process imported: the compile children report theirs in the
+smoke report, pytest through :mod:`.pytest_plugin`, the interpreter probe in its output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from . import ledger
+from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+
+IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
+PLUGIN = "nsa_triton_sel.compat.pytest_plugin"
+PROBE = ("import json, nsa_triton_sel.compat.env as e; "
+         "print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))")
+# Runs a command and stores its exit status in a file: nox's session.run reports only pass/fail,
+# and the lanes need to tell "tests failed" (1) from "nothing collected" (5) or a crash (signal).
+RC_WRAP = ("import subprocess, sys; rc = subprocess.call([sys.executable] + sys.argv[2:]); "
+           "open(sys.argv[1], 'w').write(str(rc))")
+# pytest options of every lane run.  junit_family=xunit1: the suites attach their oracle errors
+# with record_property, a per-test-case property that only the xunit1 schema has (under the
+# default xunit2, pytest warned once per test: 37 warnings per parity lane).
+PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", PLUGIN, "-o", "junit_family=xunit1")
+
+
+def raw_path(results: Path, session, suffix: str) -> Path:
+    raw = Path(results) / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    return raw / f"{session.name}.{suffix}"
+
+
+def run_rc(session, rc_file: Path, *args: str, env: dict | None = None) -> int | None:
+    """Run ``python *args`` in the lane and return its exit status (None if it left none: killed)."""
+    rc_file.unlink(missing_ok=True)
+    session.log("python " + " ".join(args))
+    session.run("python", "-c", RC_WRAP, str(rc_file), *args, env=env or {}, log=False)
+    try:
+        return int(rc_file.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def summary(records: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+
+
+def compile_body(session, lane, base, results, rest, m):
+    """nsa-sel smoke for the table's archs, judged for the lane's release; verdicts from its JSON."""
+    report_path = raw_path(results, session, "smoke.json")
+    report_path.unlink(missing_ok=True)
+    archs = os.environ.get("NSA_SEL_ARCHS") or ",".join(map(str, m.table.archs))
+    extra = ["--jobs", os.environ["NSA_SEL_JOBS"]] if os.environ.get("NSA_SEL_JOBS") else []
+    # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
+    # on this Triton; they are reported in their own column and never block the lane.
+    extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
+    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
+                "--arch", archs, "--json", str(report_path), "--no-progress", "--expect-triton", lane.triton, *extra)
+    if not report_path.exists():
+        rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
+                            message=f"nsa-sel smoke wrote no report (exit status {rc})")
+        return [rec], "the smoke harness crashed before writing its report"
+    report = json.loads(report_path.read_text())
+    records = ledger.records_from_smoke(report, base)
+    session.log(f"compile-{lane.name}: the compile children imported triton "
+                f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {summary(records)}")
+    bad = [r for r in records if r["check"] == "compile" and r["verdict"] in BAD]
+    return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
+
+
+def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity"):
+    """Run pytest with a junit report; records per test, or a crash record when it died."""
+    xml = raw_path(results, session, "junit.xml")
+    imported_json = raw_path(results, session, "imported.json")
+    for stale in (xml, imported_json):
+        stale.unlink(missing_ok=True)
+    bench_json = raw_path(results, session, "benchmark.json")
+    extra = [f"--benchmark-json={bench_json}"] if kind == "bench" else []
+    env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
+    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
+                f"--junitxml={xml}", *extra, *rest, env=env)
+    imported = json.loads(imported_json.read_text())["imported"] if imported_json.exists() else {}
+    records = ledger.records_from_junit(xml.read_text(), base, imported=imported) if xml.exists() else []
+    if kind == "bench" and records and bench_json.exists():
+        ledger.attach_benchmarks(records, json.loads(bench_json.read_text()))
+    if records and not imported_json.exists():
+        records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={},
+                                     message=f"pytest did not report what it imported ({imported_json} missing): "
+                                             f"the verdicts cannot be tied to the lane's Triton"))
+        return records, "pytest did not report the versions it imported"
+    if rc in (0, 1) and records:
+        bad = [r for r in records if r["verdict"] in BAD]
+        return records, (f"{len(bad)} test(s) failed" if bad else None)
+    if rc == 5 or (rc == 0 and not records):
+        return [ledger.record(base, kernel="(pytest)", verdict=SKIP, message="no tests collected", imported={})], None
+    records.append(ledger.record(base, kernel="(pytest)", verdict=CRASH, imported=imported,
+                                 message=f"pytest exited with status {rc} (interrupted, usage error or crash)"))
+    return records, f"pytest exited with status {rc}"
+
+
+def parity_body(session, lane, base, results, rest, m):
+    if m.gpu:
+        return pytest_run(session, base, results, ["-m", "gpu"], rest)
+    probe_rec = probe(session, base)
+    if probe_rec["verdict"] != PASS:
+        return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
+    records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"})
+    session.log(f"parity-{lane.name} (interpreter): {summary(records)}")
+    return [probe_rec] + records, problem
+
+
+def probe(session, base) -> dict:
+    """The tiny known kernel under the interpreter (env.interpreter_usable) as a parity record."""
+    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.env)")
+    out = session.run("python", "-c", PROBE, silent=True, log=False, success_codes=range(256)) or ""
+    found = [ln for ln in out.splitlines() if ln.startswith("NSA_SEL_PROBE ")]
+    if not found:
+        return ledger.record(base, kernel="interpreter-probe", verdict=ERROR, imported={},
+                             message="probe printed nothing: " + out.strip()[-300:])
+    res = json.loads(found[-1][len("NSA_SEL_PROBE "):])
+    verdict = {"ok": PASS, "wrong": FAIL}.get(res.get("status"), ERROR)
+    session.log(f"interpreter probe: {res.get('status')} ({res.get('detail')}); imported {res.get('imported')}")
+    metrics = {k: v for k, v in res.items() if isinstance(v, (int, float))}
+    return ledger.record(base, kernel="interpreter-probe", verdict=verdict, message=res.get("detail", ""),
+                         metrics=metrics, imported=res.get("imported") or {})
+
+
+def bench_skip(session, lane, base) -> tuple[list[dict], str]:
+    msg = (f"bench-{lane.name} needs a CUDA GPU (pytest-benchmark against SDPA); none found here, "
+           "so it records a skip. Run it on a GPU machine (NSA_SEL_GPU=1 forces the GPU flavour).")
+    session.warn(msg)
+    return [ledger.record(base, kernel="(bench)", verdict=SKIP, message=msg, imported={})], "skip"
+
+
+def bench_body(session, lane, base, results, rest, m):
+    return pytest_run(session, base, results, ["bench/"], rest, kind="bench")
+
+
+BODIES = {"compile": compile_body, "parity": parity_body, "bench": bench_body}

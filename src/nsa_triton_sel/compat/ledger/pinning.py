@@ -1,0 +1,164 @@
+"""``nsa-sel pin``: merge lane run files into the ledger; render MATRIX.md and known-good.txt.
+
+What keeps the three files trustworthy:
+
+- a file lock beside the ledger serialises concurrent pins (without it, two pins at once lost
+  the second one's records in 4 of 10 runs);
+- the three files are replaced as one commit with a journal (:func:`..atomic.commit`), and every
+  pin first finishes a commit a killed pin left behind; MATRIX.md and known-good.txt name the
+  ledger generation they were rendered from, and ``nsa-sel pin --check`` verifies it;
+- file modes are kept;
+- input is strict: an empty, truncated or foreign results file, an unknown verdict or a bad
+  ledger line stops the pin with the file (and line) named, exit status 1;
+- a record whose process imported another Triton than the release it names becomes an
+  ``error`` naming both versions (:func:`.records.enforce_isolation`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from ... import known_bad
+from .. import lanes, project
+from ..atomic import commit, journal_path, locked, recover
+from .cells import release_verdicts
+from .known_good import render_known_good
+from .matrix import render_matrix
+from .records import enforce_isolation, isolation_problem, problems
+from .runfiles import RunFileError, load_run_files
+from .store import LedgerError, digest, dump_ledger, load_ledger, merge
+
+_GENERATION = re.compile(r"generation ([0-9a-f]{16})")
+
+
+class PinError(ValueError):
+    """Pin refused its input; the message names the file and what is wrong."""
+
+
+def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_good_path: Path,
+        table: lanes.Table | None = None, windows: list | None = None, log=print, reset: bool = False,
+        admitted: list[dict] | None = None) -> dict:
+    """Merge run files into the ledger and regenerate MATRIX.md and known-good.txt as one commit.
+
+    ``reset`` starts from an empty ledger (drops every record already there) instead of merging;
+    ``admitted`` are records of a checked candidate already relabelled as a release of the table
+    (``nsa-sel check-upgrade --admit``).
+    """
+    table = table or lanes.load_table()
+    windows = known_bad.load() if windows is None else windows
+    ledger_path, matrix_path, known_good_path = Path(ledger_path), Path(matrix_path), Path(known_good_path)
+    targets = [ledger_path, matrix_path, known_good_path]
+    with locked(ledger_path):
+        fixed = recover(journal_path(ledger_path), targets)
+        if fixed:
+            log(f"recovered: {fixed}")
+        try:
+            new, notes = load_run_files([d for d in result_dirs if Path(d).is_dir()])
+            old = [] if reset else load_ledger(ledger_path)
+        except (RunFileError, LedgerError) as exc:
+            raise PinError(str(exc)) from None
+        for note in notes:
+            log(f"warning: {note}")
+        new = [r for r in new if not r.get("candidate")] + list(admitted or [])  # candidates only via --admit
+        bad = [p for r in new for p in problems(r)]
+        if bad:
+            raise PinError(f"a record to pin is not valid: {bad[0]}")
+        new = [enforce_isolation(r) for r in new]
+        for r in new:
+            if isolation_problem(r):
+                log(f"error: {r['session']} `{r['kernel']}`: {isolation_problem(r)}")
+        merged = [r for r in merge(old, new) if not _canary_static(r)]
+        verdicts = release_verdicts(table, merged, windows)
+        name = _rel(ledger_path)
+        text = dump_ledger(merged)
+        gen = digest(text)
+        commit({ledger_path: text,
+                matrix_path: render_matrix(table, merged, windows, verdicts, name, gen),
+                known_good_path: render_known_good(table, verdicts, windows, name, gen)},
+               journal_path(ledger_path))
+    log(f"ledger: {len(merged)} records ({len(new)} from {len(result_dirs)} results dir(s)"
+        f"{', previous records dropped' if reset else ''}) -> {ledger_path} (generation {gen})")
+    for rel in table.releases:
+        ok, why = verdicts[rel.triton]
+        log(f"  {rel.triton:<7} {'known-good' if ok else 'excluded: ' + '; '.join(why)}")
+    return {"records": len(merged), "new": len(new), "verdicts": verdicts, "warnings": notes, "generation": gen}
+
+
+def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[str]:
+    """Problems that make the three files disagree (empty: they are one generation)."""
+    ledger_path = Path(ledger_path)
+    out = []
+    if journal_path(ledger_path).exists():
+        out.append(f"an interrupted pin left {journal_path(ledger_path)}: run `nsa-sel pin` to finish it")
+    text = ledger_path.read_text() if ledger_path.exists() else ""
+    gen = digest(text)
+    for path in (matrix_path, known_good_path):
+        path = Path(path)
+        found = _GENERATION.search(path.read_text()) if path.exists() else None
+        if found is None:
+            out.append(f"{path}: missing or names no ledger generation")
+        elif found.group(1) != gen:
+            out.append(f"{path}: rendered from ledger generation {found.group(1)}, the ledger is {gen}")
+    try:
+        load_ledger(ledger_path)
+    except LedgerError as exc:
+        out.append(str(exc))
+    return out
+
+
+def _canary_static(rec: dict) -> bool:
+    """Static-check rows of the canaries (deliberately broken kernels): not a verdict."""
+    return rec.get("check") == "compile-static" and "canaries" in (rec.get("kernel") or "")
+
+
+def _rel(path: Path) -> str:
+    return project.relative_to_project(str(Path(path).resolve()))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nsa-sel pin", description="merge lane results into the ledger; "
+                                "render MATRIX.md and known-good.txt (one commit, under a file lock)")
+    p.add_argument("--results", action="append", default=None, type=Path,
+                   help="directory of lane run files (repeatable; default $NSA_SEL_RESULTS or <project>/out/lanes)")
+    p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
+    p.add_argument("--ledger", type=Path, help="default: <constraints>/ledger.jsonl")
+    p.add_argument("--matrix", type=Path, help="default: <constraints>/MATRIX.md")
+    p.add_argument("--known-good", type=Path, help="default: <constraints>/known-good.txt")
+    p.add_argument("--reset", action="store_true",
+                   help="drop every record already in the ledger (e.g. after a harness fix invalidated them)")
+    p.add_argument("--check", action="store_true", help="only verify that the three files are one generation")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 on success, 1 when the input or the files are wrong (message names them), 2 bad usage."""
+    args = _parser().parse_args(argv)
+    try:
+        cdir = project.constraints_dir(args.constraints)
+        paths = (args.ledger or cdir / "ledger.jsonl", args.matrix or cdir / "MATRIX.md",
+                 args.known_good or cdir / "known-good.txt")
+        if args.check:
+            bad = verify(*paths)
+            for line in bad:
+                print(f"nsa-sel pin --check: {line}", file=sys.stderr)
+            print("nsa-sel pin --check: " + ("NOT consistent" if bad else "consistent (one generation)"))
+            return 1 if bad else 0
+        dirs = args.results or [project.results_dir()]
+        given_missing = [d for d in (args.results or []) if not Path(d).is_dir()]
+        if given_missing:
+            raise PinError(f"--results {given_missing[0]}: no such directory")
+        if not args.results and not dirs[0].is_dir():
+            print(f"nsa-sel pin: no results directory {dirs[0]} (re-rendering from the ledger only)", file=sys.stderr)
+        table = lanes.load_table(cdir / project.TABLE_NAME)
+        pin(dirs, *paths, table=table, reset=args.reset)
+    except (PinError, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
+        print(f"nsa-sel pin: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The ledger file (``constraints/ledger.jsonl``): read it strictly, merge runs into it, write it.
+
+One JSON record per line.  For each :func:`run_key` (release, check, mode, machine) only the
+newest run's records are kept, so a re-run lane never leaves stale rows behind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from pathlib import Path
+
+from packaging.version import Version
+
+from .records import problems
+
+
+class LedgerError(ValueError):
+    """A ledger line that is not a valid record; the message is ``file:line: what is wrong``."""
+
+
+def load_ledger(path: Path) -> list[dict]:
+    """Records of a JSON-Lines ledger; a missing file is an empty ledger, a bad line an error."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LedgerError(f"{path}:{n}: not a JSON record ({exc.msg} at column {exc.colno})") from None
+        bad = problems(rec)
+        if bad:
+            raise LedgerError(f"{path}:{n}: {'; '.join(bad)}")
+        out.append(rec)
+    return out
+
+
+def run_key(rec: dict) -> tuple:
+    """Records sharing this key describe the same question; only the newest run answers it."""
+    return (rec.get("lane"), rec.get("triton"), rec.get("check"), rec.get("mode"), rec.get("machine") or "cpu")
+
+
+def _when(rec: dict) -> _dt.datetime:
+    try:
+        when = _dt.datetime.fromisoformat(rec.get("date") or "")
+    except ValueError:
+        when = _dt.datetime.min
+    return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
+
+
+def merge(ledger: list[dict], new: list[dict]) -> list[dict]:
+    """Ledger + new records, keeping for each :func:`run_key` only the newest run's records.
+
+    Runs are ordered by their date; on a tie the new records win, so re-pinning the same run
+    files is idempotent.
+    """
+    newest: dict[tuple, tuple[_dt.datetime, int, str]] = {}
+    for order, recs in ((0, ledger), (1, new)):
+        for rec in recs:
+            key, stamp = run_key(rec), (_when(rec), order, rec.get("run_id") or "")
+            if key not in newest or stamp > newest[key]:
+                newest[key] = stamp
+    seen, out = set(), []
+    for order, recs in ((1, new), (0, ledger)):
+        for rec in recs:
+            key = run_key(rec)
+            when, win_order, win_run = newest[key]
+            if (rec.get("run_id") or "") != win_run or order != win_order:
+                continue
+            ident = (key, rec.get("kernel"), rec.get("arch"))
+            if ident not in seen:  # duplicate rows of one run (pinned twice) collapse
+                seen.add(ident)
+                out.append(rec)
+    return sort_records(out)
+
+
+def sort_records(recs: list[dict]) -> list[dict]:
+    def key(r):
+        return (Version(r.get("triton") or "0"), r.get("check") or "", r.get("mode") or "",
+                r.get("machine") or "", r.get("kernel") or "", r.get("arch") or 0)
+    return sorted(recs, key=key)
+
+
+def dump_ledger(recs: list[dict]) -> str:
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in recs)
+
+
+def digest(ledger_text: str) -> str:
+    """The generation marker: MATRIX.md and known-good.txt name the ledger text they came from."""
+    return hashlib.sha256(ledger_text.encode()).hexdigest()[:16]

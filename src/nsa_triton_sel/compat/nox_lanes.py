@@ -1,0 +1,361 @@
+"""What the noxfile's lane sessions do: install a lane, run its check, write its run file.
+
+The noxfile only declares sessions (options, the table, a loop); every session body lives here
+as a plain function of a nox session object, so a test drives it with a fake one.  Standard
+library and ``packaging`` only at import, like the rest of the toolkit.
+
+Isolation (issue 14): a lane imports its own Triton and numpy, never the invoking
+environment's.  A CPU lane has no torch of its own (a CUDA build is gigabytes); it borrows the
+invoking environment's CPU torch through a directory of links to *torch and its dependencies
+only* (never triton, never numpy), appended after the lane's own site-packages by a ``.pth``
+file.  Every process the lane starts reports what it imported; a record whose process imported
+another Triton, or a numpy outside the lane's range, becomes an ``error`` and fails the lane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from . import lanes, ledger
+from .lane_bodies import BODIES, bench_skip, raw_path
+
+KINDS = ("compile", "parity", "bench")
+SHARED_DIR = "nsa-sel-shared-torch"
+SHARED_PTH = "_nsa_sel_shared_torch.pth"
+MODES = {"compile": ("aot", "aot"), "parity": ("gpu", "interp"), "bench": ("gpu", "cpu")}
+SETUP, CHECKS = "set-up", "checks"  # where an unfinished run stopped (set-up: no verdict about Triton)
+
+# Runs inside the lane: the fingerprint plus what this process imports (triton, numpy, torch).
+FINGERPRINT = """
+import json
+from nsa_triton_sel.compat import env
+fp = env.fingerprint()
+for name in ("triton", "numpy", "torch"):
+    try:
+        __import__(name)
+    except Exception as exc:
+        fp.setdefault("import_errors", {})[name] = repr(exc)
+fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
+print("NSA_SEL_FP " + json.dumps(fp))
+"""
+# Runs in the invoking environment: torch's files and those of the distributions it requires,
+# transitively, except triton and numpy (the lane brings its own).
+SHARED_TORCH = r"""
+import importlib.metadata as md, json, re
+SKIP = {"triton", "numpy"}
+seen, todo, entries = set(), ["torch"], set()
+while todo:
+    name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+    if name in seen or name in SKIP:
+        continue
+    seen.add(name)
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    for f in dist.files or []:
+        top = f.parts[0]
+        if top not in ("..", "__pycache__") and not top.endswith(".pth") and top.split(".")[0] not in SKIP:
+            entries.add(str(dist.locate_file(top)))
+    for req in dist.requires or []:
+        if "extra" not in req.partition(";")[2]:
+            todo.append(re.match(r"[A-Za-z0-9._-]+", req).group(0))
+print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
+"""
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """What every lane session needs besides its lane: the table, the project root, the flavour."""
+
+    table: lanes.Table
+    root: Path
+    gpu: bool
+
+
+def gpu_mode() -> bool:
+    """GPU flavour when NSA_SEL_GPU=1, or when unset and nvidia-smi lists a GPU."""
+    forced = os.environ.get("NSA_SEL_GPU", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        res = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0 and "GPU" in res.stdout
+
+
+def options(session) -> tuple[argparse.Namespace, list[str]]:
+    """Our options from posargs (env vars as defaults); the rest is for pytest."""
+    p = argparse.ArgumentParser(prog=f"nox -s {session.name} --", add_help=False)
+    p.add_argument("--results", default=os.environ.get("NSA_SEL_RESULTS"))
+    p.add_argument("--wheelhouse", default=os.environ.get("NSA_SEL_WHEELHOUSE"))
+    p.add_argument("--torch", default=os.environ.get("NSA_SEL_TORCH"))
+    p.add_argument("--allow-off-pair", action="store_true", default=os.environ.get("NSA_SEL_ALLOW_OFF_PAIR") == "1")
+    return p.parse_known_args(session.posargs)
+
+
+def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
+    pair = f"triton {lane.triton} (torch {' / '.join(lane.torch) or 'none'}, python {lane.python})"
+    if kind == "compile":
+        return f"AOT compile smoke for sm_{'/'.join(map(str, table.archs))}: {pair}"
+    if kind == "parity":
+        return f"parity vs the float64 oracle (GPU, or interpreter with numpy{lane.numpy or ' any'} on CPU): {pair}"
+    return f"pytest-benchmark vs SDPA (needs a GPU; skips without one): {pair}"
+
+
+def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
+    """One lane session: run file marked running, prepare, body, isolation check, run file completed.
+
+    The run file is rewritten atomically at each step, so a lane that crashes or is killed
+    leaves a valid 'running' file that ``pin`` reports as interrupted.
+    """
+    opts, rest = options(session)
+    results = Path(opts.results) if opts.results else m.root / "out" / "lanes"
+    path = ledger.run_file(results, session.name)
+    started = ledger.now_iso()
+    mode = MODES[kind][0 if m.gpu else 1]
+    base = {"schema": ledger.SCHEMA, "lane": lane.label, "triton": lane.triton, "check": kind, "mode": mode,
+            "session": session.name, "run_id": f"{session.name}@{started}", "machine": "cpu", "date": started,
+            "candidate": lane.candidate, **ledger.imported_fields(None)}
+    ledger.write_run(path, base=base, status="running", started=started, records=[], stage=SETUP)
+    stage = SETUP
+    try:
+        if kind == "bench" and not m.gpu:  # nothing to install or run: record the skip
+            records, problem = bench_skip(session, lane, base)
+        else:
+            fp = prepare(session, lane, kind, opts, m)
+            if fp is None:  # nox --install-only: the lane is installed, nothing ran
+                path.unlink(missing_ok=True)
+                session.log(f"lane {lane.name} installed (--install-only)")
+                return
+            base = ledger.base_record(lane, fp, check=kind, mode=mode, session=session.name,
+                                      run_id=base["run_id"], knobs=dict(m.table.knobs))
+            base["date"] = started
+            stage = CHECKS
+            ledger.write_run(path, base=base, status="running", started=started, records=[], stage=stage)
+            records, problem = BODIES[kind](session, lane, base, results, rest, m)
+            records, leak = isolate(records, lane)
+            session.log(f"{session.name}: its processes imported {imported_summary(records)}")
+            problem = leak or problem
+    except KeyboardInterrupt:
+        ledger.write_run(path, base=base, status="interrupted", started=started, records=[],
+                         note="interrupted (Ctrl-C)", stage=stage)
+        raise
+    except BaseException as exc:  # includes nox's session.error: the lane did not produce a verdict
+        what = f"installing triton=={lane.triton} and the lane's requirements" if stage == SETUP else f"{kind} checks"
+        ledger.write_run(path, base=base, status="error", started=started, records=[],
+                         note=f"{stage} ({what}) failed: {type(exc).__name__}: {exc}", stage=stage)
+        raise
+    ledger.write_run(path, base=base, status="complete", started=started, records=records)
+    session.log(f"{len(records)} record(s) -> {path}")
+    if problem == "skip":
+        session.skip(records[-1]["message"])
+    if problem:
+        session.error(problem)
+
+
+def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | None]:
+    """Records whose process imported another Triton, or a numpy outside the lane's range, become
+    errors; the problem names what was imported (None: the lane was isolated)."""
+    numpy_ok = SpecifierSet(lane.numpy or "")
+    out, wrong = [], set()
+    for rec in records:
+        checked = ledger.enforce_isolation(rec)
+        if checked is not rec:
+            wrong.add(f"triton {rec['triton_imported']} instead of {lane.triton}")
+        got_np = rec.get("numpy_imported")
+        if checked is rec and got_np and Version(got_np) not in numpy_ok:
+            why = f"its process imported numpy {got_np}, outside the lane's numpy{lane.numpy} ({lane.numpy_reason})"
+            checked = {**rec, "verdict": "error", "isolation_error": why, "message": f"{why} | was {rec['verdict']}"}
+            wrong.add(f"numpy {got_np} outside numpy{lane.numpy}")
+        out.append(checked)
+    if not wrong:
+        return out, None
+    n = sum(1 for r in out if r.get("isolation_error"))
+    return out, (f"lane {lane.name} is not isolated: {n} record(s) came from processes that imported "
+                 f"{'; '.join(sorted(wrong))}; they are recorded as errors")
+
+
+def imported_summary(records: list[dict]) -> str:
+    parts = []
+    for name in ("triton", "numpy", "torch"):
+        seen = sorted({str(r[f"{name}_imported"]) for r in records if r.get(f"{name}_imported")})
+        parts.append(f"{name} {' + '.join(seen) or '(not imported)'}")
+    return ", ".join(parts)
+
+
+def passthrough(session) -> bool:
+    """True under --no-venv / -fb none: run in the current environment, install nothing."""
+    return session.venv_backend == "none"
+
+
+def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | None:
+    """Install the lane (unless passthrough), set its env, check what it imports; the fingerprint."""
+    version = session.python if isinstance(session.python, str) else platform.python_version()
+    if not passthrough(session) and not lane.python_ok(version):
+        session.error(f"triton {lane.triton} has no wheels for Python {version} (lane range {lane.python}); "
+                      f"rerun with --force-python 3.11")
+    # The package under test from src/ (no build step), then whatever the caller put on PYTHONPATH.
+    session.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(m.root / "src"), os.environ.get("PYTHONPATH")) if p)
+    session.env["TRITON_CACHE_DIR"] = str(Path(session.cache_dir) / "triton" / f"triton-{lane.name}")
+    for knob, value in m.table.knobs.items():
+        session.env[knob] = os.environ.get(knob, str(value))  # explicit, recorded, user-overridable
+    if not passthrough(session):
+        install_lane(session, lane, kind, opts, m)
+    out = session.run("python", "-c", FINGERPRINT, silent=True, log=False)
+    if out is None:  # session.run does nothing under --install-only
+        return None
+    fp = json.loads([ln for ln in out.splitlines() if ln.startswith("NSA_SEL_FP ")][-1][len("NSA_SEL_FP "):])
+    problem = environment_problem(fp, lane, passthrough(session))
+    if problem:
+        session.error(problem)
+    got, where = fp["imported"], fp["origins"]
+    session.log(f"lane {lane.name}: triton {got['triton']} ({where['triton']}), numpy {got['numpy']}, "
+                f"torch {got['torch']} ({where['torch']}), python {fp.get('python')}, "
+                f"{'GPU ' + str(fp.get('gpu_name')) if m.gpu else 'CPU'}")
+    return fp
+
+
+def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = False) -> str | None:
+    """Why the lane environment does not import the lane's Triton and numpy, or None."""
+    got, where, errors = fp.get("imported") or {}, fp.get("origins") or {}, fp.get("import_errors") or {}
+    hint = " (--no-venv needs the lane's exact Triton installed)" if passthrough_mode else ""
+    if not got.get("triton") or Version(got["triton"]) != lane.version:
+        return (f"lane {lane.name} needs triton {lane.triton}, the environment imports {got.get('triton')} "
+                f"from {where.get('triton')}{hint} {errors.get('triton', '')}").rstrip()
+    if lane.numpy and (not got.get("numpy") or Version(got["numpy"]) not in SpecifierSet(lane.numpy)):
+        return (f"lane {lane.name} needs numpy{lane.numpy} ({lane.numpy_reason}), the environment imports "
+                f"{got.get('numpy')} from {where.get('numpy')} {errors.get('numpy', '')}").rstrip()
+    return None
+
+
+def install(session, opts, *args: str) -> None:
+    """session.install, restricted to the wheelhouse when one is given (offline machines)."""
+    offline = ["--no-index", "--find-links", opts.wheelhouse] if opts.wheelhouse else []
+    session.install(*offline, *args)
+
+
+def package_deps(root: Path) -> list[str]:
+    """The package's own runtime requirements except torch and triton, which the lane decides."""
+    from .. import _toml  # noqa: PLC0415
+
+    deps = _toml.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [d for d in deps if not d.replace(" ", "").lower().startswith(("torch", "triton"))]
+
+
+def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
+    """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch.
+
+    The package itself is not installed: PYTHONPATH points at src/ (no build step, works offline).
+    A patch release or a candidate installs without the lane's constraints file (it pins the
+    lane's own release).
+    """
+    unshare_torch(session)
+    tools = ["pytest", "pytest-timeout"] + (["pytest-benchmark"] if kind == "bench" else []) + package_deps(m.root)
+    cfile = lanes.constraints_path(lane, m.root / "constraints")
+    cons = ["-c", str(cfile)] if cfile.exists() and not (lane.candidate or lane.patch) else []
+    if m.gpu and lane.paired_torch:
+        _install_gpu(session, lane, opts, cons, tools)
+        return
+    if opts.torch:  # a CPU torch the user names; uv's --torch-backend keeps it off the CUDA index
+        cpu = ["--torch-backend=cpu"] if session.venv_backend == "uv" and not opts.wheelhouse else []
+        install(session, opts, *cpu, opts.torch)
+    install(session, opts, *cons, *lane.requirements(), *tools)
+    if not opts.torch:
+        share_torch(session)
+
+
+def _install_gpu(session, lane, opts, cons, tools) -> None:
+    """The paired CUDA torch + exact Triton; with --allow-off-pair, fall back to the invoking torch
+    (recorded as off-pair in every record: torch version + reason)."""
+    import nox  # noqa: PLC0415 - only to recognise its failed-install exception
+
+    try:
+        install(session, opts, *cons, f"torch=={lane.paired_torch}", *lane.requirements(), *tools)
+    except nox.command.CommandFailed:
+        if not opts.allow_off_pair:
+            raise
+        session.warn(f"torch {lane.paired_torch} could not be installed; reusing the invoking environment's "
+                     "torch (recorded as off-pair)")
+        install(session, opts, *lane.requirements(), *tools)
+        share_torch(session)
+
+
+def invoking_torch() -> dict | None:
+    """Torch and its dependencies in the invoking environment (nox's interpreter, else python on PATH)."""
+    for exe in (sys.executable, shutil.which("python3"), shutil.which("python")):
+        if not exe:
+            continue
+        res = subprocess.run([exe, "-c", SHARED_TORCH], capture_output=True, text=True)
+        if res.returncode == 0 and res.stdout.strip():
+            info = json.loads(res.stdout.strip().splitlines()[-1])
+            if "torch" in info["dists"] and info["entries"]:
+                return info
+    return None
+
+
+def share_torch(session) -> None:
+    """Link the invoking environment's torch (and its dependencies, never triton or numpy) into a
+    directory that a ``.pth`` file appends *after* the lane's own site-packages."""
+    info = invoking_torch()
+    if info is None:
+        session.error("no torch in the invoking environment to share with this lane; name a CPU one "
+                      "with `-- --torch /path/torch-X+cpu.whl` or NSA_SEL_TORCH (never a CUDA build)")
+    shared = Path(session.virtualenv.location) / SHARED_DIR
+    shutil.rmtree(shared, ignore_errors=True)
+    shared.mkdir(parents=True)
+    for entry in info["entries"]:
+        (shared / Path(entry).name).symlink_to(entry)
+    out = session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                      silent=True, log=False)
+    if out is None:  # --install-only
+        return
+    Path(out.strip().splitlines()[-1], SHARED_PTH).write_text(f"{shared}\n")
+    session.log(f"sharing the invoking torch with the lane (after its own packages): {', '.join(info['dists'])}")
+
+
+def unshare_torch(session) -> None:
+    """Remove the link before installing, so an installer never sees (or touches) the shared packages."""
+    for pth in Path(session.virtualenv.location).glob(f"lib/python*/site-packages/{SHARED_PTH}"):
+        pth.unlink()
+
+
+def pin(session) -> None:
+    """Body of ``nox -s pin``."""
+    rc = ledger.main(list(session.posargs))
+    if rc:
+        session.error(f"nsa-sel pin exited with {rc}")
+
+
+def constraints(session, m: Matrix) -> None:
+    """Body of ``nox -s constraints``."""
+    changed = lanes.write_constraints(m.table, m.root / "constraints")
+    session.log(f"{len(changed)} constraints file(s) rewritten: {', '.join(p.name for p in changed) or 'none'}")
+
+
+def check_upgrade(session) -> None:
+    """Body of ``nox -s check-upgrade -- VERSION``."""
+    from . import upgrade  # noqa: PLC0415 - only this session needs it
+
+    rc = upgrade.main(list(session.posargs))
+    if rc:
+        session.error(f"check-upgrade: exit status {rc}")
+
+
+__all__ = ["KINDS", "Matrix", "check_upgrade", "constraints", "describe", "gpu_mode", "isolate", "pin",
+           "raw_path", "run_lane"]

@@ -1,0 +1,224 @@
+"""The smoke harness's child processes: their environment, start, timeout and crash reports.
+
+Each compile runs in a child because some compiler failures are C++ assertion aborts that kill
+the process.  The child must import the *same* Triton as the environment the harness was
+started for, never another one that happens to be on the parent's ``sys.path``:
+
+- the child's ``PYTHONPATH`` gets only plain directories the parent had *before* its own
+  site-packages (the cwd, runtime inserts such as a tests directory holding user specs,
+  ``PYTHONPATH`` entries).  A directory of installed packages (named site-packages, holding
+  ``*.dist-info``, or holding triton/numpy/torch) never goes there: on ``PYTHONPATH`` it would
+  come *before* the child's own site-packages and shadow its Triton.  (This was the bug of
+  issue 14: the lanes shared the invoking environment's torch through a ``.pth`` file, the
+  harness put that whole site-packages on the children's ``PYTHONPATH``, and lanes 3.0-3.8
+  compiled with Triton 3.9.)
+- what the child needs from such a directory (this package, when it is installed there) is
+  appended *after* the child's own site-packages by a small bootstrap (:data:`BOOT`).
+- every child reports the versions it imported (:func:`..env.imported_versions`), so a leak
+  that slips through anyway is caught by the harness and the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import site
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..verdicts import CRASH, TIMEOUT
+
+FP_FUSION_DEFAULT = "1"  # Triton 3.9 warns when unset; 3.10 flips the default to "disabled"
+SHARED_PATH_ENV = "NSA_SEL_SHARED_PATH"
+CHECKED_PACKAGES = ("triton", "numpy", "torch")
+# Children start through this bootstrap rather than ``python -m``: it appends the directories the
+# parent shares (os.pathsep-separated in NSA_SEL_SHARED_PATH) *after* the child's own
+# site-packages, then runs the module as __main__ with the remaining arguments.
+BOOT = ("import os, runpy, sys; "
+        f"sys.path += [p for p in os.environ.get({SHARED_PATH_ENV!r}, '').split(os.pathsep) "
+        "if p and p not in sys.path]; "
+        "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+
+
+def child_command(python: str, module: str, *args: str) -> list[str]:
+    """``python -m module args`` with the shared-path bootstrap."""
+    return [python, "-c", BOOT, module, *args]
+
+
+def is_site_dir(path: str) -> bool:
+    """A directory of installed packages, or one that provides triton, numpy or torch."""
+    p = Path(path)
+    if p.name in ("site-packages", "dist-packages"):
+        return True
+    try:
+        if any(p.glob("*.dist-info")):
+            return True
+    except OSError:
+        return False
+    return any((p / name).is_dir() or any(p.glob(f"{name}.*.so")) for name in CHECKED_PACKAGES)
+
+
+def _interpreter_dirs() -> set[str]:
+    """The interpreter's own directories (stdlib, its site-packages): a child has its own."""
+    return {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+
+
+def _own(path: str, prefixes: set[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real == pre or real.startswith(pre + os.sep) for pre in prefixes)
+
+
+def package_home() -> str:
+    """The directory this package is imported from (``src/`` of a checkout, or a site-packages)."""
+    return str(Path(__file__).resolve().parents[3])
+
+
+def child_paths() -> tuple[list[str], list[str]]:
+    """``(front, back)``: directories for the child's PYTHONPATH, and ones to append after its
+    own site-packages (see the module docstring)."""
+    prefixes = _interpreter_dirs()
+    sites = [os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]]
+    real = [os.path.realpath(p or os.getcwd()) for p in sys.path]
+    first_site = min((i for i, p in enumerate(real) if p in sites), default=len(real))
+    front, back = [], []
+    for i, p in enumerate([os.path.realpath(os.getcwd())] + real):
+        before_site = i == 0 or i - 1 < first_site
+        if not os.path.isdir(p) or _own(p, prefixes) or p in sites:
+            continue
+        if not is_site_dir(p):
+            (front if before_site else back).append(p)
+        elif before_site:
+            back.append(p)  # installed packages must never shadow the child's own
+        # an installed-packages dir after site-packages came from a .pth file: the same interpreter
+        # processes it again, another interpreter has its own; it is not shared
+    home = os.path.realpath(package_home())  # shared even when it is the parent's site-packages:
+    (back if is_site_dir(home) else front).append(home)  # another --python may not have the package
+    return list(dict.fromkeys(front)), [p for p in dict.fromkeys(back) if p not in front]
+
+
+def child_env(cache_dir: str) -> dict:
+    """The child's environment: a private cache, FP fusion explicit, never the interpreter, and
+    only the paths of :func:`child_paths` (inherited PYTHONPATH entries are sorted the same way)."""
+    env = dict(os.environ)
+    env["TRITON_CACHE_DIR"] = cache_dir
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", FP_FUSION_DEFAULT)
+    env.pop("TRITON_INTERPRET", None)  # the interpreter turns @triton.jit into something AOT cannot compile
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a Python traceback in stderr
+    front, back = child_paths()
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    front += [p for p in inherited if not is_site_dir(p) and p not in front]
+    back += [p for p in inherited if is_site_dir(p) and p not in back]
+    if front:
+        env["PYTHONPATH"] = os.pathsep.join(front)
+    else:
+        env.pop("PYTHONPATH", None)
+    env[SHARED_PATH_ENV] = os.pathsep.join(back)
+    return env
+
+
+def recorded_env() -> dict:
+    """The environment a run is recorded with: FP fusion, plus every TRITON_* the user set."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", FP_FUSION_DEFAULT)
+    env["TRITON_CACHE_DIR"] = "<fresh per compile>"
+    return env
+
+
+def run_module(module: str, args: list[str], workdir: Path, timeout: float, python: str) -> tuple[int | None, float]:
+    """Run ``python -m module args`` as a child in its own process group; ``(exit status, seconds)``.
+
+    The status is None when the child ran past ``timeout`` (it is killed with its group, ptxas
+    included).  Its stderr goes to ``workdir/stderr.txt``.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(workdir / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen(child_command(python, module, *args), stdout=subprocess.DEVNULL, stderr=err,
+                                cwd=os.getcwd(), env=child_env(str(workdir / "cache")), start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc = None
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
+    return rc, round(time.perf_counter() - t0, 3)
+
+
+def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
+    """Compile ``req`` in a child; returns the child's result or a ``crash``/``timeout`` verdict."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    req_path, res_path = workdir / "request.json", workdir / "result.json"
+    req_path.write_text(json.dumps(req))
+    rc, seconds = run_module("nsa_triton_sel.compat.aot", [str(req_path), str(res_path)], workdir, timeout, python)
+    tail = stderr_tail(workdir / "stderr.txt")
+    imported = _read_imported(Path(f"{res_path}.imported"))  # written before the compile: survives an abort
+    if rc is None:
+        return {"verdict": TIMEOUT, "message": f"no result after {timeout:g} s; killed",
+                "seconds": seconds, "stderr_tail": tail, "imported": imported}
+    if rc == 0 and res_path.exists():
+        result = json.loads(res_path.read_text())
+        result.update(seconds=seconds, returncode=0, compile_seconds=result.get("seconds"))
+        return result
+    return {"verdict": CRASH, "message": crash_message(rc, tail), "seconds": seconds,
+            "returncode": rc, "stderr_tail": tail, "imported": imported}
+
+
+def _read_imported(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# Children run in their own sessions, so Ctrl-C does not reach them: the parent kills
+# whatever is still running when it is interrupted.
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live_children() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def stderr_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a child's stderr before any faulthandler dump (which follows the C++ message)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    text = text.split("Fatal Python error", 1)[0]
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def crash_message(rc: int, tail: str) -> str:
+    """``killed by SIGABRT (rc=-6): <the assertion line>`` or ``exit code N: <last line>``."""
+    if rc < 0:
+        try:
+            how = f"killed by {signal.Signals(-rc).name} (rc={rc})"
+        except ValueError:
+            how = f"killed by signal {-rc}"
+    else:
+        how = f"exit code {rc} without a result"
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    key = next((ln for ln in reversed(lines) if "Assertion" in ln or "error" in ln.lower()), None)
+    key = key or (lines[-1] if lines else "")
+    return f"{how}: {key}"[:1000] if key else how

@@ -1,0 +1,182 @@
+"""``nsa-sel smoke``: compile every registered kernel variant ahead of time, without a GPU.
+
+Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.aot``)
+with its own ``TRITON_CACHE_DIR`` and a timeout, several at once, because some compiler
+failures are C++ assertion aborts that kill the process - a try/except in the parent
+would never see them.  The verdicts:
+
+- ``ok``: PTX and cubin produced (sizes, registers, stack/spills, shared memory recorded);
+- ``compile_error``: the compiler raised; the message is the root cause, found by walking
+  the exception's cause chain (on Triton 3.0 - 3.4 the text is only in ``__cause__``);
+- ``crash``: the child died (signal or exit code) - the tail of its stderr, e.g. the MLIR
+  assertion, is kept;
+- ``timeout``: the child ran past ``--timeout`` and was killed with its process group;
+- ``unsupported``: the installed Triton lacks the target (a tiny probe kernel does not
+  compile for that arch) or an API the kernel uses.
+
+Canary specs (``--canaries``, shipped in :mod:`nsa_triton_sel.compat.canaries`) carry the
+verdict they must reach on each Triton version; they never fail the run by being not ``ok``,
+only by being unexpected.  Every argument is checked before anything runs: a bad path or a
+spec module that does not import is reported at once (exit 2), never after a long run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..specs import CompileSpec, check_unique, spec_from_dict
+from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
+from .report import EXIT_USAGE
+from .run import DEFAULT_ARCHS, parse_archs, run_smoke
+
+EPILOG = ("exit status: 0 all ok and canaries as expected; 1 a variant is not ok; 2 bad usage; "
+          "3 only a canary differs from its expectation; 4 the children imported another Triton than --expect-triton")
+
+
+class UsageError(ValueError):
+    """A bad argument, found before the run."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors: the same prefix and exit status as ours
+        self.print_usage(sys.stderr)
+        print(f"nsa-sel smoke: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="nsa-sel smoke", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    p.add_argument("--arch", default=",".join(map(str, DEFAULT_ARCHS)),
+                   help="compute capabilities, comma separated (default 80,89,90; 100 and 120 on request)")
+    p.add_argument("--json", metavar="PATH", help="write the report as JSON (schema 2)")
+    p.add_argument("--jobs", type=_jobs, default=None, help="parallel compiles (default: min(2, cores))")
+    p.add_argument("--timeout", type=_seconds, default=120.0,
+                   help="seconds per compile (and per spec-module import) before 'timeout'")
+    p.add_argument("--specs", action="append", metavar="MODULE:ATTR",
+                   help="compile these specs instead of the package registry (module:ATTR or file.py:ATTR; "
+                        "repeatable; 'builtin' means the package registry); imported in a child, under --timeout")
+    p.add_argument("--canaries", action="store_true", help="also run the canaries (nsa_triton_sel.compat.canaries)")
+    p.add_argument("--python", help="run the children under this interpreter (another venv's Triton)")
+    p.add_argument("--expect-triton", metavar="VERSION",
+                   help="the Triton release this run is for (a lane's): canaries are judged for it, and "
+                        "children importing another one fail the run (exit 4)")
+    p.add_argument("--keep", metavar="DIR", help="keep each compile's request, stderr and cache under DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def check_paths(args) -> None:
+    """--python, --keep and --json, checked before the run (a bad --json used to lose the run's result)."""
+    if args.python:
+        exe = Path(args.python)
+        if not exe.exists():
+            raise UsageError(f"--python {args.python}: no such file")
+        if exe.is_dir() or not os.access(exe, os.X_OK):
+            raise UsageError(f"--python {args.python}: not an executable interpreter")
+    if args.keep:
+        keep = Path(args.keep)
+        if keep.exists() and not keep.is_dir():
+            raise UsageError(f"--keep {args.keep}: exists and is not a directory")
+        try:
+            keep.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--keep {args.keep}: cannot create the directory ({exc.strerror})") from None
+        if not os.access(keep, os.W_OK):
+            raise UsageError(f"--keep {args.keep}: not writable")
+    if args.json:
+        out = Path(args.json)
+        if out.is_dir():
+            raise UsageError(f"--json {args.json}: is a directory; give a file path")
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.is_dir():
+            raise UsageError(f"--json {args.json}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+            raise UsageError(f"--json {args.json}: not writable")
+
+
+def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSpec]:
+    """The specs of a user's module, imported in a child under ``timeout`` (it may hang or crash)."""
+    with tempfile.TemporaryDirectory(prefix="nsa-smoke-specs-") as tmp:
+        out = Path(tmp) / "specs.json"
+        rc, seconds = run_module("nsa_triton_sel.compat.specs", [ref, str(out)], Path(tmp), timeout, python)
+        if rc is None:
+            raise UsageError(f"--specs {ref}: importing it did not finish in {timeout:g} s (does the module hang "
+                             "at import? raise --timeout if it is only slow)")
+        if not out.exists():
+            tail = stderr_tail(Path(tmp) / "stderr.txt", 3).replace("\n", " | ")
+            raise UsageError(f"--specs {ref}: the child loading it died (exit status {rc}): {tail}")
+        doc = json.loads(out.read_text())
+    if "error" in doc:
+        raise UsageError(f"--specs {ref}: {doc['error']}")
+    try:
+        return [spec_from_dict(raw, f"{ref}[{i}]") for i, raw in enumerate(doc["specs"])]
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--specs {ref}: {exc}") from None
+
+
+def collect_specs(args) -> list[CompileSpec]:
+    from ..specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
+
+    specs = []
+    for ref in args.specs or ["builtin"]:
+        if ref == "builtin":
+            specs += list(SPECS)
+        else:
+            specs += load_specs_in_child(ref, args.python or sys.executable, args.timeout)
+    if args.canaries:
+        from ..canaries import SPECS as CANARIES  # noqa: PLC0415
+
+        specs += CANARIES
+    try:
+        check_unique(specs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return specs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        archs = parse_archs(args.arch)
+        check_paths(args)
+        specs = collect_specs(args)
+    except ValueError as e:
+        print(f"nsa-sel smoke: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if "TRITON_DEFAULT_FP_FUSION" not in os.environ:
+        print(f"note: TRITON_DEFAULT_FP_FUSION is unset; the children use {FP_FUSION_DEFAULT} (Triton 3.9 warns "
+              "that its default becomes 'disabled' in 3.10) and the report records it", file=sys.stderr)
+    from .render import render  # noqa: PLC0415
+
+    report = run_smoke(specs, archs=archs, jobs=args.jobs, timeout=args.timeout, progress=not args.no_progress,
+                       python=args.python, keep=args.keep, expect_triton=args.expect_triton)
+    render(report)
+    if args.json:
+        Path(args.json).write_text(report.to_json())
+    return report.exit_code

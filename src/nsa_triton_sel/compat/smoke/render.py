@@ -1,0 +1,145 @@
+"""The smoke harness's output: a progress bar while it runs, then the verdict table and messages.
+
+``rich`` is imported only here, and only when something is printed.
+"""
+
+from __future__ import annotations
+
+from ..verdicts import COMPILE_STYLE, OK
+from .report import SmokeReport, SmokeResult
+
+
+class Progress:
+    """A rich progress bar on stderr (or nothing); ``advance(text)`` after each compile."""
+
+    def __init__(self, enabled, console, total):
+        self.enabled, self.console, self.total = enabled, console, total
+        self._p = self._task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._p = Progress(TextColumn("smoke"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                               TextColumn("{task.description}"),
+                               console=self.console or Console(stderr=True), transient=False)
+            self._p.__enter__()
+            self._task = self._p.add_task("", total=self.total)
+        return self
+
+    def advance(self, text: str) -> None:
+        if self._p is not None:
+            self._p.update(self._task, advance=1, description=text)
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
+
+
+def _cell(r: SmokeResult) -> str:
+    style = COMPILE_STYLE.get(r.verdict, "white")
+    text = f"[{style}]{r.verdict}[/]"
+    m = r.metrics
+    if r.verdict == OK and m:
+        bits = [f"{r.seconds:.1f}s"]
+        if m.get("registers") is not None:
+            bits.append(f"r{m['registers']}")
+        if m.get("spills"):
+            bits.append(f"spill{m['spills']}")
+        if m.get("shared") is not None:
+            bits.append(f"{m['shared'] // 1024}K")
+        text += " " + " ".join(bits)
+    return text
+
+
+def render(report: SmokeReport, console=None) -> None:
+    """Print the verdict table (one row per spec, one column per arch) and the messages."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # CI logs: do not squeeze the table into 80 columns
+            console = Console(width=170)
+    table = Table(title=f"nsa-sel smoke - triton {_triton_title(report)}, {len(report.results)} compiles, "
+                        f"{report.wall_s:.0f} s wall, --jobs {report.jobs}")
+    table.add_column("spec", no_wrap=True)
+    for a in report.archs:
+        table.add_column(f"sm_{a}", no_wrap=True)
+    any_canary = any(r.canary for r in report.results)
+    if any_canary:
+        table.add_column("expected (canaries)")
+    rows: dict[str, dict] = {}
+    for r in report.results:
+        rows.setdefault(r.spec, {})[r.arch] = r
+    skipped = {(s["spec"], s["arch"]) for s in report.skipped}
+    for s in report.skipped:
+        rows.setdefault(s["spec"], {})
+    for spec, by_arch in rows.items():
+        first = next(iter(by_arch.values()), None)
+        cells = [_cell(by_arch[a]) if a in by_arch else "[dim]skipped[/]" if (spec, a) in skipped else ""
+                 for a in report.archs]
+        if any_canary:
+            cells.append(_expect_cell(list(by_arch.values())) if first is not None and first.canary else "")
+        table.add_row(spec, *cells)
+    console.print(table)
+    _print_messages(report, console)
+    _print_static(report, console)
+    _print_summary(report, console)
+    _print_wrong_triton(report, console)
+
+
+def _triton_title(report: SmokeReport) -> str:
+    """The Triton the children imported; loud when it is not the one the run was started for."""
+    got = " + ".join(report.imported_tritons) or report.triton
+    if report.wrong_triton:
+        return f"{got} [bold red](EXPECTED {report.expected_triton}: not isolated)[/]"
+    return got
+
+
+def _print_wrong_triton(report: SmokeReport, console) -> None:
+    if report.wrong_triton:
+        console.print(f"[bold red]ERROR[/]: the compile children imported triton {', '.join(report.wrong_triton)}, "
+                      f"not {report.expected_triton}: every verdict above is about another Triton. Check the "
+                      "environment (PYTHONPATH, .pth files) of the interpreter given to the children.",
+                      highlight=False, soft_wrap=True)
+
+
+def _expect_cell(results) -> str:
+    exp = results[0].expected
+    if exp is None:
+        return "(no expectation for this version)"
+    good = all(r.as_expected for r in results)
+    return f"{'/'.join(exp)} " + ("[green]as expected[/]" if good else "[bold red]UNEXPECTED[/]")
+
+
+def _print_messages(report, console) -> None:
+    """Each distinct failure message once, with the specs and archs that hit it."""
+    groups: dict[tuple, dict] = {}
+    for r in report.results:
+        if r.verdict != OK:
+            groups.setdefault((r.verdict, r.message), {}).setdefault(r.spec, []).append(str(r.arch))
+    for (verdict, message), where in groups.items():
+        places = "; ".join(f"{spec} sm_{','.join(archs)}" for spec, archs in where.items())
+        console.print(f"  [bold]{verdict}[/]: {message}\n      in {places}", highlight=False, soft_wrap=True)
+
+
+def _print_static(report, console) -> None:
+    for kernel, info in sorted(report.static.items()):
+        if info.get("findings"):
+            flag = "" if info.get("installed_ok", True) else " [bold red](outside the installed version)[/]"
+            console.print(f"  static: {kernel.rpartition('/')[2]} needs triton {info['needs'] or 'any'}{flag}: "
+                          + "; ".join(sorted({f["api"] for f in info["findings"]})), highlight=False, soft_wrap=True)
+
+
+def _print_summary(report, console) -> None:
+    n_ok = sum(r.verdict == OK for r in report.results if not r.canary)
+    n = sum(not r.canary for r in report.results)
+    if report.skipped:
+        console.print(f"  skipped (never launched there): {len(report.skipped)} compiles, e.g. "
+                      f"{report.skipped[0]['spec']} sm_{report.skipped[0]['arch']}: {report.skipped[0]['why']}",
+                      highlight=False, soft_wrap=True)
+    console.print(f"variants ok: {n_ok}/{n}; canaries unexpected: {len(report.canary_mismatches)}; "
+                  f"TRITON_DEFAULT_FP_FUSION={report.env.get('TRITON_DEFAULT_FP_FUSION')}; "
+                  f"wall {report.wall_s:.1f} s", highlight=False)

@@ -1,0 +1,197 @@
+"""One smoke run: a probe compile per arch, then every (spec, arch) in child processes.
+
+Which Triton the verdicts are about: a run started for a declared release (``expect_triton``,
+what a lane passes) judges canary expectations and skip rules by *that* release, and reports
+every child that imported another one (:attr:`.report.SmokeReport.wrong_triton`).  Keying the
+expectations on what the children reported would let a leaked Triton pass for the lane's own,
+which is how lanes 3.0-3.8 once "passed" with Triton 3.9.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from .. import static_check
+from ..specs import CompileSpec, check_unique, load_specs
+from ..verdicts import OK, UNSUPPORTED
+from .children import child_env, kill_live_children, recorded_env, run_child
+from .report import SmokeReport, SmokeResult
+
+DEFAULT_ARCHS = (80, 89, 90)
+KNOWN_ARCHS = (75, 80, 86, 89, 90, 100, 103, 120)
+PROBE_SOURCE = '''"""Probe: a tiny fp16 tl.dot kernel; if it does not compile, the arch is unsupported."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def probe_dot(A, B, C, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(A + offs[:, None] * BLOCK + offs[None, :])
+    b = tl.load(B + offs[:, None] * BLOCK + offs[None, :])
+    tl.store(C + offs[:, None] * BLOCK + offs[None, :], tl.dot(a, b))
+'''
+
+
+def parse_archs(text) -> list[int]:
+    """``"80,89,90"`` or ``"sm_90"`` or an iterable of ints -> ``[80, 89, 90]``; rejects nonsense."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    archs = []
+    for item in items:
+        s = str(item).strip().lower().removeprefix("sm_").removeprefix("sm")
+        if not s.isdigit() or not 50 <= int(s) <= 200:
+            raise ValueError(f"--arch: bad arch {item!r}: expected compute capabilities like 80,89,90 (or sm_100)")
+        archs.append(int(s))
+    if not archs:
+        raise ValueError("--arch: no arch given")
+    return sorted(set(archs))
+
+
+def default_jobs() -> int:
+    return max(1, min(2, os.cpu_count() or 1))  # the CI and dev boxes share 2 cores
+
+
+def _probe_spec(workdir: Path) -> CompileSpec:
+    path = workdir / "probe_kernel.py"
+    path.write_text(PROBE_SOURCE)
+    return CompileSpec(name="probe/dot", kernel=f"{path}:probe_dot", constexprs={"BLOCK": 32})
+
+
+def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progress=True,
+              python=None, keep=None, console=None, expect_triton: str | None = None) -> SmokeReport:
+    """Compile ``specs`` (default: the package registry) for each arch; returns the report.
+
+    ``python`` runs the children under another interpreter (a lane's venv); ``keep`` is a
+    directory to keep each compile's request, stderr and cache in (default: a temp dir
+    that is removed); ``expect_triton`` is the release the run is for (see the module docstring).
+    """
+    from .render import Progress  # noqa: PLC0415 - rich only when a run happens
+
+    specs = _resolve_specs(specs)
+    archs = parse_archs(archs)
+    jobs = int(jobs or default_jobs())
+    python = python or sys.executable
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="nsa-smoke-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with Progress(progress, console, total=len(archs) * (len(specs) + 1)) as bar:
+            probes = _run_probes(root, archs, jobs, timeout, python, bar)
+            version = _triton_version(probes, python)
+            judged = expect_triton or version
+            results, skipped = _run_all(specs, archs, probes, judged, root, jobs, timeout, python, bar)
+    except BaseException:
+        kill_live_children()
+        raise
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    report = SmokeReport(triton=version, archs=archs, jobs=jobs, env=recorded_env(), started=started,
+                         results=results, skipped=skipped, static=static_check.check_specs(specs, judged),
+                         expected_triton=expect_triton)
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+def _resolve_specs(specs) -> list[CompileSpec]:
+    if specs is None:
+        from ..specs import SPECS  # noqa: PLC0415
+
+        specs = SPECS
+    elif isinstance(specs, str):
+        specs = load_specs(specs)
+    specs = list(specs)
+    check_unique(specs)
+    if not specs:
+        raise ValueError("no compile specs to run")
+    return specs
+
+
+def _run_probes(root, archs, jobs, timeout, python, bar) -> dict:
+    """Compile the probe kernel once per arch: a failure means the arch is unsupported."""
+    probe = _probe_spec(root)
+    out = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(run_child, probe.request(a), root / f"probe-sm{a}", timeout, python): a for a in archs}
+        for fut in as_completed(futs):
+            out[futs[fut]] = fut.result()
+            bar.advance(f"probe sm_{futs[fut]}: {out[futs[fut]]['verdict']}")
+    return out
+
+
+def _triton_version(probes: dict, python: str) -> str:
+    """The Triton the children import: what a probe reported, else what a child prints."""
+    for res in probes.values():
+        if res.get("triton"):
+            return res["triton"]
+    try:  # every probe crashed: ask a child (same environment as the compiles) directly
+        out = subprocess.run([python, "-c", "import triton; print(triton.__version__)"], capture_output=True,
+                             text=True, timeout=120, env=child_env(tempfile.gettempdir()))
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
+    """``(results, skipped)``: every (spec, arch) compiled, except where the spec is never launched."""
+    todo, results, skipped = [], [], []
+    for i, spec in enumerate(specs):
+        for arch in archs:
+            if version != "unknown" and spec.skipped(version, arch):
+                skipped.append({"spec": spec.name, "arch": arch, "why": f"not launched there (skip={dict(spec.skip)})"})
+                bar.advance(f"{spec.name} sm_{arch}: skipped")
+            elif probes[arch]["verdict"] != OK:
+                results.append(_unsupported_arch(spec, arch, probes[arch], version))
+                bar.advance(f"{spec.name} sm_{arch}: unsupported")
+            else:
+                todo.append((i, spec, arch))
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(run_child, spec.request(arch), root / f"{i:03d}-sm{arch}", timeout, python):
+                (spec, arch) for i, spec, arch in todo}
+        for fut in as_completed(futs):
+            spec, arch = futs[fut]
+            res = make_result(spec, arch, fut.result(), version)
+            with lock:
+                results.append(res)
+            bar.advance(f"{spec.name} sm_{arch}: {res.verdict}")
+    order = {s.name: i for i, s in enumerate(specs)}
+    results.sort(key=lambda r: (order[r.spec], r.arch))
+    return results, skipped
+
+
+def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
+    msg = f"sm_{arch} not supported by this Triton (probe kernel: {probe['verdict']}: {probe.get('message', '')})"
+    raw = {"verdict": UNSUPPORTED, "message": msg[:1000], "seconds": 0.0, "imported": probe.get("imported") or {}}
+    return make_result(spec, arch, raw, version)
+
+
+def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeResult:
+    """A :class:`SmokeResult` from a child's raw result, with the canary expectation checked.
+
+    ``version`` is the release the run is judged for (the declared one when there is one).
+    """
+    res = SmokeResult(
+        spec=spec.name, kernel=spec.kernel_name, arch=arch, verdict=raw["verdict"],
+        message=raw.get("message", ""), canary=spec.canary, seconds=raw.get("seconds", 0.0),
+        metrics=raw.get("metrics") or {}, returncode=raw.get("returncode"),
+        stderr_tail=raw.get("stderr_tail", "") if raw["verdict"] != OK else "",
+        imported=raw.get("imported") or {},
+    )
+    if spec.canary and version != "unknown":
+        res.expected = spec.expected_verdicts(version)
+        if res.expected is not None:
+            needle = spec.expected_substring(version)
+            text = f"{res.message}\n{res.stderr_tail}"
+            res.as_expected = res.verdict in res.expected and (needle is None or needle in text)
+    return res

@@ -1,1 +1,0 @@
-"""Canary kernels that reproduce the seeds' compile-failure classes (see ``kernels.py``)."""

@@ -1,0 +1,72 @@
+"""known-good.txt: exactly the releases with evidence, a reason beside every exclusion."""
+
+from __future__ import annotations
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+import ledger_factory as F
+from nsa_triton_sel import known_bad
+from nsa_triton_sel.compat import ledger
+
+
+@pytest.mark.parametrize(
+    "admitted, excluded",
+    [
+        (["3.1.0", "3.5.1", "3.9.0"], ["3.3.1", "3.3.0", "3.5.0"]),
+        (["3.9.0"], ["3.1.0", "3.3.1", "3.5.1"]),
+        (["3.1.0", "3.3.1"], ["3.3.0", "3.5.1", "3.9.0", "3.10.0"]),
+        ([], ["3.1.0", "3.9.0"]),
+    ],
+)
+def test_known_good_specifier_admits_exactly_the_passing_versions(admitted, excluded):
+    spec = SpecifierSet(ledger.known_good_specifier(admitted, excluded))
+    for v in admitted:
+        assert v in spec
+    for v in excluded:
+        assert v not in spec
+
+
+def test_known_good_excludes_whole_failing_minor_including_future_patches():
+    spec = ledger.known_good_specifier(["3.1.0", "3.5.1"], ["3.3.1"])
+    assert "!=3.3.*" in spec and "3.3.2" not in SpecifierSet(spec)
+
+
+def _render(recs, windows=()):
+    verdicts = ledger.release_verdicts(F.TABLE, recs, list(windows))
+    return ledger.render_known_good(F.TABLE, verdicts, list(windows), "constraints/ledger.jsonl", "0123456789abcdef")
+
+
+def test_render_known_good_has_reasons_and_one_constraint_line():
+    recs = F.mixed() + F.recs("3.5.0", "compile", ["pass"]) + F.recs("3.5.0", "parity", ["pass"])
+    text = _render(recs)
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert len(lines) == 1 and lines[0].startswith("triton")
+    spec = SpecifierSet(lines[0][len("triton"):])
+    assert set(spec.filter(["3.1.0", "3.3.0", "3.3.1", "3.5.0", "3.5.1", "3.9.0"])) == {"3.1.0", "3.5.0", "3.5.1", "3.9.0"}
+    assert "# excluded  3.3.1   (lane 3.3; torch 2.7.1): compile fail" in text
+    assert "# excluded  3.3.0   (lane 3.3 patch; torch 2.7.0): compile not run (no evidence in the ledger)" in text
+    assert "# admitted  3.5.0   (lane 3.5 patch; torch 2.9.0)" in text
+    assert "generation 0123456789abcdef" in text
+    assert "not a tested lane release" not in text
+
+
+def test_every_exclusion_names_its_reason():
+    text = _render(F.mixed())
+    for line in text.splitlines():
+        if line.startswith("# excluded"):
+            assert "): " in line and line.split("): ", 1)[1].strip(), line
+
+
+def test_interp_only_window_is_a_note_not_an_exclusion():
+    windows = known_bad.parse('schema = 1\n[[window]]\nid = "i"\ntriton = "<3.2"\nchecks = ["parity"]\n'
+                              'modes = ["interp"]\nreason = "interp gap"\n')
+    xml = ('<testsuite><testcase classname="t" name="a"><failure message="boom"/></testcase>'
+           '<testcase classname="t" name="b"/></testsuite>')
+    parity = ledger.records_from_junit(xml, F.base("3.1", "parity"), windows)
+    assert [r["verdict"] for r in parity] == ["xfail", "pass"]
+    recs = F.recs("3.1", "compile", ["pass"]) + parity
+    ok, why = ledger.release_verdicts(F.TABLE, recs, windows)["3.1.0"]
+    assert ok and why == []
+    text = _render(recs, windows)
+    assert "# note: [i]" in text and "interpreter defect" in text

@@ -1,0 +1,217 @@
+"""The noxfile's sessions and their bodies (compat/nox_lanes.py), driven with a fake nox session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import ledger_factory as F
+from nsa_triton_sel.compat import lane_bodies, lanes, ledger, nox_lanes, project
+
+ROOT = project.project_root()
+
+
+class SessionError(Exception):
+    pass
+
+
+class SessionSkip(Exception):
+    pass
+
+
+class FakeSession:
+    """What run_lane uses of a nox session; ``handlers`` answer session.run by the code it runs."""
+
+    def __init__(self, name, tmp_path, handlers, backend="none", posargs=()):
+        self.name, self.posargs, self.env, self.venv_backend = name, list(posargs), {}, backend
+        self.python, self.cache_dir = "3.11", tmp_path / "cache"
+        self.virtualenv = SimpleNamespace(location=str(tmp_path / "venv"))
+        self.handlers, self.logs, self.installs = handlers, [], []
+
+    def run(self, *args, env=None, **kwargs):
+        code = args[2] if args[:2] == ("python", "-c") else None
+        for key, handler in self.handlers.items():
+            if code == key or (code == lane_bodies.RC_WRAP and key in args):
+                return handler(args, env or {})
+        raise AssertionError(f"unexpected session.run{args}")
+
+    def install(self, *args):
+        self.installs.append(args)
+
+    def log(self, msg):
+        self.logs.append(msg)
+
+    warn = log
+
+    def error(self, msg):
+        raise SessionError(msg)
+
+    def skip(self, msg):
+        raise SessionSkip(msg)
+
+
+def _fingerprint(triton="3.1.0", numpy="1.26.4"):
+    fp = {"python": "3.11.7", "torch": "2.13.0+cpu", "imported": {"triton": triton, "numpy": numpy,
+          "torch": "2.13.0+cpu"}, "origins": {"triton": "/lane/triton", "numpy": "/lane/numpy", "torch": "/shared/torch"}}
+    return lambda args, env: "NSA_SEL_FP " + json.dumps(fp)
+
+
+def _matrix():
+    return nox_lanes.Matrix(table=F.TABLE, root=ROOT, gpu=False)
+
+
+def _smoke(children_triton):
+    """The smoke harness's outputs: a report whose children imported ``children_triton``, exit status 4."""
+    def handler(args, env):
+        report = Path(args[args.index("--json") + 1])
+        results = [{"spec": "s", "kernel": "k", "arch": 80, "verdict": "ok", "canary": False,
+                    "imported": {"triton": children_triton, "numpy": None, "torch": None}}]
+        report.write_text(json.dumps({"results": results, "imported_tritons": [children_triton]}))
+        Path(args[3]).write_text("4" if children_triton != "3.1.0" else "0")
+    return handler
+
+
+def _run_file(tmp_path, name):
+    return json.loads((tmp_path / "results" / f"{name}.json").read_text())
+
+
+def test_a_lane_whose_compile_children_imported_another_triton_fails_loudly(tmp_path):
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.9.0")},
+                    posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="lane 3.1 is not isolated: 1 record.* imported triton 3.9.0 instead of 3.1.0"):
+        nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    doc = _run_file(tmp_path, "compile-3.1")
+    assert doc["status"] == "complete" and doc["records"][0]["verdict"] == "error"
+    assert "imported triton 3.9.0, not the lane's 3.1.0" in doc["records"][0]["message"]
+    assert any("its processes imported triton 3.9.0" in line for line in s.logs)
+
+
+def test_an_isolated_compile_lane_records_what_its_children_imported(tmp_path):
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    rec = _run_file(tmp_path, "compile-3.1")["records"][0]
+    assert rec["verdict"] == "pass" and rec["triton_imported"] == "3.1.0" and rec["triton"] == "3.1.0"
+    assert any("lane 3.1: triton 3.1.0 (/lane/triton), numpy 1.26.4" in line for line in s.logs)
+
+
+def test_a_lane_environment_that_imports_another_triton_stops_at_set_up(tmp_path):
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(triton="3.9.0")},
+                    posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="lane 3.1 needs triton 3.1.0, the environment imports 3.9.0 from /lane/triton"):
+        nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    doc = _run_file(tmp_path, "compile-3.1")
+    assert doc["status"] == "error" and doc["stage"] == "set-up"
+
+
+def test_a_lane_environment_with_the_wrong_numpy_stops_at_set_up(tmp_path):
+    s = FakeSession("parity-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(numpy="2.4.6")},
+                    posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="lane 3.1 needs numpy<2 .* imports 2.4.6"):
+        nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+
+
+def test_pytest_that_imported_a_numpy_outside_the_lane_range_makes_errors(tmp_path):
+    def pytest_run(args, env):
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        xml.write_text('<testsuite><testcase classname="t" name="a"/></testsuite>')
+        Path(env[lane_bodies.IMPORTED_ENV]).write_text(json.dumps(
+            {"imported": {"triton": "3.1.0", "numpy": "2.4.6", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0")
+
+    probe = {"status": "ok", "detail": "fine", "imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": None}}
+    s = FakeSession("parity-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": pytest_run,
+                                            lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(probe)},
+                    posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="numpy 2.4.6 outside numpy<2"):
+        nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    recs = _run_file(tmp_path, "parity-3.1")["records"]
+    assert [r["verdict"] for r in recs] == ["pass", "error"]  # the probe imported numpy 1.26.4: fine
+
+
+def test_pytest_runs_with_the_plugin_and_xunit1(tmp_path):
+    seen = {}
+
+    def pytest_run(args, env):
+        seen["args"] = args
+        Path(args[3]).write_text("5")
+
+    s = FakeSession("bench-3.1", tmp_path, {"pytest": pytest_run})
+    recs, problem = lane_bodies.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
+    assert "nsa_triton_sel.compat.pytest_plugin" in seen["args"] and "junit_family=xunit1" in seen["args"]
+    assert [r["verdict"] for r in recs] == ["skip"] and problem is None
+
+
+def test_cpu_bench_records_a_skip_without_an_environment(tmp_path):
+    s = FakeSession("bench-3.1", tmp_path, {}, posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionSkip, match="needs a CUDA GPU"):
+        nox_lanes.run_lane(s, F.release("3.1"), "bench", _matrix())
+    rec = _run_file(tmp_path, "bench-3.1")["records"][0]
+    assert rec["verdict"] == "skip" and rec["triton_imported"] is None
+
+
+def test_a_patch_lane_installs_its_release_without_the_lane_constraints(tmp_path):
+    table = lanes.load_table()
+    s = FakeSession("compile-3.5.0", tmp_path, {"import sysconfig; print(sysconfig.get_paths()['purelib'])":
+                                                lambda a, e: str(tmp_path / "venv-site")}, backend="uv")
+    (tmp_path / "venv-site").mkdir()
+    opts, _ = nox_lanes.options(s)
+    nox_lanes.install_lane(s, table.for_version("3.5.0"), "compile", opts, nox_lanes.Matrix(table, ROOT, False))
+    args = s.installs[0]
+    assert "triton==3.5.0" in args and "numpy<2.4" in args and "-c" not in args
+    pth = (tmp_path / "venv-site" / nox_lanes.SHARED_PTH).read_text().strip()
+    shared = sorted(p.name for p in Path(pth).iterdir())
+    assert "torch" in shared and not any(n.split(".")[0] in ("triton", "numpy") for n in shared)
+
+
+def test_lane_install_uses_the_lane_constraints(tmp_path):
+    table = lanes.load_table()
+    s = FakeSession("compile-3.5", tmp_path, {"import sysconfig; print(sysconfig.get_paths()['purelib'])":
+                                              lambda a, e: str(tmp_path)}, backend="uv")
+    opts, _ = nox_lanes.options(s)
+    nox_lanes.install_lane(s, table.lane("3.5"), "compile", opts, nox_lanes.Matrix(table, ROOT, False))
+    args = s.installs[0]
+    assert args[:2] == ("-c", str(ROOT / "constraints" / "triton-3.5.txt")) and "triton==3.5.1" in args
+
+
+def _nox_sessions(env_extra: dict | None = None) -> dict:
+    """The noxfile's registered sessions, loaded in a child (registration is global state)."""
+    pytest.importorskip("nox")
+    code = ("import json, runpy, nox.registry; runpy.run_path('noxfile.py'); "
+            "print(json.dumps({n: {'requires': f.requires, 'tags': f.tags, 'doc': f.__doc__, "
+            "'backend': f.venv_backend} for n, f in nox.registry.get().items()}))")
+    env = {**os.environ, "NSA_SEL_GPU": "0", **(env_extra or {})}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_noxfile_generates_three_literal_sessions_per_release():
+    sessions = _nox_sessions()
+    table = lanes.load_table()
+    for rel in table.releases:
+        for kind in ("compile", "parity", "bench"):
+            s = sessions[f"{kind}-{rel.name}"]
+            assert s["tags"] == [kind, f"triton-{rel.label}"] + (["patch"] if rel.patch else [])
+            assert (s["requires"] or None) == (None if kind == "compile" else [f"compile-{rel.name}"])
+            assert f"triton {rel.triton} " in s["doc"]
+    assert {"compile-3.3.0", "parity-3.5.0", "bench-3.7.0"} <= set(sessions)
+    assert sessions["bench-3.1"]["backend"] == "none"  # CPU machine: bench only records a skip
+    assert {"pin", "constraints", "check-upgrade"} <= set(sessions)
+
+
+def test_noxfile_adds_candidate_lane_only_when_asked():
+    assert not any(n.endswith("-candidate") for n in _nox_sessions())
+    sessions = _nox_sessions({"NSA_SEL_CANDIDATE": "3.10.0"})
+    assert sessions["parity-candidate"]["requires"] == ["compile-candidate"]
+    assert "triton 3.10.0 " in sessions["compile-candidate"]["doc"]
+
+
+def test_noxfile_is_a_short_declaration():
+    assert len((ROOT / "noxfile.py").read_text().splitlines()) < 200
