@@ -29,10 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+import torch
 
-import torch  # noqa: E402
+from bench import accounting, csvio, problems, timers
 
 NSA_COLUMNS = ["case", "T", "B", "S", "G", "h", "D", "block", "topn", "pattern", "impl", "ms", "p20_ms", "p80_ms",
                "tflops", "gbs", "pct_bw", "vs_triton", "max_diff", "status", "copy_gbs", "mm_tflops",
@@ -60,7 +59,7 @@ def parse_args(argv=None):
     p = build_parser()
     a = p.parse_args(argv)
     try:
-        a.Ts = C.int_list(a.T_list, "--T_list")
+        a.Ts = csvio.int_list(a.T_list, "--T_list")
         a.pats = [x.strip() for x in a.patterns.split(",") if x.strip()]
         if not a.pats or any(x not in ("random", "local") for x in a.pats):
             raise ValueError(f"--patterns accepts random, local (comma list), got {a.patterns!r}")
@@ -108,12 +107,12 @@ def contenders(a, p):
         out.append(("packed_sdpa", None, f"skipped: T > --sdpa-max-T={a.sdpa_max_T}"))
     if not a.no_fla and not decode:
         try:
-            out.append(("fla", C.fla_contender(p), ""))
+            out.append(("fla", problems.fla_contender(p), ""))
         except Exception as exc:  # noqa: BLE001 - optional contender: say why it is absent
             out.append(("fla", None, f"unavailable: {type(exc).__name__}: {exc}"[:160]))
     if not decode and a.flex_max_T and p["T"] <= a.flex_max_T:
         try:
-            out.append(("flex", C.flex_contender(p), ""))
+            out.append(("flex", problems.flex_contender(p), ""))
         except Exception as exc:  # noqa: BLE001
             out.append(("flex", None, f"unavailable: {type(exc).__name__}: {exc}"[:160]))
     return out
@@ -130,8 +129,8 @@ def as_tokens(o, p) -> torch.Tensor:
 
 
 def run_case(a, name, kw, timer, ceil, env, device) -> list[dict]:
-    p = C.nsa_problem(device=device, dtype=torch.float16 if a.dry_run else torch.bfloat16, **kw)
-    nbytes, flops = C.nsa_work(p)
+    p = problems.nsa_problem(device=device, dtype=torch.float16 if a.dry_run else torch.bfloat16, **kw)
+    nbytes, flops = problems.nsa_work(p)
     base = {"case": name, "T": p["T"], "B": p["B"], "S": p["S"], "G": p["G"], "h": p["h"], "D": p["D"],
             "block": p["bs"], "topn": p["topn"], "pattern": p["pattern"], **ceil, **env}
     rows, ref, tri_ms = [], None, None
@@ -145,11 +144,11 @@ def run_case(a, name, kw, timer, ceil, env, device) -> list[dict]:
             if ref is None:
                 ref = o
             row["max_diff"] = (o - ref).abs().max().item()
-            if isinstance(timer, C.ModelTimer):
+            if isinstance(timer, timers.ModelTimer):
                 timer.expect(nbytes, "tri" if impl == "triton" else "ref")
             t = timer(fn)
             row.update(ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms)
-            gbs, tfl, pct = C.rates(t.median_ms, nbytes, flops, ceil["copy_gbs"])
+            gbs, tfl, pct = accounting.rates(t.median_ms, nbytes, flops, ceil["copy_gbs"])
             row.update(gbs=gbs, tflops=tfl, pct_bw=pct)
             tri_ms = t.median_ms if impl == "triton" else tri_ms
             row["vs_triton"] = t.median_ms / tri_ms if tri_ms else ""
@@ -157,9 +156,9 @@ def run_case(a, name, kw, timer, ceil, env, device) -> list[dict]:
             row["status"] = f"error: {type(exc).__name__}: {exc}".replace("\n", " ")[:160]
             if device == "cuda":
                 torch.cuda.synchronize()
-        C.progress(f"  {name:24s} {impl:12s} {C.fmt(row.get('ms')):>10s} ms  {C.fmt(row.get('tflops')):>8s} TFLOP/s"
-                   f"  {C.fmt(row.get('gbs')):>8s} GB/s  x{C.fmt(row.get('vs_triton'))} of triton"
-                   f"  diff {C.fmt(row.get('max_diff'))}  {'' if row['status'] == 'ok' else row['status']}")
+        csvio.progress(f"  {name:24s} {impl:12s} {csvio.fmt(row.get('ms')):>10s} ms  {csvio.fmt(row.get('tflops')):>8s} TFLOP/s"
+                   f"  {csvio.fmt(row.get('gbs')):>8s} GB/s  x{csvio.fmt(row.get('vs_triton'))} of triton"
+                   f"  diff {csvio.fmt(row.get('max_diff'))}  {'' if row['status'] == 'ok' else row['status']}")
     del p
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -175,21 +174,21 @@ def main(argv=None) -> int:
     if a.dry_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     device = "cpu" if a.dry_run else "cuda"
-    ceil = C.measure_ceilings(dry_run=a.dry_run)
+    ceil = accounting.measure_ceilings(dry_run=a.dry_run)
     ceil = {"copy_gbs": ceil["copy_gbs"], "mm_tflops": ceil["mm_tflops"]}
-    env = C.env_columns()
-    C.progress(f"# NSA contenders on {env['gpu']} | triton {env['triton']} torch {env['torch']} | "
+    env = accounting.env_columns()
+    csvio.progress(f"# NSA contenders on {env['gpu']} | triton {env['triton']} torch {env['torch']} | "
                f"copy {ceil['copy_gbs']:.0f} GB/s, mm {ceil['mm_tflops']:.0f} TFLOP/s")
-    timer = C.ModelTimer() if a.dry_run else C.CudaEventTimer(iters=a.iters, warmup=a.warmup)
+    timer = timers.ModelTimer() if a.dry_run else timers.CudaEventTimer(iters=a.iters, warmup=a.warmup)
     rows, t0 = [], time.time()
     for name, kw in cases(a):
         if a.budget_s and time.time() - t0 > a.budget_s:
-            C.progress(f"# budget of {a.budget_s:.0f}s spent: stopping before {name}")
+            csvio.progress(f"# budget of {a.budget_s:.0f}s spent: stopping before {name}")
             break
         try:
             rows += run_case(a, name, kw, timer, ceil, env, device)
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory building the inputs
-            C.progress(f"  {name}: could not build or run: {type(exc).__name__}: {exc}")
+            csvio.progress(f"  {name}: could not build or run: {type(exc).__name__}: {exc}")
             rows.append({"case": name, "status": f"error: {type(exc).__name__}: {exc}"[:160], **ceil, **env})
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -199,7 +198,7 @@ def main(argv=None) -> int:
             w = csv.DictWriter(fh, fieldnames=NSA_COLUMNS, extrasaction="ignore")
             w.writeheader()
             for r in rows:
-                w.writerow({c: C.fmt(r.get(c)) for c in NSA_COLUMNS})
+                w.writerow({c: csvio.fmt(r.get(c)) for c in NSA_COLUMNS})
     return 0
 
 

@@ -4,9 +4,9 @@
 Seed-compatible interface (every size option also takes a comma list, so one process
 runs a whole matrix with one compile cache and one ceiling measurement)::
 
-    python bench/bench_sel_triton.py --N 1024 --H 8 --D 128 --Dv 128 \
+    python -m bench.bench_sel_triton --N 1024 --H 8 --D 128 --Dv 128 \
         --L_list 64,128,256,512,1024 --dist few --iters 50 --warmup 5 --streams 1 --csv sel_dense.csv
-    python bench/bench_sel_triton.py --decode 1 --H 4 --D 64 --Dv 64 --L_list 128,256,512
+    python -m bench.bench_sel_triton --decode 1 --H 4 --D 64 --Dv 64 --L_list 128,256,512
 
 What is compared (identical input tensors on both sides, built once per case):
 
@@ -50,12 +50,11 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+import torch
 
-import torch  # noqa: E402
+from bench import accounting, csvio, guards, timers
+from bench.sel_case import mode_of, timed_case
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -83,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--l_sel", type=int, default=64, help="decode: selection block size, default 64")
     p.add_argument("--T", type=int, default=0,
                    help="key sequence length holding the spans; 0 = auto (4 L for varlen, max(8192, 2 L) for decode)")
-    p.add_argument("--dtype", default="fp16", choices=sorted(C.DTYPES), help="input dtype, default fp16")
+    p.add_argument("--dtype", default="fp16", choices=sorted(csvio.DTYPES), help="input dtype, default fp16")
     p.add_argument("--mae-rows", type=int, default=32, help="rows checked against the float64 oracle, default 32")
     p.add_argument("--no-extra", action="store_true", help="skip the tri_packed_ms / ref_gather_ms timings")
     p.add_argument("--timer", default="graph", choices=["graph", "events", "do_bench"],
@@ -133,20 +132,20 @@ def parse_args(argv=None) -> Args:
     p = build_parser()
     ns = p.parse_args(argv)
     try:
-        Ns = C.int_list(ns.N, "--N")
-        Hs = C.int_list(ns.H, "--H")
-        Ls = C.int_list(ns.L_list, "--L_list")
-        streams = C.int_list(ns.streams, "--streams")
+        Ns = csvio.int_list(ns.N, "--N")
+        Hs = csvio.int_list(ns.H, "--H")
+        Ls = csvio.int_list(ns.L_list, "--L_list")
+        streams = csvio.int_list(ns.streams, "--streams")
         if ns.dims:
-            dims = C.dims_list(ns.dims)
+            dims = csvio.dims_list(ns.dims)
         else:
-            Ds = C.int_list(ns.D, "--D")
-            Dvs = C.int_list(ns.Dv, "--Dv") if ns.Dv else None
+            Ds = csvio.int_list(ns.D, "--D")
+            Dvs = csvio.int_list(ns.Dv, "--Dv") if ns.Dv else None
             dims = [(d, d) for d in Ds] if Dvs is None else [(d, dv) for d in Ds for dv in Dvs]
         dists = [d.strip() for d in ns.dist.split(",") if d.strip()]
-        bad = [d for d in dists if d not in C.DISTS]
+        bad = [d for d in dists if d not in csvio.DISTS]
         if bad or not dists:
-            raise ValueError(f"--dist accepts {', '.join(C.DISTS)} (comma list), got {ns.dist!r}")
+            raise ValueError(f"--dist accepts {', '.join(csvio.DISTS)} (comma list), got {ns.dist!r}")
         for name, val, lo in (("--iters", ns.iters, 1), ("--warmup", ns.warmup, 0), ("--mae-rows", ns.mae_rows, 0),
                               ("--l_sel", ns.l_sel, 1), ("--T", ns.T, 0), ("--rep-ms", ns.rep_ms, 1), ("--budget-s", ns.budget_s, 0),
                               ("--retries", ns.retries, 0)):
@@ -168,184 +167,8 @@ def parse_args(argv=None) -> Args:
                 ns.seed, ns.dry_run, ns.budget_s, ns.retries)
 
 
-def mode_of(dist: str) -> str:
-    return {"few": "dense", "many": "varlen", "mixed": "varlen", "decode": "decode"}[dist]
-
-
 def csv_path(template: str | None, mode: str) -> str | None:
     return None if template is None else template.replace("{mode}", mode)
-
-
-def seq_len(a: Args, dist: str, L: int) -> int:
-    """Length of the key sequence the spans live in."""
-    if a.T:
-        return a.T
-    if dist == "few":
-        return L
-    if dist == "decode":
-        return max(8192, 2 * L)
-    return 4 * L
-
-
-# ----------------------------------------------------------------------------- one case
-@dataclass
-class Case:
-    """Identical inputs for both sides of one comparison."""
-
-    q: torch.Tensor  # [N, H, Dk]
-    kp: torch.Tensor  # [N, L, Dk] packed (gathered) keys
-    vp: torch.Tensor  # [N, L, Dv]
-    k5: torch.Tensor  # [N, 1, T, Dk] key sequence (packed itself for few)
-    v5: torch.Tensor
-    ranges: torch.Tensor  # [N, 1, 1, n, 2] int32
-    nspans: int
-    T: int
-
-
-def make_case(a: Args, dist: str, N: int, H: int, Dk: int, Dv: int, L: int, device) -> Case:
-    """Random inputs (seeded per case) and the packed copy of exactly the selected keys."""
-    gen = torch.Generator().manual_seed(a.seed * 1_000_003 + N * 7919 + H * 131 + Dk * 17 + Dv + L)
-    T = seq_len(a, dist, L)
-    if dist == "decode":
-        spans = C.decode_lengths(N, L, a.l_sel, T, gen)
-    else:
-        spans = C._spans_from_lengths(C.span_lengths(dist, N, L, gen), T, gen)
-    dt = C.DTYPES[a.dtype]
-    q = torch.randn(N, H, Dk, device=device, dtype=dt)
-    k5 = torch.randn(N, 1, T, Dk, device=device, dtype=dt)
-    v5 = torch.randn(N, 1, T, Dv, device=device, dtype=dt)
-    idx = C.gather_index(spans, L).to(device)
-    rows = torch.arange(N, device=device)[:, None]
-    kp = k5[rows, 0, idx].contiguous()
-    vp = v5[rows, 0, idx].contiguous()
-    nspans = int((spans[..., 1] > spans[..., 0]).sum(-1).max())
-    return Case(q, kp, vp, k5, v5, spans[:, None, None].to(device), nspans, T)
-
-
-def sides(a: Args, dist: str, case: Case):
-    """The callables to time: (tri, ref, tri_packed or None, ref_gather or None)."""
-    from nsa_triton_sel.kernels import launch as K
-    from nsa_triton_sel.reference import packed_sdpa, sdpa_rows
-
-    q, kp, vp = case.q, case.kp, case.vp
-    N, H, Dk = q.shape
-    q5 = q.view(N, 1, 1, H, Dk)
-    ref = lambda: sdpa_rows(q, kp, vp)  # noqa: E731
-    gather = (lambda: packed_sdpa(q5, case.k5, case.v5, case.ranges, validate=False)) if a.extra else None
-    if dist == "few":
-        return (lambda: K.sel_attn_fwd_dense(q, kp, vp)), ref, None, gather
-    if dist == "decode":
-        return (lambda: K.sel_attn_decode(q5, case.k5, case.v5, case.ranges)), ref, None, gather
-    L = kp.shape[1]
-    cu = torch.arange(0, (N + 1) * L, L, device=q.device, dtype=torch.int32)
-    kf, vf = kp.view(N * L, Dk), vp.view(N * L, vp.shape[2])
-    packed = (lambda: K.sel_attn_fwd_varlen(q, kf, vf, cu)) if a.extra else None
-    return (lambda: K.sel_attn_ranges(q5, case.k5, case.v5, case.ranges)), ref, packed, gather
-
-
-def mae_vs_oracle(case: Case, o_tri: torch.Tensor, o_ref: torch.Tensor, rows: int) -> tuple[float, float, int]:
-    """Mean |out - oracle| of both sides on up to ``rows`` evenly spaced rows (float64 oracle)."""
-    from nsa_triton_sel.reference import oracle
-
-    N, H, Dk = case.q.shape
-    if rows <= 0:
-        return float("nan"), float("nan"), 0
-    idx = torch.linspace(0, N - 1, min(rows, N)).round().long().unique()
-    L = case.kp.shape[1]
-    r = len(idx)
-    q = case.q[idx.to(case.q.device)].cpu().view(r, 1, 1, H, Dk)
-    k = case.kp[idx.to(case.q.device)].cpu().view(r, 1, L, Dk)
-    v = case.vp[idx.to(case.q.device)].cpu().view(r, 1, L, -1)
-    rng = torch.tensor([0, L], dtype=torch.int32).expand(r, 1, 1, 1, 2).contiguous()
-    want = oracle(q, k, v, rng).view(r, H, -1)
-    tri = o_tri.reshape(N, H, -1)[idx.to(o_tri.device)].cpu().double()
-    ref = o_ref.reshape(N, H, -1)[idx.to(o_ref.device)].cpu().double()
-    return (tri - want).abs().mean().item(), (ref - want).abs().mean().item(), r
-
-
-def run_case(a: Args, dist: str, N, H, Dk, Dv, L, streams, timer, ceil, env, device) -> dict:
-    """Time one configuration and return its CSV row (status 'error: ...' on failure)."""
-    row = {"mode": mode_of(dist), "dist": dist, "N": N, "H": H, "D": Dk, "Dv": Dv, "L": L, "streams": streams,
-           "dtype": a.dtype, "l_sel": a.l_sel if dist == "decode" else "", "timer": timer.name, "iters": a.iters,
-           "copy_gbs": ceil["copy_gbs"], "mm_tflops": ceil["mm_tflops"], "status": "ok", **env}
-    try:
-        case = make_case(a, dist, N, H, Dk, Dv, L, device)
-        row.update(nspans=case.nspans, T=case.T)
-        tri, ref, tri_packed, ref_gather = sides(a, dist, case)
-        o_tri, o_ref = tri(), ref()
-        mae, ref_mae, nrows = mae_vs_oracle(case, o_tri, o_ref, a.mae_rows)
-        has_nan = bool(torch.isnan(o_tri).any() or torch.isnan(o_ref).any())
-        row.update(mae=float("nan") if has_nan else mae, ref_mae=ref_mae, mae_rows=nrows)
-        if device.type == "cuda":
-            row["ref_kernel"] = ref_kernel(ref, case)
-        nbytes = C.sel_bytes(N, H, Dk, Dv, L, case.q.element_size())
-        flops = C.sel_flops(N, H, Dk, Dv, L)
-        t, methods = {}, {}
-        for side, fn in (("tri", tri), ("ref", ref), ("tri_packed", tri_packed), ("ref_gather", ref_gather)):
-            if fn is None:
-                continue
-            if isinstance(timer, C.ModelTimer):
-                timer.expect(nbytes * (2 if side == "ref_gather" else 1), "tri" if side.startswith("tri") else "ref")
-            # packed_sdpa syncs with the host (its longest row): not capturable; streams > 1 neither.
-            tm = timer(C.on_streams(fn, streams), graph=side != "ref_gather" and streams == 1)
-            methods[side] = getattr(timer, "last", timer.name)
-            if getattr(timer, "last_host_behind", False):  # the hold ended before the host was done
-                methods[side] += " (host behind)"
-            if side in ("tri", "ref"):
-                row[f"{side}_host_us"] = getattr(timer, "last_host_us", float("nan"))
-            t[side] = C.Timing(tm.median_ms / streams, tm.p20_ms / streams, tm.p80_ms / streams)
-        row["timer"] = timer_label(timer.name, methods)
-        row.update(tri_ms=t["tri"].median_ms, ref_ms=t["ref"].median_ms,
-                   tri_p20_ms=t["tri"].p20_ms, tri_p80_ms=t["tri"].p80_ms,
-                   ref_p20_ms=t["ref"].p20_ms, ref_p80_ms=t["ref"].p80_ms,
-                   tri_packed_ms=t["tri_packed"].median_ms if "tri_packed" in t else "",
-                   ref_gather_ms=t["ref_gather"].median_ms if "ref_gather" in t else "")
-        row["speedup"] = row["ref_ms"] / row["tri_ms"] if row["tri_ms"] > 0 else float("nan")
-        for side in ("tri", "ref"):
-            gbs, tfl, pct = C.rates(row[f"{side}_ms"], nbytes, flops, ceil["copy_gbs"])
-            row.update({f"{side}_gbs": gbs, f"{side}_tflops": tfl, f"{side}_pct_bw": pct})
-    except Exception as exc:  # noqa: BLE001 - one bad shape must not end a long sweep
-        msg = f"{type(exc).__name__}: {exc}".replace("\n", " ").replace(",", ";")[:200]
-        row.update(status=f"error: {msg}", tri_ms=float("nan"), ref_ms=float("nan"), mae=float("nan"))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-    return row
-
-
-_REF_KERNELS: dict[tuple, str] = {}
-
-
-def ref_kernel(ref, case: Case) -> str:
-    """The kernels SDPA ran for the reference (profiled once per packed shape: the backend
-    choice depends on shapes and dtype only, and few/many/mixed share the packed shapes)."""
-    key = (tuple(case.q.shape), tuple(case.kp.shape), tuple(case.vp.shape), case.q.dtype)
-    if key not in _REF_KERNELS:
-        _REF_KERNELS[key] = C.cuda_kernels(ref)
-    return _REF_KERNELS[key]
-
-
-def timed_case(a: Args, dist, N, H, Dk, Dv, L, streams, timer, ceil, env, device) -> dict:
-    """:func:`run_case`, re-run up to ``a.retries`` times while a side's timings are noisy;
-    returns the attempt with the smallest spread, with ``retries`` = attempts - 1."""
-    best, attempts = None, 0
-    while True:
-        r = run_case(a, dist, N, H, Dk, Dv, L, streams, timer, ceil, env, device)
-        attempts += 1
-        if best is None or _spread(r) < _spread(best):
-            best = r
-        if r["status"] != "ok" or not C.noisy_sides(best) or attempts > a.retries:
-            break
-    best["retries"] = attempts - 1
-    return best
-
-
-def _spread(r: dict) -> float:
-    """The larger p80/p20 ratio of the two sides (inf for a failed row)."""
-    try:
-        return max(float(r[f"{s}_p80_ms"]) / float(r[f"{s}_p20_ms"]) for s in ("tri", "ref"))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return float("inf")
 
 
 # ----------------------------------------------------------------------------- sweep
@@ -364,29 +187,23 @@ def seed_line(r: dict) -> str:
     """The seeds' stdout line (their parsers split 'k=v' pairs on lines starting dense,/varlen,)."""
     n = f"n={r.get('nspans', '')}," if r["mode"] != "dense" else ""
     return (f"{r['mode']},N={r['N']},H={r['H']},D={r['D']},Dv={r['Dv']},L={r['L']},{n}streams={r['streams']}, "
-            f"tri_ms={C.fmt(r.get('tri_ms'))}, ref_ms={C.fmt(r.get('ref_ms'))}, "
-            f"speedup={C.fmt(r.get('speedup'))}x, mae={C.fmt(r.get('mae'))}")
+            f"tri_ms={csvio.fmt(r.get('tri_ms'))}, ref_ms={csvio.fmt(r.get('ref_ms'))}, "
+            f"speedup={csvio.fmt(r.get('speedup'))}x, mae={csvio.fmt(r.get('mae'))}")
 
 
 def make_timer(a: Args):
     if a.dry_run:
-        return C.ModelTimer()
+        return timers.ModelTimer()
     if a.timer == "graph":
-        return C.GraphTimer(iters=a.iters, warmup=a.warmup)
-    return C.CudaEventTimer(iters=a.iters, warmup=a.warmup, use_do_bench=a.timer == "do_bench", rep_ms=a.rep_ms)
-
-
-def timer_label(default: str, methods: dict) -> str:
-    """The row's ``timer`` cell: the timer's name, plus every side timed another way."""
-    other = [f"{side}={m}" for side, m in methods.items() if m != default]
-    return "; ".join([default] + other)
+        return timers.GraphTimer(iters=a.iters, warmup=a.warmup)
+    return timers.CudaEventTimer(iters=a.iters, warmup=a.warmup, use_do_bench=a.timer == "do_bench", rep_ms=a.rep_ms)
 
 
 def sweep(a: Args, device) -> list[dict]:
     """Run every configuration, printing progress; guards are applied per finished sweep."""
-    ceil = C.measure_ceilings(dry_run=a.dry_run)
-    env = C.env_columns()
-    C.progress(f"# device {env['gpu']} cc {env['cc']} | triton {env['triton']} torch {env['torch']} "
+    ceil = accounting.measure_ceilings(dry_run=a.dry_run)
+    env = accounting.env_columns()
+    csvio.progress(f"# device {env['gpu']} cc {env['cc']} | triton {env['triton']} torch {env['torch']} "
                f"cuda {env['cuda']} | copy {ceil['copy_gbs']:.0f} GB/s, bf16 mm {ceil['mm_tflops']:.0f} TFLOP/s "
                f"({ceil['ceilings']})")
     timer = make_timer(a)
@@ -397,7 +214,7 @@ def sweep(a: Args, device) -> list[dict]:
     for gi, (dist, N, H, Dk, Dv, s) in enumerate(all_groups):
         if a.budget_s and time.time() - t0 > a.budget_s:
             left = all_groups[gi:]
-            C.progress(f"# budget of {a.budget_s:.0f}s spent: {len(left)} sweeps not run, first: {left[0]}")
+            csvio.progress(f"# budget of {a.budget_s:.0f}s spent: {len(left)} sweeps not run, first: {left[0]}")
             break
         rows = []
         for L in a.Ls:
@@ -405,17 +222,17 @@ def sweep(a: Args, device) -> list[dict]:
             rows.append(r)
             done += 1
             el = time.time() - t0
-            C.progress(f"[{done}/{total} {el:6.1f}s eta {el / done * (total - done):5.0f}s] "
-                       f"{dist:6s} N={N} H={H} D={Dk} Dv={Dv} L={L} s={s}: tri {C.fmt(r.get('tri_ms'))} ms, "
-                       f"ref {C.fmt(r.get('ref_ms'))} ms, x{C.fmt(r.get('speedup'))}, mae {C.fmt(r.get('mae'))}"
+            csvio.progress(f"[{done}/{total} {el:6.1f}s eta {el / done * (total - done):5.0f}s] "
+                       f"{dist:6s} N={N} H={H} D={Dk} Dv={Dv} L={L} s={s}: tri {csvio.fmt(r.get('tri_ms'))} ms, "
+                       f"ref {csvio.fmt(r.get('ref_ms'))} ms, x{csvio.fmt(r.get('speedup'))}, mae {csvio.fmt(r.get('mae'))}"
                        + (f" (re-timed {r['retries']}x: noisy)" if r["retries"] else "")
                        + ("" if r["status"] == "ok" else f"  [{r['status']}]"))
-        C.flag_suspects(rows)
+        guards.flag_suspects(rows)
         for r in rows:
             print(seed_line(r) + (f"  SUSPECT: {r['suspect']}" if r["suspect"] else ""), flush=True)
         path = csv_path(a.csv, mode_of(dist))
         if path:
-            C.write_csv(path, rows)
+            csvio.write_csv(path, rows)
         out.extend(rows)
     return out
 
@@ -423,20 +240,20 @@ def sweep(a: Args, device) -> list[dict]:
 def summary(rows: list[dict]) -> int:
     """Print a one-paragraph summary; returns the number of suspect or failed rows."""
     bad = [r for r in rows if r["suspect"] or r["status"] != "ok"]
-    C.progress(f"# {len(rows)} rows, {sum(r['status'] != 'ok' for r in rows)} failed, "
+    csvio.progress(f"# {len(rows)} rows, {sum(r['status'] != 'ok' for r in rows)} failed, "
                f"{sum(bool(r['suspect']) for r in rows)} suspect")
     for r in bad[:20]:
-        C.progress(f"#   {r['dist']} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']} L={r['L']}: "
+        csvio.progress(f"#   {r['dist']} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']} L={r['L']}: "
                    f"{r['status']} {r['suspect']}")
     retried = [r for r in rows if r.get("retries")]
     if retried:
-        C.progress(f"# {len(retried)} rows re-timed because of noisy timings "
-                   f"({sum(not C.noisy_sides(r) for r in retried)} of them quiet on a later attempt)")
+        csvio.progress(f"# {len(retried)} rows re-timed because of noisy timings "
+                   f"({sum(not guards.noisy_sides(r) for r in retried)} of them quiet on a later attempt)")
     by_kind: dict[tuple, list] = {}
-    for prev, cur, dropped in C.kernel_switches(rows):
+    for prev, cur, dropped in guards.kernel_switches(rows):
         by_kind.setdefault((prev["L"], cur["L"], prev["ref_kernel"], cur["ref_kernel"]), []).append(dropped)
     for (l0, l1, k0, k1), drops in by_kind.items():
-        C.progress(f"# reference kernel switch at L={l0}->{l1} in {len(drops)} sweeps: {k0} -> {k1} "
+        csvio.progress(f"# reference kernel switch at L={l0}->{l1} in {len(drops)} sweeps: {k0} -> {k1} "
                    f"({sum(drops)} of them faster at L={l1}: not flagged as ref_drop, the kernels differ)")
     return len(bad)
 

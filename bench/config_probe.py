@@ -6,7 +6,7 @@ on a fresh NSA-shaped problem, and is compared with the packed-SDPA path in floa
 Prints one verdict per configuration: ok, wrong (max error), nan, or crash (the error).
 This is how the Triton 3.0 + Hopper window in src/nsa_triton_sel/data/known_bad.toml was narrowed down.
 
-Usage:  python bench/config_probe.py [--T 1024] [--h 16]
+Usage:  python -m bench.config_probe [--T 1024] [--h 16]
 """
 
 from __future__ import annotations

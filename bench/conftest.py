@@ -20,14 +20,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+from bench import accounting, timers
 
 # NSA_BENCH_DRYRUN=1: run the suites on the CPU with tiny shapes, the Triton interpreter
 # and the host clock, to check the plumbing (fixtures, hooks, JSON) without a GPU.
@@ -37,7 +35,7 @@ if DRY:
 DEVICE = "cpu" if DRY else "cuda"
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
-                  "(CPU tests are in tests/; bench/bench_sel_triton.py --dry-run checks the sweep on a CPU)")
+                  "(CPU tests are in tests/; python -m bench.bench_sel_triton --dry-run checks the sweep on a CPU)")
 
 _CEILINGS: dict = {}
 
@@ -45,7 +43,7 @@ _CEILINGS: dict = {}
 def ceilings() -> dict:
     """Copy bandwidth and matmul TFLOP/s, measured once per session."""
     if not _CEILINGS:
-        _CEILINGS.update(C.measure_ceilings(dry_run=DRY or not torch.cuda.is_available()))
+        _CEILINGS.update(accounting.measure_ceilings(dry_run=DRY or not torch.cuda.is_available()))
     return _CEILINGS
 
 
@@ -111,10 +109,10 @@ def gpu_bench(benchmark, l2_flush):
             rounds, warmup = min(rounds, 2), 0
         else:
             torch.cuda.synchronize()
-            benchmark.extra_info["host_launch_us"] = C.host_launch_us(fn)
+            benchmark.extra_info["host_launch_us"] = timers.host_launch_us(fn)
             timer = "cuda-events"
             if graph:
-                g, out = C.capture_graph(fn)  # a sync inside fn raises here: pass graph=False
+                g, out = timers.capture_graph(fn)  # a sync inside fn raises here: pass graph=False
                 timed, timer = g.replay, "cuda-graph"
             benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
         benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops), "timer": timer,
@@ -145,7 +143,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         machine_info["nsa_env"] = fingerprint()
     except Exception as exc:  # noqa: BLE001 - never lose a benchmark run over metadata
         machine_info["nsa_env"] = {"error": repr(exc)}
-    machine_info["nsa_env_columns"] = C.env_columns()
+    machine_info["nsa_env_columns"] = accounting.env_columns()
     if torch.cuda.is_available() or DRY:
         machine_info["nsa_ceilings"] = ceilings()
 
@@ -161,7 +159,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
             sdpa[b.get("group")] = med
         if not med or "bytes" not in info:
             continue
-        gbs, tfl, pct = C.rates(med * 1e3, info["bytes"], info["flops"], info.get("copy_gbs", 0))
+        gbs, tfl, pct = accounting.rates(med * 1e3, info["bytes"], info["flops"], info.get("copy_gbs", 0))
         info.update({"median_ms": med * 1e3, "gbs": gbs, "tflops": tfl, "pct_copy_bw": pct})
     # The ledger takes numeric extra_info: each contender's speedup over SDPA in its group.
     for b in output_json.get("benchmarks", []):

@@ -7,20 +7,18 @@ blocks of 64 keys out of a ``--T`` cache, one query per row) are timed with
 default, next to SDPA on the pre-gathered keys; CUDA-graph replay, L2 flushed (the same
 timer as the sweep).  Prints one line per shape: the time per split count and the best.
 
-Usage:  python bench/decode_splits.py [--N 4,16,64] [--H 4] [--D 128] [--L 128,512,1024]
+Usage:  python -m bench.decode_splits [--N 4,16,64] [--H 4] [--D 128] [--L 128,512,1024]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_sel_triton as B  # noqa: E402
-import common as C  # noqa: E402
+from bench import bench_sel_triton as B
+from bench import csvio, sel_case, timers
 
 
 def main(argv=None) -> int:
@@ -39,14 +37,14 @@ def main(argv=None) -> int:
     from nsa_triton_sel.kernels import launch
     from nsa_triton_sel.reference import sdpa_rows
 
-    splits = C.int_list(a.splits, "--splits")
-    timer = C.GraphTimer(iters=a.iters, warmup=5)
+    splits = csvio.int_list(a.splits, "--splits")
+    timer = timers.GraphTimer(iters=a.iters, warmup=5)
     dev = torch.device("cuda")
-    for N in C.int_list(a.N, "--N"):
-        for H in C.int_list(a.H, "--H"):
-            for L in C.int_list(a.L, "--L"):
+    for N in csvio.int_list(a.N, "--N"):
+        for H in csvio.int_list(a.H, "--H"):
+            for L in csvio.int_list(a.L, "--L"):
                 args = B.parse_args(["--decode", "1", "--T", str(a.T), "--L_list", str(L)])
-                case = B.make_case(args, "decode", N, H, a.D, a.D, L, dev)
+                case = sel_case.make_case(args, "decode", N, H, a.D, a.D, L, dev)
                 q5 = case.q.view(N, 1, 1, H, a.D)
                 run = lambda s: launch.sel_attn_decode(q5, case.k5, case.v5, case.ranges, num_splits=s)  # noqa: E731
                 times = {s: timer(lambda s=s: run(s)).median_ms * 1e3 for s in splits}

@@ -12,12 +12,12 @@ One call runs every contender on the same inputs and prints ms, TFLOP/s or GB/s 
 Contenders: this package's ranges kernel (ranges precomputed; the block-index conversion is timed
 separately), fla-core's ``parallel_nsa_fwd`` when importable, the packed-SDPA path (T = 8K only).
 Timing: ``triton.testing.do_bench`` (CUDA events, L2 flushed before every run, median) for the
-millisecond-scale prefill cases; CUDA-graph replay (``common.GraphTimer``: same flush and events,
+millisecond-scale prefill cases; CUDA-graph replay (``bench.timers.GraphTimer``: same flush and events,
 no host launch cost) for decode and the seeds' microbenchmark, whose kernels are shorter than a
 Python launch, with the eager do_bench figure beside it.
 Errors: float64 oracle on a sample of 64 tokens.
 
-Usage:  python bench/perf_nsa.py [--out DIR] [--quick] [--sweep]
+Usage:  python -m bench.perf_nsa [--out DIR] [--quick] [--sweep]
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -89,10 +88,9 @@ def gbench(fn, graph=True):
     """Median GPU time of one CUDA-graph replay (L2 flushed before each): the kernel without
     the host's launch cost, which do_bench times for kernels shorter than a launch."""
     if not _GRAPH_TIMER:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import common
+        from bench.timers import GraphTimer
 
-        _GRAPH_TIMER.append(common.GraphTimer(iters=100, warmup=10))
+        _GRAPH_TIMER.append(GraphTimer(iters=100, warmup=10))
     return _GRAPH_TIMER[0](fn, graph=graph).median_ms
 
 

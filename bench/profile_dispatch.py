@@ -5,7 +5,7 @@ Prints do_bench times of the dispatcher and of the ranges kernel alone, the host
 dispatcher call (GPU idle before it), and torch.profiler tables (by CPU time and by CUDA time)
 over five calls.  GPU only.
 
-Usage:  python bench/profile_dispatch.py [--T 8192]
+Usage:  python -m bench.profile_dispatch [--T 8192]
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import perf_nsa as P  # noqa: E402
+from bench import perf_nsa as P
 
 
 def problem(T: int, G: int = 4, h: int = 16, D: int = 128):

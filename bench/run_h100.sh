@@ -12,13 +12,13 @@
 #   pytest_bench.json   pytest-benchmark suites (bench/test_bench_sel.py), GPU clock
 #   nsa.csv             canonical NSA contender table (bench/bench_nsa.py)
 #   report.md           threshold report from the three CSVs (no plot here; make it
-#                       off-device: bench/sel_threshold_from_csv.py ... --out report.md)
+#                       off-device: python -m bench.sel_threshold_from_csv ... --out report.md)
 # Each stage has its own time limit, so one slow stage cannot eat the others' time;
 # the sweeps also stop starting new work at their --budget-s and keep what they ran.
 # Environment: PYTHON (default python3); STAGES, a comma list of stage keys to run (default
 # all: env,sweep,decode,pytest,nsa,report), e.g. STAGES=env,pytest,nsa to re-time the
 # dispatcher after a threshold change.  The repository's src/ is put on PYTHONPATH so the
-# package need not be installed.
+# package need not be installed; the scripts run as modules of the bench package (python -m bench.X).
 
 set -u
 OUT="${1:?usage: bench/run_h100.sh OUTDIR [--dry-run]}"
@@ -32,7 +32,7 @@ PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 export PYTHONUNBUFFERED=1
-export PYTHONPATH="$REPO/src:$REPO/bench${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"  # bench/ is a package: python -m bench.X from $REPO
 cd "$REPO" || exit 2
 exec > >(tee -a "$OUT/run.log") 2>&1
 
@@ -91,13 +91,13 @@ EOF
 # The sweeps append: start each from an empty file.
 want sweep && rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv"
 want decode && rm -f "$OUT/sel_decode.csv"
-stage sweep "sweep dense+varlen" "${LIM[1]}" "$PY" bench/bench_sel_triton.py "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
-stage decode "sweep decode" "${LIM[2]}" "$PY" bench/bench_sel_triton.py "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
+stage sweep "sweep dense+varlen" "${LIM[1]}" "$PY" -m bench.bench_sel_triton "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
+stage decode "sweep decode" "${LIM[2]}" "$PY" -m bench.bench_sel_triton "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
 stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
     --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
     --benchmark-columns=min,median,iqr,rounds
-stage nsa "nsa contenders" "${LIM[4]}" "$PY" bench/bench_nsa.py "${NSA[@]}" --csv "$OUT/nsa.csv"
-stage report "threshold report" "${LIM[5]}" "$PY" bench/sel_threshold_from_csv.py \
+stage nsa "nsa contenders" "${LIM[4]}" "$PY" -m bench.bench_nsa "${NSA[@]}" --csv "$OUT/nsa.csv"
+stage report "threshold report" "${LIM[5]}" "$PY" -m bench.sel_threshold_from_csv \
     --dense "$OUT/sel_dense.csv" --varlen "$OUT/sel_varlen.csv" --decode "$OUT/sel_decode.csv" \
     --margin 1.2 --max-mae 1e-3 --out "$OUT/report.md" --no-plot --allow-missing
 

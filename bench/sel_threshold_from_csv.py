@@ -2,7 +2,7 @@
 """Pick ``sel_triton_min_L`` per GPU from the benchmark CSVs, write a report, update the
 thresholds file the dispatcher reads.
 
-    python bench/sel_threshold_from_csv.py --dense bench/results/X/sel_dense.csv \
+    python -m bench.sel_threshold_from_csv --dense bench/results/X/sel_dense.csv \
         --varlen bench/results/X/sel_varlen.csv --decode bench/results/X/sel_decode.csv \
         --margin 1.2 --max-mae 1e-3 --out bench/results/X/report.md --write-config
 
@@ -34,159 +34,14 @@ import math
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+from bench import csvio, guards
+from bench.threshold_rule import BASELINES, Verdict, as_float, config_name, gpu_key, load, row_speedup, verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "src" / "nsa_triton_sel" / "data" / "thresholds.json"
 FAKE_TIMERS = ("model", "wall")  # dry runs and CPU runs: never evidence for the dispatcher
-
-
-# ----------------------------------------------------------------------------- rows
-def _f(x) -> float:
-    try:
-        return float(str(x).rstrip("x"))
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def load(paths: list[str], kind: str, allow_missing: bool = False) -> list[dict]:
-    """Rows of the given CSVs, tagged with ``kind`` (dense/varlen/decode) and their file."""
-    rows = []
-    for p in paths or []:
-        if not Path(p).exists():
-            if allow_missing:
-                C.progress(f"warning: {kind} CSV {p} does not exist; skipped")
-                continue
-            raise FileNotFoundError(f"--{kind} CSV not found: {p}")
-        for r in C.read_csv([p]):
-            r["kind"], r["file"] = kind, str(p)
-            rows.append(r)
-    return rows
-
-
-def triton_minor(version: str) -> str:
-    parts = str(version).split(".")
-    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
-
-
-def gpu_key(r: dict) -> tuple[str, str]:
-    """Rows are judged per (GPU name, Triton minor version)."""
-    return (r.get("gpu") or "unknown", triton_minor(r.get("triton") or "?"))
-
-
-def config_name(r: dict) -> str:
-    d = r.get("dist") or r.get("mode")
-    return f"{d} N={r['N']} H={r['H']} D={r['D']} Dv={r['Dv']}"
-
-
-BASELINES = {"sdpa": "SDPA on the pre-gathered packed keys (gather not timed)",
-             "fallback": "the dispatcher's fallback, packed_sdpa (gather + masked SDPA)"}
-
-
-def row_speedup(r: dict, baseline: str = "sdpa") -> float:
-    """Baseline time / Triton time for one row (see the module docstring)."""
-    if baseline == "sdpa":
-        return _f(r.get("speedup"))
-    if baseline != "fallback":
-        raise ValueError(f"baseline must be one of {sorted(BASELINES)}, got {baseline!r}")
-    ref = _f(r.get("ref_gather_ms"))
-    if math.isnan(ref):
-        ref = _f(r.get("ref_ms"))
-    tri = _f(r.get("tri_ms"))
-    return ref / tri if tri > 0 else float("nan")
-
-
-def row_failure(r: dict, margin: float, max_mae: float, allow_suspect: bool, baseline: str = "sdpa") -> str | None:
-    """Why this row vetoes Triton at its L, or None if it passes."""
-    if (r.get("status") or "ok") != "ok":
-        return f"status {r['status']}"
-    if r.get("suspect") and not allow_suspect:
-        return f"suspect ({r['suspect']})"
-    sp, mae = row_speedup(r, baseline), _f(r.get("mae"))
-    if math.isnan(sp) or sp < margin:
-        return f"speedup {sp:.2f}x < {margin:.2f}x"
-    if math.isnan(mae) or mae > max_mae:
-        return f"MAE {mae:.2e} > {max_mae:.0e}"
-    return None
-
-
-# ----------------------------------------------------------------------------- decision
-@dataclass
-class LGate:
-    L: int
-    configs: int
-    min_speedup: float
-    worst: str
-    max_mae: float
-    failures: list = field(default_factory=list)  # (config, reason)
-
-
-@dataclass
-class Verdict:
-    gpu: str
-    triton: str
-    min_L: int | None
-    reason: str
-    gates: list
-    rows: list
-    baseline: str = "sdpa"
-
-
-def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_suspect: bool = False,
-                     gpu: str = "", triton: str = "", baseline: str = "sdpa") -> Verdict:
-    """The smallest L from which every gating row passes (see the module docstring)."""
-    if margin <= 0 or max_mae <= 0:
-        raise ValueError(f"margin and max_mae must be positive, got {margin}, {max_mae}")
-    by_L: dict[int, list[dict]] = {}
-    for r in rows:
-        by_L.setdefault(int(r["L"]), []).append(r)
-    gates = []
-    for L in sorted(by_L):
-        rs = by_L[L]
-        sps = [(row_speedup(r, baseline), config_name(r)) for r in rs]
-        finite = [s for s in sps if not math.isnan(s[0])]
-        worst = min(finite) if finite else (float("nan"), "-")
-        maes = [_f(r.get("mae")) for r in rs if not math.isnan(_f(r.get("mae")))]
-        fails = [(config_name(r), why) for r in rs
-                 if (why := row_failure(r, margin, max_mae, allow_suspect, baseline))]
-        gates.append(LGate(L, len(rs), worst[0], worst[1], max(maes) if maes else float("nan"), fails))
-    if not gates:
-        return Verdict(gpu, triton, None, "no gating rows: keep Triton off", [], rows, baseline)
-    # Walk down from the largest L while every row passes; the last passing L is the answer.
-    min_L = None
-    for g in reversed(gates):
-        if g.failures:
-            break
-        min_L = g.L
-    if min_L is None:
-        g = gates[-1]
-        cfg, why = g.failures[0]
-        reason = (f"keep Triton off: even at the largest tested L={g.L}, {len(g.failures)} of {g.configs} "
-                  f"configurations fail (e.g. {cfg}: {why})")
-    else:
-        below = [g for g in gates if g.L < min_L]
-        reason = f"from L={min_L} every configuration passes"
-        if below:
-            cfg, why = below[-1].failures[0]
-            reason += f"; at L={below[-1].L}: {cfg}: {why}"
-    return Verdict(gpu, triton, min_L, reason, gates, rows, baseline)
-
-
-def verdicts(rows: list[dict], margin, max_mae, *, streams: int = 1, gate_decode: bool = False,
-             allow_suspect: bool = False, baseline: str = "sdpa") -> list[Verdict]:
-    """One verdict per (GPU, Triton minor) present in the rows."""
-    gating = [r for r in rows if int(_f(r.get("streams") or 1)) == streams
-              and (r["kind"] in ("dense", "varlen") or (gate_decode and r["kind"] == "decode"))]
-    out = []
-    for key in sorted({gpu_key(r) for r in gating}):
-        rs = [r for r in gating if gpu_key(r) == key]
-        out.append(choose_threshold(rs, margin, max_mae, allow_suspect=allow_suspect, gpu=key[0], triton=key[1],
-                                    baseline=baseline))
-    return out
 
 
 # ----------------------------------------------------------------------------- thresholds file
@@ -231,7 +86,7 @@ def config_entry(v: Verdict, margin: float, max_mae: float, source: str) -> dict
 def _table(rows: list[dict], cols: list[str]) -> list[str]:
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        out.append("| " + " | ".join(C.fmt(_num(r.get(c))) for c in cols) + " |")
+        out.append("| " + " | ".join(csvio.fmt(_num(r.get(c))) for c in cols) + " |")
     return out
 
 
@@ -247,14 +102,14 @@ def _num(x):
 
 def _sorted(rows):
     return sorted(rows, key=lambda r: (r.get("dist", ""), int(r["N"]), int(r["H"]), int(r["D"]), int(r["Dv"]),
-                                       int(_f(r.get("streams") or 1)), int(r["L"])))
+                                       int(as_float(r.get("streams") or 1)), int(r["L"])))
 
 
 def _gate_table(v: Verdict) -> list[str]:
     out = ["| L | configs | min speedup | slowest config | max MAE | failing |", "|---|---|---|---|---|---|"]
     for g in v.gates:
         fails = "; ".join(f"{c}: {w}" for c, w in g.failures[:3]) + (" …" if len(g.failures) > 3 else "")
-        out.append(f"| {g.L} | {g.configs} | {C.fmt(g.min_speedup)} | {g.worst} | {C.fmt(g.max_mae)} | "
+        out.append(f"| {g.L} | {g.configs} | {csvio.fmt(g.min_speedup)} | {g.worst} | {csvio.fmt(g.max_mae)} | "
                    f"{len(g.failures)}{': ' + fails if fails else ''} |")
     return out
 
@@ -265,7 +120,7 @@ def speedup_ranges(rows: list[dict]) -> list[str]:
            "|---|---|---|---|"]
     for d in ("few", "many", "mixed", "decode"):
         rs = [r for r in rows if r.get("dist") == d and (r.get("status") or "ok") == "ok"
-              and int(_f(r.get("streams") or 1)) == 1]
+              and int(as_float(r.get("streams") or 1)) == 1]
         if not rs:
             continue
         cells = []
@@ -280,7 +135,7 @@ def host_costs(rows: list[dict]) -> list[str]:
     """A line on the host launch cost per eager call (graph-timed rows exclude it)."""
     out = []
     for side, name in (("tri", "Triton"), ("ref", "SDPA")):
-        xs = sorted(x for r in rows if not math.isnan(x := _f(r.get(f"{side}_host_us"))))
+        xs = sorted(x for r in rows if not math.isnan(x := as_float(r.get(f"{side}_host_us"))))
         if xs:
             out.append(f"{name} {xs[len(xs) // 2]:.0f} us (range {xs[0]:.0f}–{xs[-1]:.0f})")
     if not out:
@@ -293,7 +148,7 @@ def host_costs(rows: list[dict]) -> list[str]:
 def kernel_switch_section(rows: list[dict]) -> list[str]:
     """Where SDPA changed kernels between two L of a sweep (the ``ref_drop`` guard does not
     compare across such a switch; this table shows every one, faster or not)."""
-    sw = C.kernel_switches(rows)
+    sw = guards.kernel_switches(rows)
     if not sw:
         return []
     L = ["", "## Reference kernel switches", "",
@@ -302,7 +157,7 @@ def kernel_switch_section(rows: list[dict]) -> list[str]:
          "| sweep | L | kernels | ref_ms | faster at larger L |", "|---|---|---|---|---|"]
     for prev, cur, dropped in sw:
         L.append(f"| {config_name(cur)} | {prev['L']} -> {cur['L']} | {prev['ref_kernel']} -> {cur['ref_kernel']} | "
-                 f"{C.fmt(_f(prev['ref_ms']))} -> {C.fmt(_f(cur['ref_ms']))} | {'yes' if dropped else 'no'} |")
+                 f"{csvio.fmt(as_float(prev['ref_ms']))} -> {csvio.fmt(as_float(cur['ref_ms']))} | {'yes' if dropped else 'no'} |")
     return L
 
 
@@ -321,8 +176,8 @@ def render_report(vs: list[Verdict], rows: list[dict], args, plots: dict, others
         r0 = v.rows[0]
         L += [f"## {v.gpu} (cc {r0.get('cc') or '?'}), Triton {r0.get('triton')}, torch {r0.get('torch')}, "
               f"CUDA {r0.get('cuda')}, driver {r0.get('driver') or '?'}", "",
-              f"Measured ceilings: copy {C.fmt(_f(r0.get('copy_gbs')))} GB/s, bf16 matmul "
-              f"{C.fmt(_f(r0.get('mm_tflops')))} TFLOP/s; timer {r0.get('timer')}, {r0.get('iters')} runs; "
+              f"Measured ceilings: copy {csvio.fmt(as_float(r0.get('copy_gbs')))} GB/s, bf16 matmul "
+              f"{csvio.fmt(as_float(r0.get('mm_tflops')))} TFLOP/s; timer {r0.get('timer')}, {r0.get('iters')} runs; "
               f"commit {r0.get('git_commit') or '?'}, {r0.get('date')}.", "",
               f"**Recommended sel_triton_min_L: {v.min_L if v.min_L is not None else 'null (keep Triton off)'}** "
               f"against {BASELINES[v.baseline]} ({v.reason}).", ""]
@@ -364,10 +219,10 @@ def make_plot(rows: list[dict], v: Verdict, margin: float, path: Path) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        C.progress("warning: matplotlib is not installed; no plot (pip install matplotlib)")
+        csvio.progress("warning: matplotlib is not installed; no plot (pip install matplotlib)")
         return False
     rs = [r for r in rows if gpu_key(r) == (v.gpu, v.triton) and (r.get("status") or "ok") == "ok"
-          and int(_f(r.get("streams") or 1)) == 1]
+          and int(as_float(r.get("streams") or 1)) == 1]
     dists = [d for d in ("few", "many", "mixed", "decode") if any(r.get("dist") == d for r in rs)]
     dims = sorted({(int(r["D"]), int(r["Dv"])) for r in rs})
     if not dists or not dims:
@@ -445,7 +300,7 @@ def main(argv=None) -> int:
         p.error(str(exc))
     missing = [c for c in ("L", "N", "H", "D", "Dv", "speedup", "mae", "gpu", "triton") if rows and c not in rows[0]]
     if missing:
-        p.error(f"the CSVs lack columns {missing}; they must come from bench/bench_sel_triton.py")
+        p.error(f"the CSVs lack columns {missing}; they must come from python -m bench.bench_sel_triton")
     kw = dict(streams=a.streams, gate_decode=a.gate_decode, allow_suspect=a.allow_suspect)
     vs = verdicts(rows, a.margin, a.max_mae, baseline=a.baseline, **kw)
     others = [o for b in sorted(BASELINES) if b != a.baseline for o in verdicts(rows, a.margin, a.max_mae, baseline=b, **kw)]

@@ -16,15 +16,12 @@ Set ``NSA_BENCH_FLEX=0`` to leave FlexAttention out (its first call compiles).
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+from bench import accounting, problems
 
 # (group id, dist, N, H, Dk, Dv, L) for the packed groups.
 PACKED = [
@@ -66,8 +63,8 @@ def test_packed(gpu_bench, benchmark, shape, impl):
     torch.testing.assert_close(tri().float().reshape(o_ref.shape), o_ref.float(), atol=2e-2, rtol=2e-2)
     benchmark.group = gid
     benchmark.extra_info.update({"dist": dist, "N": N, "H": H, "D": Dk, "Dv": Dv, "L": L, "impl": impl})
-    gpu_bench(tri if impl == "triton" else ref, nbytes=C.sel_bytes(N, H, Dk, Dv, L, case.q.element_size()),
-              flops=C.sel_flops(N, H, Dk, Dv, L))
+    gpu_bench(tri if impl == "triton" else ref, nbytes=accounting.sel_bytes(N, H, Dk, Dv, L, case.q.element_size()),
+              flops=accounting.sel_flops(N, H, Dk, Dv, L))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +76,7 @@ def nsa_inputs():
             cache.clear()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            cache[(T, pattern)] = C.nsa_problem(T, pattern=pattern, device=DEVICE,
+            cache[(T, pattern)] = problems.nsa_problem(T, pattern=pattern, device=DEVICE,
                                                 dtype=torch.float16 if DRY else torch.bfloat16, **NSA_DIMS)
         return cache[(T, pattern)]
 
@@ -100,14 +97,14 @@ def _nsa_fn(impl, p):
         return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
     if impl == "fla":
         try:
-            return C.fla_contender(p)
+            return problems.fla_contender(p)
         except (ImportError, TypeError) as exc:
             pytest.skip(f"fla-core parallel_nsa_fwd not usable here: {exc}")
     if impl == "flex":
         if os.environ.get("NSA_BENCH_FLEX", "1") == "0":
             pytest.skip("FlexAttention disabled by NSA_BENCH_FLEX=0")
         try:
-            return C.flex_contender(p)
+            return problems.flex_contender(p)
         except Exception as exc:  # noqa: BLE001 - an optional contender
             pytest.skip(f"FlexAttention not usable here: {type(exc).__name__}: {exc}")
     raise ValueError(impl)
@@ -145,7 +142,7 @@ def _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, impl):
     if want is not None:
         torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
     benchmark.group = gid
-    nbytes, flops = C.nsa_work(p)
+    nbytes, flops = problems.nsa_work(p)
     benchmark.extra_info.update({"T": T, "pattern": pattern, "G": p["G"], "h": p["h"], "D": p["D"],
                                  "block": p["bs"], "topn": p["topn"], "impl": impl})
     # Only our kernel is captured: packed_sdpa and the dispatcher sync with the host (longest

@@ -10,25 +10,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
+from bench import accounting, csvio, guards, problems, sel_case, timers
+from bench import bench_sel_triton as B
 
-import bench_sel_triton as B  # noqa: E402
-import common as C  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
 
 
 def _bench_conftest():
-    """bench/conftest.py under its own name (tests/ has a conftest module of its own)."""
-    import importlib.util
+    """bench/conftest.py (the pytest-benchmark suite's fixtures and hooks) as a module."""
+    from bench import conftest
 
-    spec = importlib.util.spec_from_file_location("nsa_bench_conftest", BENCH / "conftest.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return conftest
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -82,43 +80,43 @@ def test_csv_path_template():
 def test_span_distributions_sum_to_L_and_are_disjoint(dist, L):
     gen = torch.Generator().manual_seed(1)
     N, T = 64, 4 * L
-    lens = C.span_lengths(dist, N, L, gen)
+    lens = problems.span_lengths(dist, N, L, gen)
     assert (lens.sum(-1) == L).all()
     if dist == "many":
         assert lens.shape[1] == 8 and (lens.max(-1).values - lens.min(-1).values <= 1).all()
     if dist == "mixed":
         counts = (lens > 0).sum(-1)
         assert set(counts.tolist()) <= {2, 4, 8} and len(set(counts.tolist())) > 1
-    spans = C._spans_from_lengths(lens, T, gen)
+    spans = problems.spans_from_lengths(lens, T, gen)
     st, en = spans[..., 0].long(), spans[..., 1].long()
     assert (st >= 0).all() and (en <= T).all() and (en - st == lens).all()
     real = lens > 0
     for r in range(N):  # in order and disjoint
         s, e = st[r][real[r]], en[r][real[r]]
         assert (s[1:] >= e[:-1]).all()
-    idx = C.gather_index(spans, L)
+    idx = problems.gather_index(spans, L)
     assert idx.shape == (N, L) and (idx[:, 1:] != idx[:, :-1]).all()
     assert int(idx.min()) >= 0 and int(idx.max()) < T
 
 
 def test_many_spans_are_scattered_not_packed():
     gen = torch.Generator().manual_seed(0)
-    spans = C._spans_from_lengths(C.span_lengths("many", 256, 64, gen), 256, gen)
+    spans = problems.spans_from_lengths(problems.span_lengths("many", 256, 64, gen), 256, gen)
     assert (spans[:, -1, 1] - spans[:, 0, 0] > 64).float().mean() > 0.9
 
 
 def test_decode_blocks():
     gen = torch.Generator().manual_seed(0)
-    r = C.decode_lengths(8, 256, 64, 1024, gen)
+    r = problems.decode_lengths(8, 256, 64, 1024, gen)
     assert r.shape == (8, 4, 2) and (r[..., 0] % 64 == 0).all() and (r[..., 1] - r[..., 0] == 64).all()
     assert all(len(set(row[:, 0].tolist())) == 4 for row in r)
     with pytest.raises(ValueError, match="multiple of l_sel"):
-        C.decode_lengths(1, 100, 64, 1024, gen)
+        problems.decode_lengths(1, 100, 64, 1024, gen)
 
 
 def test_make_case_packs_exactly_the_selected_keys():
     a = B.parse_args(["--dry-run", "--dist", "mixed"])
-    case = B.make_case(a, "mixed", 6, 4, 16, 8, 40, torch.device("cpu"))
+    case = sel_case.make_case(a, "mixed", 6, 4, 16, 8, 40, torch.device("cpu"))
     assert case.kp.shape == (6, 40, 16) and case.vp.shape == (6, 40, 8) and case.T == 160
     r = case.ranges[:, 0, 0].long()
     for i in range(6):
@@ -129,16 +127,16 @@ def test_make_case_packs_exactly_the_selected_keys():
 # ----------------------------------------------------------------------------- accounting
 def test_bytes_and_flops():
     # q + selected K/V + o, each once; 2·H·L·(Dk+Dv) FLOPs per row.
-    assert C.sel_bytes(N=2, H=4, Dk=64, Dv=32, L=10, elem=2) == 2 * 2 * (4 * 64 + 10 * 96 + 4 * 32)
-    assert C.sel_flops(N=2, H=4, Dk=64, Dv=32, L=10) == 2 * 2 * 4 * 10 * 96
-    gbs, tfl, pct = C.rates(1.0, 3_000_000_000, 2_000_000_000_000, copy_gbs=3000.0)
+    assert accounting.sel_bytes(N=2, H=4, Dk=64, Dv=32, L=10, elem=2) == 2 * 2 * (4 * 64 + 10 * 96 + 4 * 32)
+    assert accounting.sel_flops(N=2, H=4, Dk=64, Dv=32, L=10) == 2 * 2 * 4 * 10 * 96
+    gbs, tfl, pct = accounting.rates(1.0, 3_000_000_000, 2_000_000_000_000, copy_gbs=3000.0)
     assert (gbs, tfl, pct) == pytest.approx((3000.0, 2000.0, 100.0))
-    assert all(math.isnan(x) for x in C.rates(0.0, 1, 1, 1.0))
+    assert all(math.isnan(x) for x in accounting.rates(0.0, 1, 1, 1.0))
 
 
 # ----------------------------------------------------------------------------- csv + guards
 def _row(L, ref_ms, tri_ms=None, N=1024, H=8, D=128, copy=3000.0, **kw):
-    nbytes = C.sel_bytes(N, H, D, D, L, 2)
+    nbytes = accounting.sel_bytes(N, H, D, D, L, 2)
     tri_ms = ref_ms / 1.5 if tri_ms is None else tri_ms
     r = {"mode": "dense", "dist": "few", "N": N, "H": H, "D": D, "Dv": D, "L": L, "streams": 1, "dtype": "fp16",
          "tri_ms": tri_ms, "ref_ms": ref_ms, "mae": 1e-4, "copy_gbs": copy, "status": "ok", "gpu": "g"}
@@ -149,8 +147,8 @@ def _row(L, ref_ms, tri_ms=None, N=1024, H=8, D=128, copy=3000.0, **kw):
 
 def test_csv_has_the_seed_columns_first_then_ours(tmp_path):
     p = tmp_path / "x.csv"
-    C.write_csv(p, [_row(64, 0.1)])
-    C.write_csv(p, [_row(128, 0.2)])  # appends without a second header
+    csvio.write_csv(p, [_row(64, 0.1)])
+    csvio.write_csv(p, [_row(128, 0.2)])  # appends without a second header
     with p.open() as fh:
         rows = list(csv.reader(fh))
     assert rows[0][:12] == ["mode", "N", "H", "D", "Dv", "L", "nspans", "streams", "tri_ms", "ref_ms", "speedup",
@@ -162,37 +160,37 @@ def test_csv_has_the_seed_columns_first_then_ours(tmp_path):
     bad = tmp_path / "old.csv"
     bad.write_text("mode,N,H\n")
     with pytest.raises(ValueError, match="different header"):
-        C.write_csv(bad, [_row(64, 0.1)])
+        csvio.write_csv(bad, [_row(64, 0.1)])
 
 
 def test_honest_sweep_raises_no_flag():
     rows = [_row(L, 0.01 + L * 0.0005) for L in (16, 32, 64, 128, 256, 512, 1024)]
-    assert all(r["suspect"] == "" for r in C.flag_suspects(rows))
+    assert all(r["suspect"] == "" for r in guards.flag_suspects(rows))
 
 
 def test_small_latency_bound_sweep_is_not_called_flat():
     # N=64, H=4, D=64: even at L=1024 the work is ~5 us at copy bandwidth, so a flat
     # ~10 us reference is honest launch latency, not skipped work.
     rows = [_row(L, 0.010 + 0.0001 * (i % 2), N=64, H=4, D=64) for i, L in enumerate((16, 64, 256, 1024))]
-    assert all("ref_flat" not in r["suspect"] for r in C.flag_suspects(rows))
+    assert all("ref_flat" not in r["suspect"] for r in guards.flag_suspects(rows))
 
 
 def test_the_seeds_bug_is_caught():
     # SDPA at a constant 0.02 ms whatever L (one row timed, 64 keys read): flat, and
     # above the copy bandwidth at large L.
-    rows = C.flag_suspects([_row(L, 0.02) for L in (64, 128, 256, 512, 1024)])
+    rows = guards.flag_suspects([_row(L, 0.02) for L in (64, 128, 256, 512, 1024)])
     assert all("ref_flat" in r["suspect"] for r in rows)
     assert "ref_bw>copy" in rows[-1]["suspect"] and "ref_bw>copy" not in rows[0]["suspect"]
 
 
 def test_drop_nan_and_triton_bandwidth_guards():
-    rows = C.flag_suspects([_row(64, 0.10), _row(128, 0.05), _row(256, 0.2)])
+    rows = guards.flag_suspects([_row(64, 0.10), _row(128, 0.05), _row(256, 0.2)])
     assert rows[1]["suspect"] == "ref_drop" and rows[0]["suspect"] == rows[2]["suspect"] == ""
-    jitter = C.flag_suspects([_row(16, 0.0100, N=64, H=4, D=64), _row(32, 0.0084, N=64, H=4, D=64)])
+    jitter = guards.flag_suspects([_row(16, 0.0100, N=64, H=4, D=64), _row(32, 0.0084, N=64, H=4, D=64)])
     assert jitter[1]["suspect"] == ""  # 16 % but 1.6 us: launch-latency noise, not a drop
-    nan = C.flag_suspects([_row(64, 0.1, mae=float("nan"))])
+    nan = guards.flag_suspects([_row(64, 0.1, mae=float("nan"))])
     assert nan[0]["suspect"] == "nan"
-    fast = C.flag_suspects([_row(1024, 1.0, tri_ms=1e-4)])
+    fast = guards.flag_suspects([_row(1024, 1.0, tri_ms=1e-4)])
     assert fast[0]["suspect"] == "tri_bw>copy"
 
 
@@ -200,28 +198,26 @@ def test_ref_drop_is_judged_within_one_reference_kernel():
     # SDPA on the H100: flash at L=1 (cuDNN refuses one key), cuDNN from L=2; the switch is
     # faster although L grew.  Within one kernel the same drop is still a ref_drop.
     flash, cudnn = "pytorch_flash::flash_fwd_kernel", "cudnn_generated_fort_native_sdpa_sm90"
-    rows = C.flag_suspects([_row(1, 0.029, ref_kernel=flash), _row(2, 0.024, ref_kernel=cudnn),
+    rows = guards.flag_suspects([_row(1, 0.029, ref_kernel=flash), _row(2, 0.024, ref_kernel=cudnn),
                             _row(4, 0.024, ref_kernel=cudnn), _row(8, 0.018, ref_kernel=cudnn)])
     assert [r["suspect"] for r in rows] == ["", "", "", "ref_drop"]
-    sw = C.kernel_switches(rows)
+    sw = guards.kernel_switches(rows)
     assert len(sw) == 1 and sw[0][0]["L"] == 1 and sw[0][1]["L"] == 2 and sw[0][2] is True
     # Without kernel names (CPU, old CSVs) every step is compared.
-    plain = C.flag_suspects([_row(1, 0.029), _row(2, 0.024)])
-    assert plain[1]["suspect"] == "ref_drop" and C.kernel_switches(plain) == []
+    plain = guards.flag_suspects([_row(1, 0.029), _row(2, 0.024)])
+    assert plain[1]["suspect"] == "ref_drop" and guards.kernel_switches(plain) == []
 
 
 def test_noisy_timings_are_flagged_per_side():
     quiet = _row(64, 0.1, tri_p20_ms=0.066, tri_p80_ms=0.070, ref_p20_ms=0.098, ref_p80_ms=0.102)
     spiky = _row(64, 0.1, tri_p20_ms=0.0067, tri_p80_ms=0.1056, ref_p20_ms=0.098, ref_p80_ms=0.102)
     tiny = _row(64, 0.1, tri_p20_ms=0.0030, tri_p80_ms=0.0045, ref_p20_ms=0.098, ref_p80_ms=0.102)
-    assert C.noisy_sides(quiet) == [] and C.noisy_sides(spiky) == ["tri"]
-    assert C.noisy_sides(tiny) == []  # 1.5x but 1.5 us apart: launch jitter
-    assert C.flag_suspects([spiky])[0]["suspect"] == "tri_noisy"
+    assert guards.noisy_sides(quiet) == [] and guards.noisy_sides(spiky) == ["tri"]
+    assert guards.noisy_sides(tiny) == []  # 1.5x but 1.5 us apart: launch jitter
+    assert guards.flag_suspects([spiky])[0]["suspect"] == "tri_noisy"
 
 
 def test_noisy_rows_are_re_timed_and_the_quietest_attempt_kept(monkeypatch):
-    import bench_sel_triton as B
-
     a = B.parse_args(["--dry-run", "--retries", "2"])
     spreads = iter([(0.01, 0.10), (0.01, 0.05), (0.01, 0.011), (0.01, 0.011)])
 
@@ -229,18 +225,18 @@ def test_noisy_rows_are_re_timed_and_the_quietest_attempt_kept(monkeypatch):
         p20, p80 = next(spreads)
         return {"status": "ok", "tri_p20_ms": p20, "tri_p80_ms": p80, "ref_p20_ms": 0.02, "ref_p80_ms": 0.021}
 
-    monkeypatch.setattr(B, "run_case", fake_run_case)
-    r = B.timed_case(a, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
+    monkeypatch.setattr(sel_case, "run_case", fake_run_case)
+    r = sel_case.timed_case(a, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
     assert r["retries"] == 2 and r["tri_p80_ms"] == 0.011  # third attempt quiet: stop there
     a0 = B.parse_args(["--dry-run", "--retries", "0"])
     spreads = iter([(0.01, 0.10)])
-    r0 = B.timed_case(a0, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
-    assert r0["retries"] == 0 and C.noisy_sides(r0) == ["tri"]  # kept, and the guard will flag it
+    r0 = sel_case.timed_case(a0, "few", 4, 2, 64, 64, 16, 1, None, None, None, None)
+    assert r0["retries"] == 0 and guards.noisy_sides(r0) == ["tri"]  # kept, and the guard will flag it
 
 
 def test_guards_are_per_sweep():
     # Same L values, different N: the drop from one group to the other is not a drop.
-    rows = C.flag_suspects([_row(64, 0.5, N=1024), _row(64, 0.01, N=64), _row(128, 0.02, N=64)])
+    rows = guards.flag_suspects([_row(64, 0.5, N=1024), _row(64, 0.01, N=64), _row(128, 0.02, N=64)])
     assert all(r["suspect"] == "" for r in rows)
 
 
@@ -312,14 +308,14 @@ def test_run_h100_runs_only_the_chosen_stages(tmp_path):
 def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
     """The real sweep code on the CPU: interpreter kernels, oracle MAE, modelled clock."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(BENCH / "bench_sel_triton.py"), "--dry-run", "--N", "3", "--H", "2",
+    cmd = [sys.executable, "-m", "bench.bench_sel_triton", "--dry-run", "--N", "3", "--H", "2",
            "--dims", "32:16", "--L_list", "16,32,128", "--dist", "few,many,mixed", "--mae-rows", "2",
            "--csv", str(tmp_path / "sel_{mode}.csv")]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[9/9" in res.stderr  # progress lines
-    dense = C.read_csv([tmp_path / "sel_dense.csv"])
-    varlen = C.read_csv([tmp_path / "sel_varlen.csv"])
+    dense = csvio.read_csv([tmp_path / "sel_dense.csv"])
+    varlen = csvio.read_csv([tmp_path / "sel_varlen.csv"])
     assert len(dense) == 3 and len(varlen) == 6
     assert {r["dist"] for r in varlen} == {"many", "mixed"}
     for r in dense + varlen:
@@ -362,7 +358,7 @@ def _fake_timer(monkeypatch, cls, clock, iters, warmup):
 def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch):
     """The timing loop without a GPU: fake events, a CPU flush buffer."""
     clock = {"t": 0.0, "flushes": 0}
-    timer = _fake_timer(monkeypatch, C.CudaEventTimer, clock, iters=5, warmup=2)
+    timer = _fake_timer(monkeypatch, timers.CudaEventTimer, clock, iters=5, warmup=2)
     durations = iter([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 4.0, 100.0])  # compile, 2 warm-up, 5 timed (ms)
     calls = []
 
@@ -374,22 +370,23 @@ def test_cuda_event_timer_counts_calls_flushes_and_takes_the_median(monkeypatch)
     assert len(calls) == 8 and clock["flushes"] == 5  # one flush before every timed run only
     assert t.median_ms == 3.0 and t.p20_ms == 2.0 and t.p80_ms == 4.0
     # One GPU hold before the timed runs, of at least HOLD_MS_RANGE[0] ms (host enqueue is fast here).
-    assert clock["holds"] == [int(C.HOLD_MS_RANGE[0] * 1000.0)] and timer.last_hold_ms == C.HOLD_MS_RANGE[0]
+    assert clock["holds"] == [int(timers.HOLD_MS_RANGE[0] * 1000.0)] and timer.last_hold_ms == timers.HOLD_MS_RANGE[0]
     assert timer.last_host_behind is False
 
 
 def test_hold_covers_the_host_enqueue_time_and_says_when_it_did_not(monkeypatch):
     clock = {"t": 0.0, "flushes": 0}
-    timer = _fake_timer(monkeypatch, C.CudaEventTimer, clock, iters=10, warmup=2)
+    timer = _fake_timer(monkeypatch, timers.CudaEventTimer, clock, iters=10, warmup=2)
+
+    host = {"s": 0.0}  # the host clock the timer reads, moved only by the calls: immune to machine load
+    monkeypatch.setattr(timers, "time", SimpleNamespace(perf_counter=lambda: host["s"]))
 
     def slow_host():  # 1 ms of host time per call: the hold must cover 10 of them, twice over
-        t0 = C.time.perf_counter()
-        while C.time.perf_counter() - t0 < 0.001:
-            pass
+        host["s"] += 0.001
 
     timer(slow_host)
-    assert timer.last_hold_ms >= C.HOLD_FACTOR * 10 * 1.0 and timer.last_host_behind is False
-    monkeypatch.setattr(C, "HOLD_MS_RANGE", (0.5, 1.0))  # a cap below the enqueue time: reported
+    assert timer.last_hold_ms >= timers.HOLD_FACTOR * 10 * 1.0 and timer.last_host_behind is False
+    monkeypatch.setattr(timers, "HOLD_MS_RANGE", (0.5, 1.0))  # a cap below the enqueue time: reported
     timer(slow_host)
     assert timer.last_hold_ms == 1.0 and timer.last_host_behind is True
     monkeypatch.delattr(torch.cuda, "_sleep")  # no _sleep in this torch: nothing held, still timed
@@ -410,8 +407,8 @@ def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(
             raise RuntimeError("operation not permitted when stream is capturing")
         return FakeGraph(), None
 
-    monkeypatch.setattr(C, "capture_graph", capture)
-    timer = _fake_timer(monkeypatch, C.GraphTimer, clock, iters=4, warmup=1)
+    monkeypatch.setattr(timers, "capture_graph", capture)
+    timer = _fake_timer(monkeypatch, timers.GraphTimer, clock, iters=4, warmup=1)
 
     def fn():
         clock["t"] += 50.0  # an eager call: launch gap and all
@@ -428,8 +425,6 @@ def test_graph_timer_replays_the_captured_call_and_falls_back_for_syncing_calls(
 
 
 def test_timer_label_names_sides_timed_another_way():
-    import bench_sel_triton as B
-
-    assert B.timer_label("cuda-graph", {"tri": "cuda-graph", "ref": "cuda-graph"}) == "cuda-graph"
-    assert B.timer_label("cuda-graph", {"tri": "cuda-graph", "ref_gather": "cuda-events"}) == \
+    assert sel_case.timer_label("cuda-graph", {"tri": "cuda-graph", "ref": "cuda-graph"}) == "cuda-graph"
+    assert sel_case.timer_label("cuda-graph", {"tri": "cuda-graph", "ref_gather": "cuda-events"}) == \
         "cuda-graph; ref_gather=cuda-events"

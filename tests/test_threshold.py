@@ -5,17 +5,15 @@ round trip, and the end-to-end effect on the dispatcher."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
+from bench import csvio, threshold_rule
+from bench import sel_threshold_from_csv as S
 
-import common as C  # noqa: E402
-import sel_threshold_from_csv as S  # noqa: E402
+BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 LS = (16, 64, 256, 1024)
 CONFIGS = [("few", 64, 4, 64), ("few", 1024, 8, 128), ("many", 1024, 8, 128), ("mixed", 256, 4, 64)]
@@ -39,8 +37,8 @@ def rows_for(speedup, *, mae=1e-4, gpu="NVIDIA H100 80GB HBM3", triton="3.6.0", 
 
 def split_write(tmp_path, rows, stem=""):
     dense, varlen = tmp_path / f"{stem}dense.csv", tmp_path / f"{stem}varlen.csv"
-    C.write_csv(dense, [r for r in rows if r["mode"] == "dense"], append=False)
-    C.write_csv(varlen, [r for r in rows if r["mode"] == "varlen"], append=False)
+    csvio.write_csv(dense, [r for r in rows if r["mode"] == "dense"], append=False)
+    csvio.write_csv(varlen, [r for r in rows if r["mode"] == "varlen"], append=False)
     return dense, varlen
 
 
@@ -51,7 +49,7 @@ def tag(rows):
 
 
 def judge(rows, margin=1.2, max_mae=1e-3, **kw):
-    vs = S.verdicts(tag(rows), margin, max_mae, **kw)
+    vs = threshold_rule.verdicts(tag(rows), margin, max_mae, **kw)
     assert len(vs) == 1
     return vs[0]
 
@@ -103,10 +101,10 @@ def test_verdicts_per_gpu_and_triton_minor_streams_and_decode():
     rows += rows_for(lambda d, N, L: 0.5, triton="3.5.1")
     rows += [dict(r, streams=2) for r in rows_for(lambda d, N, L: 0.1)]  # concurrency rows do not gate
     dec = [dict(r, mode="decode", dist="decode") for r in rows_for(lambda d, N, L: 0.5)]
-    vs = {(v.gpu, v.triton): v.min_L for v in S.verdicts(tag(rows + dec), 1.2, 1e-3)}
+    vs = {(v.gpu, v.triton): v.min_L for v in threshold_rule.verdicts(tag(rows + dec), 1.2, 1e-3)}
     assert vs == {("NVIDIA A100-SXM4-80GB", "3.6"): None, ("NVIDIA H100 80GB HBM3", "3.5"): None,
                   ("NVIDIA H100 80GB HBM3", "3.6"): 16}
-    gated = {(v.gpu, v.triton): v.min_L for v in S.verdicts(tag(rows + dec), 1.2, 1e-3, gate_decode=True)}
+    gated = {(v.gpu, v.triton): v.min_L for v in threshold_rule.verdicts(tag(rows + dec), 1.2, 1e-3, gate_decode=True)}
     assert gated[("NVIDIA H100 80GB HBM3", "3.6")] is None
 
 
@@ -120,9 +118,9 @@ def test_fallback_baseline_judges_against_gather_plus_sdpa():
     assert judge(rows).min_L is None
     v = judge(rows, baseline="fallback")
     assert v.min_L == 64 and v.baseline == "fallback"
-    assert S.row_speedup(rows[1], "fallback") == pytest.approx(3.0) and S.row_speedup(rows[0], "fallback") == 1.0
+    assert threshold_rule.row_speedup(rows[1], "fallback") == pytest.approx(3.0) and threshold_rule.row_speedup(rows[0], "fallback") == 1.0
     with pytest.raises(ValueError, match="baseline must be one of"):
-        S.row_speedup(rows[0], "flash")
+        threshold_rule.row_speedup(rows[0], "flash")
 
 
 def test_report_shows_both_baselines_and_speedup_ranges(tmp_path):
@@ -155,7 +153,7 @@ def test_report_lists_reference_kernel_switches(tmp_path):
 
 def test_bad_gates_are_refused():
     with pytest.raises(ValueError, match="positive"):
-        S.choose_threshold(tag(rows_for(lambda d, N, L: 2.0)), 0.0, 1e-3)
+        threshold_rule.choose_threshold(tag(rows_for(lambda d, N, L: 2.0)), 0.0, 1e-3)
 
 
 # ----------------------------------------------------------------------------- cli, report, config
