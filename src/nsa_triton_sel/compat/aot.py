@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0]) as f:
         req = json.load(f)
     try:  # import first and say what was imported: a compiler abort later still leaves this behind
-        import triton  # noqa: F401
+        import triton  # noqa: F401 - imported for what it says it is
     except Exception:  # noqa: BLE001 - compile_request reports it as a verdict
         pass
     _write_json(argv[1] + ".imported", imported_versions())

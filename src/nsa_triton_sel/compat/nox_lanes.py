@@ -29,6 +29,7 @@ from packaging.version import Version
 
 from . import lanes, ledger
 from .lane_bodies import BODIES, bench_skip, raw_path
+from .verdicts import ERROR
 
 KINDS = ("compile", "parity", "bench")
 SHARED_DIR = "nsa-sel-shared-torch"
@@ -181,7 +182,7 @@ def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | No
         got_np = rec.get("numpy_imported")
         if checked is rec and got_np and Version(got_np) not in numpy_ok:
             why = f"its process imported numpy {got_np}, outside the lane's numpy{lane.numpy} ({lane.numpy_reason})"
-            checked = {**rec, "verdict": "error", "isolation_error": why, "message": f"{why} | was {rec['verdict']}"}
+            checked = {**rec, "verdict": ERROR, "isolation_error": why, "message": f"{why} | was {rec['verdict']}"}
             wrong.add(f"numpy {got_np} outside numpy{lane.numpy}")
         out.append(checked)
     if not wrong:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..verdicts import BAD
+from ..verdicts import BAD, PASS
 from .cells import NOT_RUN, by_release_check, cell, reasons
 from .store import run_key
 
@@ -44,7 +44,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
             cell_recs = _select(grouped.get((rel.triton, check), []), mode)
             verdict, text = cell(cell_recs)
             row.append(text)
-            if verdict != "pass":
+            if verdict != PASS:
                 if not (mode == "gpu" and verdict == NOT_RUN):
                     notes.append(_note(rel, check, title, verdict, cell_recs, grouped, table.required))
         ok, why = verdicts[rel.triton]
@@ -91,11 +91,11 @@ def gpu_evidence(table, recs: list[dict]) -> list[str]:
         abs_err = [m["max_abs_err"] for m in mets if isinstance(m.get("max_abs_err"), (int, float))]
         ratio = [m["rel_err"] / m["sdpa_rel_err"] for m in mets
                  if isinstance(m.get("rel_err"), (int, float)) and m.get("sdpa_rel_err")]
-        passed = sum(r["verdict"] == "pass" for r in par)
+        passed = sum(r["verdict"] == PASS for r in par)
         points = {}
         for r in ben:
             gi = _bench_point(r)
-            if gi and r.get("verdict") == "pass":
+            if gi and r.get("verdict") == PASS:
                 points[gi] = r["metrics"]
         seeds = [points[(g, "triton")]["speedup_vs_sdpa"] for g, i in sorted(points, key=lambda k: (len(k[0]), k[0]))
                  if i == "triton" and g.startswith(SEEDS_MAIN) and "speedup_vs_sdpa" in points[(g, i)]]

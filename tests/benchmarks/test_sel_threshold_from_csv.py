@@ -13,7 +13,7 @@ import torch
 from bench import csvio, threshold_rule
 from bench import sel_threshold_from_csv as S
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 LS = (16, 64, 256, 1024)
 CONFIGS = [("few", 64, 4, 64), ("few", 1024, 8, 128), ("many", 1024, 8, 128), ("mixed", 256, 4, 64)]
