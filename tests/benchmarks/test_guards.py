@@ -2,47 +2,39 @@
 
 from __future__ import annotations
 
-from bench import accounting, guards
+from sweep_rows import row
 
-
-def _row(L, ref_ms, tri_ms=None, N=1024, H=8, D=128, copy=3000.0, **kw):
-    nbytes = accounting.sel_bytes(N, H, D, D, L, 2)
-    tri_ms = ref_ms / 1.5 if tri_ms is None else tri_ms
-    r = {"mode": "dense", "dist": "few", "N": N, "H": H, "D": D, "Dv": D, "L": L, "streams": 1, "dtype": "fp16",
-         "tri_ms": tri_ms, "ref_ms": ref_ms, "mae": 1e-4, "copy_gbs": copy, "status": "ok", "gpu": "g"}
-    r["tri_gbs"], r["ref_gbs"] = nbytes / tri_ms / 1e6, nbytes / ref_ms / 1e6
-    r.update(kw)
-    return r
+from bench import guards
 
 
 def test_honest_sweep_raises_no_flag():
-    rows = [_row(L, 0.01 + L * 0.0005) for L in (16, 32, 64, 128, 256, 512, 1024)]
+    rows = [row(L, 0.01 + L * 0.0005) for L in (16, 32, 64, 128, 256, 512, 1024)]
     assert all(r["suspect"] == "" for r in guards.flag_suspects(rows))
 
 
 def test_small_latency_bound_sweep_is_not_called_flat():
     # N=64, H=4, D=64: even at L=1024 the work is ~5 us at copy bandwidth, so a flat
     # ~10 us reference is honest launch latency, not skipped work.
-    rows = [_row(L, 0.010 + 0.0001 * (i % 2), N=64, H=4, D=64) for i, L in enumerate((16, 64, 256, 1024))]
+    rows = [row(L, 0.010 + 0.0001 * (i % 2), N=64, H=4, D=64) for i, L in enumerate((16, 64, 256, 1024))]
     assert all("ref_flat" not in r["suspect"] for r in guards.flag_suspects(rows))
 
 
 def test_the_seeds_bug_is_caught():
     # SDPA at a constant 0.02 ms whatever L (one row timed, 64 keys read): flat, and
     # above the copy bandwidth at large L.
-    rows = guards.flag_suspects([_row(L, 0.02) for L in (64, 128, 256, 512, 1024)])
+    rows = guards.flag_suspects([row(L, 0.02) for L in (64, 128, 256, 512, 1024)])
     assert all("ref_flat" in r["suspect"] for r in rows)
     assert "ref_bw>copy" in rows[-1]["suspect"] and "ref_bw>copy" not in rows[0]["suspect"]
 
 
 def test_drop_nan_and_triton_bandwidth_guards():
-    rows = guards.flag_suspects([_row(64, 0.10), _row(128, 0.05), _row(256, 0.2)])
+    rows = guards.flag_suspects([row(64, 0.10), row(128, 0.05), row(256, 0.2)])
     assert rows[1]["suspect"] == "ref_drop" and rows[0]["suspect"] == rows[2]["suspect"] == ""
-    jitter = guards.flag_suspects([_row(16, 0.0100, N=64, H=4, D=64), _row(32, 0.0084, N=64, H=4, D=64)])
+    jitter = guards.flag_suspects([row(16, 0.0100, N=64, H=4, D=64), row(32, 0.0084, N=64, H=4, D=64)])
     assert jitter[1]["suspect"] == ""  # 16 % but 1.6 us: launch-latency noise, not a drop
-    nan = guards.flag_suspects([_row(64, 0.1, mae=float("nan"))])
+    nan = guards.flag_suspects([row(64, 0.1, mae=float("nan"))])
     assert nan[0]["suspect"] == "nan"
-    fast = guards.flag_suspects([_row(1024, 1.0, tri_ms=1e-4)])
+    fast = guards.flag_suspects([row(1024, 1.0, tri_ms=1e-4)])
     assert fast[0]["suspect"] == "tri_bw>copy"
 
 
@@ -50,20 +42,20 @@ def test_ref_drop_is_judged_within_one_reference_kernel():
     # SDPA on the H100: flash at L=1 (cuDNN refuses one key), cuDNN from L=2; the switch is
     # faster although L grew.  Within one kernel the same drop is still a ref_drop.
     flash, cudnn = "pytorch_flash::flash_fwd_kernel", "cudnn_generated_fort_native_sdpa_sm90"
-    rows = guards.flag_suspects([_row(1, 0.029, ref_kernel=flash), _row(2, 0.024, ref_kernel=cudnn),
-                            _row(4, 0.024, ref_kernel=cudnn), _row(8, 0.018, ref_kernel=cudnn)])
+    rows = guards.flag_suspects([row(1, 0.029, ref_kernel=flash), row(2, 0.024, ref_kernel=cudnn),
+                            row(4, 0.024, ref_kernel=cudnn), row(8, 0.018, ref_kernel=cudnn)])
     assert [r["suspect"] for r in rows] == ["", "", "", "ref_drop"]
     sw = guards.kernel_switches(rows)
     assert len(sw) == 1 and sw[0][0]["L"] == 1 and sw[0][1]["L"] == 2 and sw[0][2] is True
     # Without kernel names (CPU, old CSVs) every step is compared.
-    plain = guards.flag_suspects([_row(1, 0.029), _row(2, 0.024)])
+    plain = guards.flag_suspects([row(1, 0.029), row(2, 0.024)])
     assert plain[1]["suspect"] == "ref_drop" and guards.kernel_switches(plain) == []
 
 
 def test_noisy_timings_are_flagged_per_side():
-    quiet = _row(64, 0.1, tri_p20_ms=0.066, tri_p80_ms=0.070, ref_p20_ms=0.098, ref_p80_ms=0.102)
-    spiky = _row(64, 0.1, tri_p20_ms=0.0067, tri_p80_ms=0.1056, ref_p20_ms=0.098, ref_p80_ms=0.102)
-    tiny = _row(64, 0.1, tri_p20_ms=0.0030, tri_p80_ms=0.0045, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    quiet = row(64, 0.1, tri_p20_ms=0.066, tri_p80_ms=0.070, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    spiky = row(64, 0.1, tri_p20_ms=0.0067, tri_p80_ms=0.1056, ref_p20_ms=0.098, ref_p80_ms=0.102)
+    tiny = row(64, 0.1, tri_p20_ms=0.0030, tri_p80_ms=0.0045, ref_p20_ms=0.098, ref_p80_ms=0.102)
     assert guards.noisy_sides(quiet) == [] and guards.noisy_sides(spiky) == ["tri"]
     assert guards.noisy_sides(tiny) == []  # 1.5x but 1.5 us apart: launch jitter
     assert guards.flag_suspects([spiky])[0]["suspect"] == "tri_noisy"
@@ -71,5 +63,5 @@ def test_noisy_timings_are_flagged_per_side():
 
 def test_guards_are_per_sweep():
     # Same L values, different N: the drop from one group to the other is not a drop.
-    rows = guards.flag_suspects([_row(64, 0.5, N=1024), _row(64, 0.01, N=64), _row(128, 0.02, N=64)])
+    rows = guards.flag_suspects([row(64, 0.5, N=1024), row(64, 0.01, N=64), row(128, 0.02, N=64)])
     assert all(r["suspect"] == "" for r in rows)

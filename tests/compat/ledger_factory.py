@@ -54,46 +54,18 @@ def write_runs(results, records):
                          started=rs[0]["date"], records=rs)
 
 
-TABLE_TOML = '''schema = 1
-[matrix]
-required = ["compile", "parity"]
+def table_toml() -> str:
+    """:data:`TABLE` written as a lanes.toml."""
+    out = ['schema = 1\n[matrix]\nrequired = ["compile", "parity"]\n']
+    for lane in TABLE.lanes:
+        out.append(f'\n[[lane]]\nlabel = "{lane.label}"\ntriton = "{lane.triton}"\ntorch = {list(lane.torch)!r}\n'
+                   f'python = "{lane.python}"\nnumpy = "{lane.numpy}"\n'.replace("'", '"'))
+        for patch in (p for p in TABLE.patches if p.label == lane.label):
+            out.append(f'\n[[lane.patch]]\ntriton = "{patch.triton}"\ntorch = {list(patch.torch)!r}\n'.replace("'", '"'))
+    return "".join(out)
 
-[[lane]]
-label = "3.1"
-triton = "3.1.0"
-torch = ["2.5.1"]
-python = ">=3.9"
-numpy = "<2"
 
-[[lane]]
-label = "3.3"
-triton = "3.3.1"
-torch = ["2.7.1"]
-python = ">=3.9"
-numpy = "<2.4"
-
-[[lane.patch]]
-triton = "3.3.0"
-torch = ["2.7.0"]
-
-[[lane]]
-label = "3.5"
-triton = "3.5.1"
-torch = ["2.9.1"]
-python = ">=3.10"
-numpy = "<2.4"
-
-[[lane.patch]]
-triton = "3.5.0"
-torch = ["2.9.0"]
-
-[[lane]]
-label = "3.9"
-triton = "3.9.0"
-torch = ["2.15.0"]
-python = ">=3.11"
-numpy = ">=1.26"
-'''
+TABLE_TOML = table_toml()
 
 
 def constraints_dir(tmp_path):

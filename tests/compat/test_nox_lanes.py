@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lane_bodies, lanes, ledger, nox_lanes, project
+from nsa_triton_sel.compat import lane_bodies, lanes, nox_lanes, project
 
 ROOT = project.project_root()
 

@@ -6,7 +6,6 @@ imports them, so they cost no compile.
 """
 
 import json
-import os
 import signal
 import sys
 import time
