@@ -64,6 +64,13 @@ class Lane:
         return "candidate" if self.candidate else self.triton if self.patch else self.label
 
     @property
+    def title(self) -> str:
+        """How messages name it: "3.1", "3.3.0 (patch of lane 3.3)", "3.10.0 (candidate)"."""
+        if self.candidate:
+            return f"{self.triton} (candidate)"
+        return f"{self.triton} (patch of lane {self.label})" if self.patch else self.label
+
+    @property
     def paired_torch(self) -> str | None:
         """The torch a GPU lane installs: the first of ``torch`` (None: no torch pins it yet)."""
         return self.torch[0] if self.torch else None

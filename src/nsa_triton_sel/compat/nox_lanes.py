@@ -142,7 +142,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
             fp = prepare(session, lane, kind, opts, m)
             if fp is None:  # nox --install-only: the lane is installed, nothing ran
                 path.unlink(missing_ok=True)
-                session.log(f"lane {lane.name} installed (--install-only)")
+                session.log(f"lane {lane.title} installed (--install-only)")
                 return
             base = ledger.base_record(lane, fp, check=kind, mode=mode, session=session.name,
                                       run_id=base["run_id"], knobs=dict(m.table.knobs))
@@ -188,7 +188,7 @@ def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | No
     if not wrong:
         return out, None
     n = sum(1 for r in out if r.get("isolation_error"))
-    return out, (f"lane {lane.name} is not isolated: {n} record(s) came from processes that imported "
+    return out, (f"lane {lane.title} is not isolated: {n} record(s) came from processes that imported "
                  f"{'; '.join(sorted(wrong))}; they are recorded as errors")
 
 
@@ -226,7 +226,7 @@ def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | Non
     if problem:
         session.error(problem)
     got, where = fp["imported"], fp["origins"]
-    session.log(f"lane {lane.name}: triton {got['triton']} ({where['triton']}), numpy {got['numpy']}, "
+    session.log(f"lane {lane.title}: triton {got['triton']} ({where['triton']}), numpy {got['numpy']}, "
                 f"torch {got['torch']} ({where['torch']}), python {fp.get('python')}, "
                 f"{'GPU ' + str(fp.get('gpu_name')) if m.gpu else 'CPU'}")
     return fp
@@ -237,10 +237,10 @@ def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = Fal
     got, where, errors = fp.get("imported") or {}, fp.get("origins") or {}, fp.get("import_errors") or {}
     hint = " (--no-venv needs the lane's exact Triton installed)" if passthrough_mode else ""
     if not got.get("triton") or Version(got["triton"]) != lane.version:
-        return (f"lane {lane.name} needs triton {lane.triton}, the environment imports {got.get('triton')} "
+        return (f"lane {lane.title} needs triton {lane.triton}, the environment imports {got.get('triton')} "
                 f"from {where.get('triton')}{hint} {errors.get('triton', '')}").rstrip()
     if lane.numpy and (not got.get("numpy") or Version(got["numpy"]) not in SpecifierSet(lane.numpy)):
-        return (f"lane {lane.name} needs numpy{lane.numpy} ({lane.numpy_reason}), the environment imports "
+        return (f"lane {lane.title} needs numpy{lane.numpy} ({lane.numpy_reason}), the environment imports "
                 f"{got.get('numpy')} from {where.get('numpy')} {errors.get('numpy', '')}").rstrip()
     return None
 

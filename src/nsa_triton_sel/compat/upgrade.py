@@ -243,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     base = baseline_release(table, recs, windows, version)
     base_recs = [r for r in recs if base and r["triton"] == base.triton]
     gpu = gpu_mode()
-    cand_recs, results = _candidate_records(version, args, cdir.parent, gpu)
+    # The noxfile beside the constraints directory, else the project's found from the cwd (a
+    # --constraints copy elsewhere, e.g. to try --admit, still runs the project's lanes).
+    root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
+    cand_recs, results = _candidate_records(version, args, root, gpu)
     report = judge(version, cand_recs, base.triton if base else None, base_recs, table.required, windows,
                    args.max_slowdown)
     print(report.render())
