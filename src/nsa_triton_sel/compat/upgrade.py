@@ -186,9 +186,13 @@ def _nox_command() -> list[str]:
 
 
 def run_candidate(version: str, results: Path, root: Path, gpu: bool) -> int:
-    """Run the candidate lane's sessions through the project's noxfile; verdicts land in ``results``."""
+    """Run the candidate lane's sessions through the project's noxfile; verdicts land in ``results``.
+
+    ``-r`` reuses the candidate venvs of an earlier check (the install step still runs and pins the
+    candidate's Triton and numpy; the lane's import check catches anything left over).
+    """
     sessions = ["compile-candidate", "parity-candidate"] + (["bench-candidate"] if gpu else [])
-    cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-s", *sessions, "--no-stop-on-first-error",
+    cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-r", "-s", *sessions, "--no-stop-on-first-error",
                             "--", "--results", str(results)]
     env = dict(os.environ, NSA_SEL_CANDIDATE=version, NSA_SEL_GPU="1" if gpu else "0")
     print(f"check-upgrade: running {' '.join(sessions)} for triton {version}", flush=True)
