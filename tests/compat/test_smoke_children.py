@@ -57,18 +57,28 @@ def test_children_import_their_own_triton_not_another_on_the_parents_path(fake_s
     assert raw["imported"]["triton"] == _real_triton() != FAKE, raw
 
 
-def test_child_env_never_puts_a_site_dir_on_pythonpath(fake_site, tmp_path, monkeypatch):
+def test_the_harness_never_adds_a_site_dir_to_pythonpath(fake_site, tmp_path, monkeypatch):
     plain = tmp_path / "my_specs"
     plain.mkdir()
-    monkeypatch.syspath_prepend(str(plain))
-    monkeypatch.setattr(sys, "path", [*sys.path, str(fake_site)])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake_site), str(tmp_path / "elsewhere")]))
+    monkeypatch.syspath_prepend(str(plain))  # a runtime insert: shared in front
+    monkeypatch.syspath_prepend(str(fake_site))  # installed packages inserted at runtime: only after
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])  # appended plain dir: after, too
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "callers"))
     env = smoke.child_env(str(tmp_path / "cache"))
     front = env["PYTHONPATH"].split(os.pathsep)
-    assert str(plain) in front and str(tmp_path / "elsewhere") in front
+    assert str(plain) in front and front[-1] == str(tmp_path / "callers")  # the caller's own stays, unchanged
     assert not any(children.is_site_dir(p) for p in front)
-    assert str(fake_site) not in front
-    assert str(fake_site) in env[children.SHARED_PATH_ENV].split(os.pathsep)  # inherited: kept, but after
+    shared = env[children.SHARED_PATH_ENV].split(os.pathsep)
+    assert str(fake_site) in shared and str(tmp_path) in shared
+
+
+def test_the_callers_pythonpath_is_passed_unchanged(fake_site, tmp_path, monkeypatch):
+    """A Triton the caller puts on PYTHONPATH is what `import triton` gives there: the children get it
+    in the same place (a lane's set-up check says whether it is the lane's)."""
+    monkeypatch.setenv("PYTHONPATH", str(fake_site))
+    env = smoke.child_env(str(tmp_path / "cache"))
+    assert env["PYTHONPATH"].split(os.pathsep)[-1] == str(fake_site)
+    assert str(fake_site) not in env[children.SHARED_PATH_ENV].split(os.pathsep)
 
 
 def test_shared_paths_come_after_the_childs_own_site_packages(fake_site, tmp_path):

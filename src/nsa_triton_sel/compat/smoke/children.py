@@ -4,11 +4,12 @@ Each compile runs in a child because some compiler failures are C++ assertion ab
 the process.  The child must import the *same* Triton as the environment the harness was
 started for, never another one that happens to be on the parent's ``sys.path``:
 
-- the child's ``PYTHONPATH`` gets only plain directories the parent had *before* its own
-  site-packages (the cwd, runtime inserts such as a tests directory holding user specs,
-  ``PYTHONPATH`` entries).  A directory of installed packages (named site-packages, holding
-  ``*.dist-info``, or holding triton/numpy/torch) never goes there: on ``PYTHONPATH`` it would
-  come *before* the child's own site-packages and shadow its Triton.  (This was the bug of
+- the harness adds to the child's ``PYTHONPATH`` only plain directories the parent had *before*
+  its own site-packages (the cwd, runtime inserts such as a tests directory holding user specs);
+  the caller's own ``PYTHONPATH`` is passed unchanged (the parent has it in the same place).  A
+  directory of installed packages (named site-packages, holding ``*.dist-info``, or holding
+  triton/numpy/torch) is never added there: on ``PYTHONPATH`` it would come *before* the child's
+  own site-packages and shadow its Triton.  (This was the bug of
   issue 14: the lanes shared the invoking environment's torch through a ``.pth`` file, the
   harness put that whole site-packages on the children's ``PYTHONPATH``, and lanes 3.0-3.8
   compiled with Triton 3.9.)
@@ -101,22 +102,23 @@ def child_paths() -> tuple[list[str], list[str]]:
 
 
 def child_env(cache_dir: str) -> dict:
-    """The child's environment: a private cache, FP fusion explicit, never the interpreter, and
-    only the paths of :func:`child_paths` (inherited PYTHONPATH entries are sorted the same way)."""
+    """The child's environment: a private cache, FP fusion explicit, never the interpreter, and the
+    paths of :func:`child_paths` added to the caller's PYTHONPATH (before it) and after the child's
+    site-packages."""
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = cache_dir
     env.setdefault("TRITON_DEFAULT_FP_FUSION", FP_FUSION_DEFAULT)
     env.pop("TRITON_INTERPRET", None)  # the interpreter turns @triton.jit into something AOT cannot compile
     env["PYTHONFAULTHANDLER"] = "1"  # a segfault leaves a Python traceback in stderr
     front, back = child_paths()
+    # The caller's own PYTHONPATH stays as it is, in front: the parent has it in the same place, so
+    # a child imports what `python -c "import triton"` imports in the caller's environment (a lane
+    # checks that this is its Triton before anything runs).  The harness adds nothing else there.
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    front += [p for p in inherited if not is_site_dir(p) and p not in front]
-    back += [p for p in inherited if is_site_dir(p) and p not in back]
-    if front:
-        env["PYTHONPATH"] = os.pathsep.join(front)
-    else:
-        env.pop("PYTHONPATH", None)
-    env[SHARED_PATH_ENV] = os.pathsep.join(back)
+    path = [p for p in front if p not in inherited] + inherited
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    env[SHARED_PATH_ENV] = os.pathsep.join(p for p in back if p not in inherited)
     return env
 
 
