@@ -230,11 +230,6 @@ def load_table(path: Path | str | None = None) -> Table:
                  **_matrix(data.get("matrix", {}), str(path)))
 
 
-def load_lanes(path: Path | None = None) -> list[Lane]:
-    """Just the lanes, sorted by Triton version."""
-    return list(load_table(path).lanes)
-
-
 def rules_for(version: str, table: Table) -> tuple[Lane, str]:
     """The lane whose rules (Python range, numpy, extras) a release not in the table should follow.
 

@@ -27,7 +27,6 @@ from .children import child_env, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
 DEFAULT_ARCHS = (80, 89, 90)
-KNOWN_ARCHS = (75, 80, 86, 89, 90, 100, 103, 120)
 PROBE_SOURCE = '''"""Probe: a tiny fp16 tl.dot kernel; if it does not compile, the arch is unsupported."""
 import triton
 import triton.language as tl
