@@ -31,6 +31,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_config():
+    """Flags, the thresholds file, devices and routes are read once per process (config.refresh):
+    every test starts from, and leaves, a freshly read configuration."""
+    from nsa_triton_sel import config
+
+    config.refresh()
+    yield
+    config.refresh()
+
+
 @pytest.fixture
 def seed(request) -> int:
     """A seed per test: stable across runs (derived from the test id), different between

@@ -85,9 +85,9 @@ def test_ranges_per_head_programs(per_head):
 
 
 def test_default_decode_splits_are_capped():
-    from nsa_triton_sel.kernels.launch import MAX_DECODE_SPLITS, decode_splits
+    from nsa_triton_sel.plan import MAX_DECODE_SPLITS, decode_splits, device_of
 
-    cpu = torch.device("cpu")  # sm_count 8 here: a row alone would want 16 splits
+    cpu = device_of(torch.device("cpu")).sm_count  # 8 here: a row alone would want 16 splits
     assert decode_splits(1, 8192, 64, cpu) == MAX_DECODE_SPLITS == 4
     assert decode_splits(8, 8192, 64, cpu) == 2 and decode_splits(64, 8192, 64, cpu) == 1
     assert decode_splits(1, 100, 64, cpu) == 2  # never more splits than the cache has key tiles

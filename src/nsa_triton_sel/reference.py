@@ -19,18 +19,12 @@ the first 64 keys (memory-efficient backend).  Causality lives in the ranges.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from .contract import Dims, check_qkv, check_ranges
+from .contract import Dims, check_qkv, check_ranges, resolve_scale
 
 DEFAULT_CHUNK_BYTES = 256 << 20
-
-
-def _scale(scale: float | None, Dk: int) -> float:
-    return 1.0 / math.sqrt(Dk) if scale is None else float(scale)
 
 
 def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
@@ -38,29 +32,36 @@ def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
 
     Returns ``out`` ``[B, S, G, h, Dv]`` (float64, CPU) and, with ``return_lse``, the
     natural-log LSE ``[B, S, G, h]`` (float64; ``-inf`` for a row with no key).
+    Differentiable in q, k and v (float64 autograd: the gradient reference), and stable for
+    large logits: the row maximum is subtracted before ``exp`` and the weights are normalised
+    by their own sum, so q=[[1e9]], k=[[1e9], [1e9]], v=[[0], [1]], scale=1 gives 0.5.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
-    sc = _scale(scale, Dk)
-    qd = q.detach().to("cpu", torch.float64)
-    kd = k.detach().to("cpu", torch.float64)
-    vd = v.detach().to("cpu", torch.float64)
+    sc = resolve_scale(scale, Dk)
+    qd, kd, vd = (x.to("cpu", torch.float64) for x in (q, k, v))
     spans = ranges.detach().to("cpu", torch.int64).tolist()
-    out = torch.zeros(B, S, G, h, Dv, dtype=torch.float64)
-    lse = torch.full((B, S, G, h), float("-inf"), dtype=torch.float64)
+    outs, lses = [], []
+    zero_o = qd.new_zeros(h, Dv)
+    none_l = qd.new_full((h,), float("-inf"))
     for b in range(B):
         for s in range(S):
             for g in range(G):
                 idx = [torch.arange(st, en) for st, en in spans[b][s][g] if en > st]
                 if not idx:
+                    outs.append(zero_o)
+                    lses.append(none_l)
                     continue
                 sel = torch.cat(idx)
                 scores = (qd[b, s, g] @ kd[b, g, sel].T) * sc  # [h, L]
-                row_lse = torch.logsumexp(scores, dim=-1)
-                p = torch.exp(scores - row_lse[:, None])
-                out[b, s, g] = p @ vd[b, g, sel]
-                lse[b, s, g] = row_lse
+                m = scores.max(dim=-1, keepdim=True).values.detach()  # [h, 1]
+                p = torch.exp(scores - m)  # [h, L], largest term 1
+                denom = p.sum(dim=-1, keepdim=True)  # [h, 1] in [1, L]
+                outs.append((p @ vd[b, g, sel]) / denom)
+                lses.append((m + torch.log(denom))[:, 0])
+    out = torch.stack(outs).reshape(B, S, G, h, Dv)
+    lse = torch.stack(lses).reshape(B, S, G, h)
     return (out, lse) if return_lse else out
 
 
@@ -122,7 +123,7 @@ def packed_sdpa(
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
-    sc = _scale(scale, Dk)
+    sc = resolve_scale(scale, Dk)
     n = ranges.shape[3]
     row = torch.arange(dims.rows, device=q.device) if rows is None else rows.to(q.device, torch.int64)
     R = row.numel()
