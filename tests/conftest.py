@@ -43,6 +43,20 @@ def _fresh_config():
 
 
 @pytest.fixture
+def every_row_through_triton(monkeypatch):
+    """The dispatcher with no flag set but NSA_SEL_TRITON_MIN_L=0, and no remembered kernel failure."""
+    from nsa_triton_sel import config, dispatch
+
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    for name in ("NSA_USE_TRITON_SEL", "NSA_FORCE_PARITY", "NSA_SEL_TRITON_TOKENS", "NSA_SEL_TRITON_GROUP"):
+        monkeypatch.delenv(name, raising=False)
+    config.refresh()
+    dispatch._FAILED.clear()
+    yield
+    dispatch._FAILED.clear()
+
+
+@pytest.fixture
 def seed(request) -> int:
     """A seed per test: stable across runs (derived from the test id), different between
     tests so they do not all draw the same data.  Also seeds torch's global generator."""

@@ -94,9 +94,9 @@ def check_qkv(q, k, v, *, allow_fp32: bool = False) -> Dims:
     _require_rank("k", k, 4, "[B, G, T, Dk]")
     _require_rank("v", v, 4, "[B, G, T, Dv]")
     accepted = REFERENCE_DTYPES if allow_fp32 else KERNEL_DTYPES
-    accepted_txt = ", ".join(str(d).replace("torch.", "") for d in accepted)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dtype not in accepted:
+            accepted_txt = ", ".join(str(d).replace("torch.", "") for d in accepted)
             raise TypeError(f"{name} has dtype {x.dtype}; accepted: {accepted_txt}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(

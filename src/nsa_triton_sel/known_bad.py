@@ -229,9 +229,12 @@ def check_installed(arch: int | None = None, windows: list[Window] | None = None
     version = _installed_triton()
     if version is None:
         return None
-    mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else None
+    interp = os.environ.get("TRITON_INTERPRET") == "1"
     try:
         arch = arch if arch is not None else _current_arch()
+        # Kernels run compiled on a visible GPU: windows of the "gpu" mode (wrong results or slow
+        # there) apply; under the interpreter only "interp" ones; without either, mode-free ones.
+        mode = "interp" if interp else ("gpu" if arch is not None else None)
         # A window with max_rows is handled: the launchers cap the tile there, so it needs no warning.
         hits = [w for w in (_cached() if windows is None else windows)
                 if w.covers(version, arch, None, mode) and w.max_rows is None]

@@ -10,8 +10,9 @@ Everything else (decode split, head blocks, tiles) is planned from the shapes (:
   FakeTensors and ``torch.compile`` propagate shapes; ``torch.library.opcheck`` passes.
 - Autograd: gradients flow to q, k and v through ``sel_bwd``, whose implementation calls
   :data:`backward` - ONE replaceable function ``(q, k, v, ranges, out, lse, grad_out, scale)
-  -> (dq, dk, dv)``.  For now it recomputes through the differentiable packed-SDPA path in
-  float32; the backward kernels replace it with ``op.backward = their_function``.  ``lse`` is not
+  -> (dq, dk, dv)``.  For now it recomputes through the packed-SDPA gather in
+  float32 (written out, no autograd: an operator's implementation runs below autograd); the
+  backward kernels replace it with ``op.backward = their_function``.  ``lse`` is not
   differentiable; ``spans`` and ``positions`` are integers.
 - Implementation per device: CUDA tensors, and CPU tensors under ``TRITON_INTERPRET=1``, run the
   Triton kernels; other CPU tensors run the packed-SDPA path in float32 (the reference the
@@ -34,8 +35,13 @@ from typing import Optional
 import torch
 from packaging.version import Version
 
-from . import reference
+from . import plan, reference, share
 from .contract import block_indices_to_ranges
+
+try:
+    from .kernels import launch
+except ImportError:  # no Triton: the dispatcher routes around the kernels
+    launch = None
 
 NAMESPACE = "nsa_triton_sel"
 TORCH = Version(torch.__version__.split("+")[0])
@@ -49,20 +55,15 @@ def _ranges_of(spans, positions, block_size: int, T: int):
 def forward(q, k, v, spans, positions, scale: float, block_size: int, per_head: bool, tokens: int,
             wrap=None):
     """The operator's implementation: ``(out [B, S, G, h, Dv], lse [B, S, G, h] float32)``."""
-    from . import plan
-
     dev = plan.device_of(q.device)
     if q.device.type != "cuda" and not dev.interpreter:
         out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), _ranges_of(spans, positions, block_size,
                                          k.shape[2]), scale=scale, return_lse=True, validate=False)
         return out.to(v.dtype), lse
-    from .kernels import launch
-    from .share import choose_tokens
-
     if tokens == 0:
-        tokens = 1 if wrap is not None else choose_tokens(spans, q.shape[3], dev)
+        tokens = 1 if wrap is not None else share.choose_tokens(spans, q.shape[3], dev)
     return launch.selection(q, k, v, spans, scale=scale, return_lse=True, per_head=per_head, tokens=tokens,
-                            positions=positions, block_size=block_size, wrap=wrap)
+                            positions=positions, block_size=block_size, wrap=wrap, dev=dev)
 
 
 def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens):
@@ -70,16 +71,14 @@ def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens
     return q.new_empty((B, S, G, h, v.shape[3]), dtype=v.dtype), q.new_empty((B, S, G, h), dtype=torch.float32)
 
 
-def sdpa_backward(q, k, v, ranges, out, lse, grad_out, scale):
-    """Gradients by recomputing the forward through packed SDPA in float32 (placeholder for the kernels)."""
-    with torch.enable_grad():
-        qf, kf, vf = (x.detach().float().requires_grad_(True) for x in (q, k, v))
-        o = reference.packed_sdpa(qf, kf, vf, ranges, scale=scale, validate=False)
-        dq, dk, dv = torch.autograd.grad(o, (qf, kf, vf), grad_out.float())
+def reference_backward(q, k, v, ranges, out, lse, grad_out, scale):
+    """Gradients from the packed reference in float32 (``reference.packed_backward``): the placeholder
+    until the backward kernels exist.  ``out`` and ``lse`` are unused here; kernels will use them."""
+    dq, dk, dv = reference.packed_backward(q, k, v, ranges, grad_out, scale=scale)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-backward = sdpa_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replace me
+backward = reference_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replace me
 
 
 def _backward_impl(q, k, v, spans, positions, block_size, out, lse, grad_out, scale):

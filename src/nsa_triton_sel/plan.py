@@ -202,3 +202,112 @@ def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: D
     meta = M.kernel_meta(mode=mode, h=H, Dk=Dk, Dv=Dv, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap, **opts)
     kernel = "dense" if mode == M.MODE_DENSE else "varlen"
     return Plan(kernel, meta, (N, cdiv(H, meta.BLOCK_H)))
+
+
+# ---------------------------------------------------------------- what the compile smoke must cover
+
+@dataclass(frozen=True)
+class SmokeCase:
+    """One kernel specialisation the launchers can launch, for the compile-smoke registry."""
+
+    name: str
+    kernel: str  # attribute of kernels/forward.py
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+    dtype: str  # "fp16" / "bf16"
+    types: tuple = ()  # pointer types other than the data dtype: (("SPANS", "*i64"), ...)
+    rows: int = 0  # the dot's M: a known-bad window's max_rows skips the case where it is larger
+
+
+def _tile_class(plan: Plan, dtype: str) -> tuple:
+    """What shapes the compiled code: the dot tile (rows, BLOCK_N, Dk slices), warps and stages.
+
+    64-row dots take sm_90's wgmma path, whose instructions (and the layout conversions Triton
+    3.0/3.1 abort on) depend on the element type: there the dtype is part of the class.
+    """
+    m = plan.meta
+    return (plan.kernel == "tokens", plan.rows, m.BLOCK_N, m.DK2 > 0, m.num_warps, m.num_stages,
+            dtype if plan.rows >= ROWS else "")
+
+
+def _features(plan: Plan, dtype: str) -> set:
+    """Every (constexpr, value) the plan sets, and its dtype: each must be compiled at least once."""
+    tag = "tok" if plan.kernel == "tokens" else "sel"
+    out = {(tag, name, value) for name, value in plan.meta.constexprs().items()}
+    return out | {(tag, "dtype", dtype), (tag, "kernel", plan.kernel)}
+
+
+# The calls the sweep plans: head dims (Dk != Dv, non-powers of two), head counts (every head block
+# 16/32/64 and the per-head path), every span layout, decode split, multi-token, both dtypes.
+_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (96, 96), (256, 256), (128, 64), (16, 48), (48, 32))
+_HEADS = (16, 64, 32, 3, 1, 20, 2, 8)
+_SHAPES = {"prefill": (1, 8192, 8192), "decode": (64, 1, 32768), "short": (4096, 1, 64)}
+
+
+def _sweep(dev: Device):
+    """(name, dtype, plan, types) of every call the sweep covers, in a fixed order."""
+    for dtype in ("fp16", "bf16"):
+        for Dk, Dv in _HEAD_DIMS:
+            for h in _HEADS:
+                for per_head in (False, True):
+                    yield from _sweep_call(dev, Dk, Dv, h, per_head, dtype)
+
+
+def _sweep_call(dev, Dk, Dv, h, per_head, dtype):
+    head = f"{dtype}/dk{Dk}-dv{Dv}/h{h}" + ("/per-head" if per_head else "")
+    B, S, T = _SHAPES["prefill"]
+    for mode, name, types in ((M.MODE_RANGES, "ranges", ()), (M.MODE_BLOCKS, "blocks", (("SPANS", "*i64"),))):
+        for has_pos in ((False, True) if mode == M.MODE_BLOCKS else (False,)):
+            for has_lse in (True, False):
+                tags = ("+pos" if has_pos else "") + ("+lse" if has_lse else "")
+                pos_types = (("POS", "*i64"),) if has_pos else ()
+                plan = selection(B, S, 4, h, Dk, Dv, T, 16, dev=dev, span_mode=mode, has_pos=has_pos,
+                                 has_lse=has_lse, per_head=per_head)
+                yield f"sel_fwd/{name}/{head}/prefill{tags}", dtype, plan, types + pos_types
+                B2, S2, T2 = _SHAPES["decode"]
+                plan = selection(B2, S2, 4, h, Dk, Dv, T2, 16, dev=dev, span_mode=mode, has_pos=has_pos,
+                                 has_lse=has_lse, per_head=per_head, decode=True, num_splits=4)
+                yield f"sel_fwd/{name}/{head}/decode{tags}+split", dtype, plan, types + pos_types
+    for regime, (N, _, L) in (("short", _SHAPES["short"]), ("prefill", (1 << 20, 1, 8192))):
+        yield f"sel_fwd/dense/{head}/{regime}", dtype, packed(M.MODE_DENSE, N, h, Dk, Dv, L, dev=dev,
+                                                              has_lse=False), ()
+    yield f"sel_fwd/varlen/{head}/prefill+lse", dtype, packed(M.MODE_CU, 1 << 16, h, Dk, Dv, None, dev=dev,
+                                                              has_lse=True), ()
+    tok = auto_tokens(h, S, dev)
+    if tok > 1 and not per_head:
+        plan = selection(B, S, 4, h, Dk, Dv, T, 16, dev=dev, tokens=tok)
+        yield f"sel_fwd_tok/{head}/tok{tok}+lse", dtype, plan, ()
+
+
+def smoke_cases(dev: Device | None = None) -> list[SmokeCase]:
+    """The fewest launches that compile every tile class and every constexpr value the planner picks.
+
+    Sweeps the planner over head dims, head counts, span layouts, decode split, the multi-token
+    kernel and both dtypes (on an uncapped sm_90 device: a capped device picks a subset), and
+    picks calls greedily until every tile class (rows x BLOCK_N x Dk slices x warps x stages) and
+    every constexpr value is compiled once.  The merge kernel of every kept split plan comes along.
+    ``tests/test_plan.py`` checks that a wider sweep finds nothing this list misses.
+    """
+    dev = dev or Device.target(90, "")
+    calls = [(name, dtype, plan, types, {_tile_class(plan, dtype)} | _features(plan, dtype))
+             for name, dtype, plan, types in _sweep(dev)]
+    seen: set = set()
+    cases: list[SmokeCase] = []
+    while True:  # greedy set cover: the call that brings the most new items, first in sweep order on ties
+        best = max(calls, key=lambda c: len(c[4] - seen))
+        if not best[4] - seen:
+            break
+        name, dtype, plan, types, items = best
+        seen |= items
+        kernel = "sel_fwd_tok_kernel" if plan.kernel == "tokens" else "sel_fwd_kernel"
+        m = plan.meta
+        cases.append(SmokeCase(name, kernel, m.constexprs(), m.num_warps, m.num_stages, dtype, types, plan.rows))
+        if plan.merge_grid is not None:
+            merge = {"BLOCK_H": m.BLOCK_H, "BLOCK_DV": m.BLOCK_DV, "HAS_LSE": m.HAS_LSE}
+            key = ("merge",) + tuple(merge.values())
+            if key not in seen:
+                seen.add(key)
+                cases.append(SmokeCase(f"merge_splits/{dtype}/dv{m.BLOCK_DV}/h{m.BLOCK_H}"
+                                       + ("+lse" if m.HAS_LSE else ""), "merge_splits_kernel", merge, 4, 3, dtype))
+    return cases

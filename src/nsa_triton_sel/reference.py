@@ -173,6 +173,48 @@ def packed_sdpa(
     return out, torch.cat(lses).reshape(shape_l).float()
 
 
+def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+    """Gradients ``(dq, dk, dv)`` (float32) of selection attention, by the gather of :func:`packed_sdpa`.
+
+    Written out rather than through autograd, so it can run inside an operator's implementation
+    (which runs below autograd): per chunk of rows, the softmax ``P`` is recomputed in float32 and
+    ``dS = P * (dO V^T - rowsum(dO * O))``; ``dk``/``dv`` are scattered back with ``index_add_``
+    (on CUDA its order is not deterministic).  One host sync (the longest row).  Empty rows give
+    zero gradients.
+    """
+    B, S, G, h, Dk, T, Dv = dims_of(q, k, v)
+    sc = resolve_scale(scale, Dk)
+    R, n = B * S * G, ranges.shape[3]
+    rows_r = ranges.reshape(R, n, 2)
+    L_row = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0).sum(-1)
+    L_max = int(L_row.max()) if n else 0  # the one host synchronisation
+    dq = torch.zeros(R, h, Dk, device=q.device)
+    dk = torch.zeros(B * G * T, Dk, device=q.device)
+    dv = torch.zeros(B * G * T, Dv, device=q.device)
+    row = torch.arange(R, device=q.device)
+    b_of, g_of = row // (S * G), row % G
+    chunk = max(1, chunk_bytes // _bytes_per_row(max(L_max, 1), h, Dk, Dv, 4))
+    for r0 in range(0, R if L_max else 0, chunk):
+        r1 = min(R, r0 + chunk)
+        key, valid = _row_key_index(rows_r[r0:r1], L_max)  # [r, L]
+        kb = k[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dk]
+        vb = v[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dv]
+        qc = q.reshape(R, h, Dk)[r0:r1].float()
+        go = grad_out.reshape(R, h, Dv)[r0:r1].float()
+        s = torch.einsum("rhd,rld->rhl", qc, kb).mul_(sc).masked_fill_(~valid[:, None, :], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)  # [r, h, L]; an empty row stays 0
+        o = torch.einsum("rhl,rld->rhd", p, vb)
+        ds = p * (torch.einsum("rhd,rld->rhl", go, vb) - (go * o).sum(-1, keepdim=True))
+        dq[r0:r1] = torch.einsum("rhl,rld->rhd", ds, kb) * sc
+        flat = ((b_of[r0:r1] * G + g_of[r0:r1]) * T)[:, None] + key  # [r, L] rows of k viewed as [B*G*T]
+        w = valid[..., None].float()
+        dk.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", ds, qc) * sc * w).reshape(-1, Dk))
+        dv.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", p, go) * w).reshape(-1, Dv))
+    return dq.reshape(B, S, G, h, Dk), dk.reshape(B, G, T, Dk), dv.reshape(B, G, T, Dv)
+
+
 def sdpa_rows(q, k, v, *, scale=None, key_valid=None):
     """SDPA on packed rows: ``q [N, H, Dk]``, ``k [N, L, Dk]``, ``v [N, L, Dv]``.
 

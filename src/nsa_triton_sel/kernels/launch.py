@@ -31,7 +31,7 @@ NO_STRIDES = (0, 0, 0, 0)
 
 
 def _interpreter_dot_f32(dtype, dev: P.Device) -> bool:
-    """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see forward.py)."""
+    """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see forward.py, DOT_F32)."""
     return dtype == torch.bfloat16 and dev.interpreter
 
 
@@ -125,31 +125,33 @@ def pos_strides(positions) -> tuple[int, int]:
 
 
 def selection(q, k, v, spans, *, scale=None, return_lse=False, out=None, per_head=False, tokens=1,
-              decode=None, num_splits=None, positions=None, block_size=0, wrap=None, **tune):
+              decode=None, num_splits=None, positions=None, block_size=0, wrap=None, dev=None, **tune):
     """Launch the kernel :func:`plan.selection` picks for a 5-D call.
 
     ``spans`` is ``ranges [B, S, G, n, 2]`` or, with ``block_size``, ``block_indices [B, S, G, n]``
     (then ``positions`` ``[S]``/``[B, S]`` optional).  ``tokens > 1``: the multi-token kernel;
-    ``decode``/``num_splits``: split-L (None: :func:`plan.use_decode` decides).
+    ``decode``/``num_splits``: split-L (None: :func:`plan.use_decode` decides).  This is the
+    decode step's hot path: a cached plan, two allocations and the launch.
     """
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     blocks = spans.dim() == 4
     n = spans.shape[3]
-    _check_kernel_inputs(("q", q), ("k", k), ("v", v))
-    dev = P.device_of(q.device)
+    if q.dtype not in KERNEL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        _check_kernel_inputs(("q", q), ("k", k), ("v", v))
+    dev = dev or P.device_of(q.device)
     o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
     if n == 0:
         return _empty_rows(o, lse, return_lse)
-    qk_scale = resolve_scale(scale, Dk) * LOG2E
+    qk_scale = (scale if type(scale) is float else resolve_scale(scale, Dk)) * LOG2E
     if tokens > 1 and blocks:
         from ..contract import block_indices_to_ranges
 
         spans, blocks = block_indices_to_ranges(spans, block_size, T, positions, validate=False), False
     plan = P.selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=MODE_BLOCKS if blocks else MODE_RANGES,
                        has_pos=positions is not None, has_lse=return_lse, per_head=per_head, tokens=tokens,
-                       decode=decode, num_splits=num_splits, dot_f32=_interpreter_dot_f32(q.dtype, dev),
-                       tune=_tune(tune))
+                       decode=decode, num_splits=num_splits, dot_f32=dev.interpreter and q.dtype == torch.bfloat16,
+                       tune=_tune(tune) if tune else ())
     if plan.kernel == "tokens":
         run_tokens(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, wrap=wrap)
         return (o, lse) if return_lse else o

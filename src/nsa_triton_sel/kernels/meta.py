@@ -163,12 +163,16 @@ class TokMeta(_Constexprs):
 
 
 MULTI_TOKEN_ROWS = 64  # M = tokens x padded heads of the multi-token kernel
+# At most 16 tokens per program: phase 2 of the kernel handles TOK x BLOCK_S spans at once, and
+# 64 tokens (h = 1) did not compile within 120 s for sm_80/89 in the compile smoke (Triton 3.9,
+# nsa-sel smoke), where 16 tokens x 4 heads compiles in seconds and is the measured h = 4 config.
+MAX_TOKENS = 16
 
 
 def tokens_per_program(h: int, max_rows: int = MULTI_TOKEN_ROWS) -> int:
     """How many consecutive tokens share one program in the multi-token kernel (1: not worth it)."""
     hp = next_pow2(h)
-    return max(1, min(MULTI_TOKEN_ROWS, max_rows) // hp)
+    return max(1, min(MAX_TOKENS, min(MULTI_TOKEN_ROWS, max_rows) // hp))
 
 
 def tokens_problem(tokens: int, h: int, max_rows: int | None = None) -> str | None:
