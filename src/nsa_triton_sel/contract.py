@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
 REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -61,11 +62,11 @@ def resolve_scale(scale, Dk: int) -> float:
     """
     if scale is None:
         return 1.0 / math.sqrt(Dk)
-    if isinstance(scale, torch.SymFloat):  # a traced Python float under torch.compile: checked eagerly
-        return scale
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if isinstance(scale, bool) or not isinstance(scale, (numbers.Real, torch.SymFloat)):
         raise TypeError(f"scale must be a real number (float or int) or None, got {type(scale).__name__} "
                         f"{scale!r}; accepted: a finite float, or None for 1/sqrt(Dk)")
+    if isinstance(scale, torch.SymFloat) or _is_compiling():
+        return scale  # a float traced by torch.compile is a graph input: its value is checked in eager calls
     value = float(scale)
     if not math.isfinite(value):
         raise ValueError(f"scale={value!r} is not finite; accepted: a finite float, or None for 1/sqrt(Dk)")

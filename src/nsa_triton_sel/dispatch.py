@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import config, known_bad, op, plan, reference, share
+from . import config, contract, known_bad, op, plan, reference, share
 from .contract import (
     block_flags,
     block_indices_to_ranges,
@@ -81,7 +81,7 @@ def _clear_routes() -> None:
 
 
 config.REFRESH_HOOKS.append(_clear_routes)
-_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+_is_compiling = contract._is_compiling
 _dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 
 
