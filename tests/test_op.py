@@ -94,6 +94,25 @@ def test_compile_decode_and_prefill_without_graph_break_or_recompile():
     _compile_checked(prefill, [(torch.randn_like(p.q), p.k, p.v, p.ranges) for _ in range(3)])
 
 
+def test_compile_with_varying_lengths_recompiles_once():
+    """A new sequence length makes Dynamo mark it dynamic once; no recompile per length after that
+    (the route takes only the sizes that do not vary: B and S are left to the planner and the run time)."""
+    from nsa_triton_sel.testing import nsa_problem
+
+    def prefill(q, k, v, blocks):
+        return selection_attention(q, k, v, block_indices=blocks, block_size=16, validate=False)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(prefill, fullgraph=True, backend="aot_eager")
+    frames = []
+    for T in (48, 64, 80, 96):
+        p = nsa_problem(T, G=1, h=4, D=16, bs=16, topn=3, device="cpu", dtype=torch.float16, seed=T)
+        args = (p["q"], p["k"], p["v"], p["blocks"])
+        assert torch.equal(compiled(*args), prefill(*args))
+        frames.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    assert frames[-1] - frames[0] <= 1, frames
+
+
 def _grads(fn, q, k, v, w):
     q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
     (fn(q, k, v).double() * w).sum().backward()

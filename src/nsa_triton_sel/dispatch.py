@@ -31,6 +31,7 @@ into a captured CUDA graph.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -112,9 +113,10 @@ def _min_L(dev: plan.Device, flags: config.Flags) -> tuple[int | None, str]:
     return config.lookup_min_L(dev.name, dev.cc, dev.triton, path), f"{path.name} ({dev.name}, cc {dev.cc})"
 
 
-def _tokens(S: int, h: int, flags: config.Flags, per_head: bool, decode: bool, dev: plan.Device) -> int | None:
+def _tokens(S: int | None, h: int, flags: config.Flags, per_head: bool, decode: bool,
+            dev: plan.Device) -> int | None:
     """Tokens per program: 1, the forced count (checked here: a flag error, never a kernel failure),
-    or None ("look at the spans")."""
+    or None ("look at the spans"; also when S is unknown, in a trace)."""
     if per_head or decode:
         return 1
     if flags.tokens is not None:
@@ -123,7 +125,7 @@ def _tokens(S: int, h: int, flags: config.Flags, per_head: bool, decode: bool, d
             raise ValueError(f"NSA_SEL_TRITON_TOKENS={flags.tokens} cannot run these inputs: {problem}; "
                              f"accepted here: auto, 1, or such a power of two")
         return flags.tokens
-    return None if plan.auto_tokens(h, S, dev) > 1 else 1
+    return None if S is None or plan.auto_tokens(h, S, dev) > 1 else 1
 
 
 def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
@@ -149,7 +151,7 @@ def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
             raise ValueError(f"backend='triton' cannot run these inputs: {blocker}")
         return Route("sdpa", blocker)
     per_head = not flags.group
-    decode = plan.use_decode(B, S, G, h, per_head, dev)
+    decode = S is not None and plan.use_decode(B, S, G, h, per_head, dev)  # a trace leaves it to the planner
     tokens = _tokens(S, h, flags, per_head, decode, dev)
     if explicit:
         return Route("triton", "backend='triton'", 0, decode, per_head, tokens)
@@ -159,9 +161,11 @@ def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
     return Route("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head, tokens)
 
 
-def _route_traced(backend, grad, device, dtype, shape, Dv) -> Route:
-    """:func:`_route` for a call being traced: torch.compile runs it once, as plain Python."""
-    return _route(backend, grad, True, device, dtype, shape, Dv, config.flags())
+def _route_traced(backend, grad, device, dtype, G, h, Dk, Dv) -> Route:
+    """:func:`_route` for a call being traced: torch.compile runs it once, as plain Python, on the sizes
+    that do not vary (B and S may be dynamic: the decode split is left to the planner, the multi-token
+    switch to the run time)."""
+    return _route(backend, grad, True, device, dtype, (None, None, G, h, Dk), Dv, config.flags())
 
 
 _route_traced = getattr(torch.compiler, "assume_constant_result", torch._dynamo.assume_constant_result)(_route_traced)
@@ -358,7 +362,9 @@ def selection_attention(
         r = route(q, k, v, backend=backend)
     else:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-        r = _route_traced(backend, grad, q.device, q.dtype, tuple(q.shape), v.shape[-1])
+        r = _route_traced(backend, grad, q.device, q.dtype, int(dims.G), int(dims.h), int(dims.Dk), int(dims.Dv))
+        if r.tokens is not None and r.tokens > 1 and dims.S == 1:
+            r = dataclasses.replace(r, tokens=1)  # one query position: no multi-token program
     tokens = r.tokens
     if validate and eager and spans.numel():
         tokens = _validate(spans, positions, block_size, dims, r, q.device)
