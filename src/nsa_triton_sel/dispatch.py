@@ -96,7 +96,7 @@ def _triton_blocker(dev: plan.Device, device, dtype, Dk, Dv, h) -> str | None:
         return "triton is not importable"
     if device.type != "cuda" and not dev.interpreter:
         return f"tensors are on {device} (Triton needs CUDA, or TRITON_INTERPRET=1)"
-    if dtype not in (torch.float16, torch.bfloat16):
+    if dtype not in contract.KERNEL_DTYPES:
         return f"dtype {dtype} (the kernels take float16 and bfloat16)"
     if max(Dk, Dv) > 256:
         return f"head dims Dk={Dk}, Dv={Dv} (the kernels take up to 256)"

@@ -28,8 +28,8 @@ autograd skip the operator layer (measured on this project's CPU box: 17-26 us p
 ``torch.ops``, 6 us calling the same Python directly) and call :func:`forward` directly.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: torch.library reads the operator's schema from the
+# annotations, and older torch releases (2.4) do not resolve annotations given as strings.
 from typing import Optional
 
 import torch
