@@ -154,3 +154,22 @@ def test_host_cost_of_a_decode_call(request):
     benchmark.pedantic(batch, setup=torch.cuda.synchronize, rounds=20, iterations=1, warmup_rounds=2)
     benchmark.extra_info["calls_per_round"] = calls
     benchmark.extra_info["what"] = "host time of 50 eager decode calls (B=64, T=4096, 4x16 heads, D=128, top-16)"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dk192_h64_through_selection_attention(dtype):
+    """The class Triton 3.0/3.1 abort on for sm_90 (64-row, 8-warp tiles): capped to 32 rows there by
+    the window triton30-31-sm90-mma64-abort, oracle-correct everywhere (issue 14 acceptance)."""
+    p = nsa_problem(256, G=1, h=64, D=192, dtype=dtype, device="cuda", seed=5)
+    v = torch.randn(1, 1, 256, 128, device="cuda", dtype=dtype)
+    for kw in (dict(ranges=p["ranges"]), dict(block_indices=p["blocks"], block_size=64)):
+        out, lse = selection_attention(p["q"], p["k"], v, return_lse=True, **kw)
+        check_against_oracle(out, lse, p["q"], p["k"], v, p["ranges"], what=f"dk192 h64 {dtype} {list(kw)[0]}")
+    p1, pos = decode(B=4, T=2048, seed=6)  # decode split with 64 heads of Dk = 192
+    B1, _, G1, _, _ = p1["q"].shape
+    q = torch.randn(B1, 1, G1, 64, 192, device="cuda", dtype=dtype)
+    k = torch.randn(B1, G1, p1["T"], 192, device="cuda", dtype=dtype)
+    v1 = p1["v"].to(dtype)
+    out, lse = selection_attention(q, k, v1, block_indices=p1["blocks"], block_size=64, positions=pos,
+                                   return_lse=True)
+    check_against_oracle(out, lse, q, k, v1, p1["ranges"], what=f"dk192 h64 decode {dtype}")
