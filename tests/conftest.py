@@ -31,6 +31,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_config():
+    """Flags, the thresholds file, devices and routes are read once per process (config.refresh):
+    every test starts from, and leaves, a freshly read configuration."""
+    from nsa_triton_sel import config
+
+    config.refresh()
+    yield
+    config.refresh()
+
+
+@pytest.fixture
+def every_row_through_triton(monkeypatch):
+    """The dispatcher with no flag set but NSA_SEL_TRITON_MIN_L=0, and no remembered kernel failure."""
+    from nsa_triton_sel import config, dispatch
+
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    for name in ("NSA_USE_TRITON_SEL", "NSA_FORCE_PARITY", "NSA_SEL_TRITON_TOKENS", "NSA_SEL_TRITON_GROUP"):
+        monkeypatch.delenv(name, raising=False)
+    config.refresh()
+    dispatch._FAILED.clear()
+    yield
+    dispatch._FAILED.clear()
+
+
 @pytest.fixture
 def seed(request) -> int:
     """A seed per test: stable across runs (derived from the test id), different between

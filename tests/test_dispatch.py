@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import dispatch, reference, selection_attention
+from nsa_triton_sel import config, dispatch, known_bad, reference, selection_attention
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem
 
@@ -28,28 +28,41 @@ FLAGS = ["NSA_USE_TRITON_SEL", "NSA_SEL_TRITON_MIN_L", "NSA_SEL_TRITON_GROUP", "
 def clean_env(monkeypatch):
     for name in FLAGS:
         monkeypatch.delenv(name, raising=False)
+    # Flags are read once per process: every setenv here is followed by config.refresh().
+    setenv = monkeypatch.setenv
+
+    def setenv_and_refresh(name, value, prepend=None):
+        setenv(name, value, prepend)
+        config.refresh()
+
+    monkeypatch.setenv = setenv_and_refresh
     dispatch._FAILED.clear()
+    config.refresh()
     yield
     dispatch._FAILED.clear()
 
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Record the calls the dispatcher makes to the Triton launchers."""
+    """Record the dispatcher's kernel launches: [launcher name, (q, k, v, spans), kwargs]."""
     calls = []
+    names = {"ranges": "sel_attn_ranges", "decode": "sel_attn_decode", "tokens": "sel_attn_tokens"}
+    real = {name: getattr(launch, name) for name in ("selection", "run", "run_tokens")}
 
-    def wrap(name):
-        real = getattr(launch, name)
+    def selection(*a, **kw):
+        calls.append([None, a, kw])
+        return real["selection"](*a, **kw)
 
-        def f(*a, **kw):
-            calls.append((name, a, kw))
-            return real(*a, **kw)
+    def launched(name):
+        def f(plan, *a, **kw):
+            calls[-1][0] = names[plan.kernel]
+            return real[name](plan, *a, **kw)
 
-        monkeypatch.setattr(launch, name, f)
+        return f
 
-    wrap("sel_attn_ranges")
-    wrap("sel_attn_decode")
-    wrap("sel_attn_tokens")
+    monkeypatch.setattr(launch, "selection", selection)
+    monkeypatch.setattr(launch, "run", launched("run"))
+    monkeypatch.setattr(launch, "run_tokens", launched("run_tokens"))
     return calls
 
 
@@ -112,7 +125,7 @@ def test_force_parity_takes_reference_path(monkeypatch, spy):
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     monkeypatch.setenv("NSA_FORCE_PARITY", "1")
     p = problem()
-    assert dispatch.decide(p.q, p.k, p.v).path == "reference"
+    assert dispatch.route(p.q, p.k, p.v).path == "reference"
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     assert spy == [] and out.dtype == p.v.dtype
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="reference path")
@@ -159,23 +172,23 @@ def test_thresholds_file_reaches_the_decision(monkeypatch, tmp_path, spy):
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     p = problem()
     write_thresholds(path, 0, f"{v.major}.{v.minor}")
-    d = dispatch.decide(p.q, p.k, p.v)
+    d = dispatch.route(p.q, p.k, p.v)
     assert (d.path, d.min_L) == ("triton", 0)
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
-    os.utime(path, (1, 1))  # a new mtime invalidates the cache
     write_thresholds(path, None, f"{v.major}.{v.minor}")
-    d = dispatch.decide(p.q, p.k, p.v)
+    config.refresh()  # the thresholds file is read once per process
+    d = dispatch.route(p.q, p.k, p.v)
     assert d.path == "sdpa" and "off" in d.reason
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
     # An entry for another Triton minor does not apply: the file's default does.
     write_thresholds(path, 0, "2.9")
-    os.utime(path, (2, 2))
-    assert dispatch.decide(p.q, p.k, p.v).min_L == 4096
+    config.refresh()
+    assert dispatch.route(p.q, p.k, p.v).min_L == 4096
     # The environment variable overrides the file.
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "7")
-    assert dispatch.decide(p.q, p.k, p.v).min_L == 7
+    assert dispatch.route(p.q, p.k, p.v).min_L == 7
 
 
 def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
@@ -186,7 +199,7 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
         calls.append(1)
         raise RuntimeError("forced failure")
 
-    monkeypatch.setattr(launch, "sel_attn_ranges", broken)
+    monkeypatch.setattr(launch, "selection", broken)
     p = problem()
     with pytest.warns(RuntimeWarning, match="forced failure"):
         out = selection_attention(p.q, p.k, p.v, p.ranges)
@@ -198,7 +211,7 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
         out2 = selection_attention(p.q, p.k, p.v, p.ranges)
     assert calls == [1], "a failed configuration must not be retried"
     assert torch.equal(out, out2)
-    assert "failed earlier" in dispatch.decide(p.q, p.k, p.v).reason
+    assert "failed earlier" in dispatch.route(p.q, p.k, p.v).reason
     # Another configuration (other h) is still tried.
     p2 = problem(h=2)
     with pytest.warns(RuntimeWarning):
@@ -274,14 +287,12 @@ def test_multi_token_kernel_chosen_for_shared_selections(monkeypatch, spy):
 
 
 def test_known_bad_triton_warns(monkeypatch):
-    from nsa_triton_sel import known_bad
-
-    monkeypatch.setattr(known_bad, "check_installed", lambda: "[w1] broken on this GPU")
-    with pytest.warns(RuntimeWarning, match=r"known-bad here: \[w1\] broken on this GPU"):
-        assert dispatch.warn_if_known_bad() == "[w1] broken on this GPU"
-    monkeypatch.setattr(known_bad, "check_installed", lambda: None)
+    monkeypatch.setattr(known_bad, "check_installed", lambda arch=None: "[w1] broken on this GPU")
+    with pytest.warns(known_bad.KnownBadTritonWarning, match=r"\[w1\] broken on this GPU"):
+        assert known_bad.warn_if_known_bad() == "[w1] broken on this GPU"
+    monkeypatch.setattr(known_bad, "check_installed", lambda arch=None: None)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert dispatch.warn_if_known_bad() is None
+        assert known_bad.warn_if_known_bad() is None

@@ -121,7 +121,7 @@ def test_dispatcher_auto_on_gpu(dtype, monkeypatch):
     dispatch._FAILED.clear()
     p = make_problem(B=1, S=128, G=4, h=16, Dk=128, Dv=128, T=2048, n=8, dtype=dtype, device=DEV,
                      seed=fresh_seed())
-    d = dispatch.decide(p.q, p.k, p.v)
+    d = dispatch.route(p.q, p.k, p.v)
     assert d.path == "triton", d.reason
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="dispatcher")

@@ -85,9 +85,9 @@ def test_ranges_per_head_programs(per_head):
 
 
 def test_default_decode_splits_are_capped():
-    from nsa_triton_sel.kernels.launch import MAX_DECODE_SPLITS, decode_splits
+    from nsa_triton_sel.plan import MAX_DECODE_SPLITS, decode_splits, device_of
 
-    cpu = torch.device("cpu")  # sm_count 8 here: a row alone would want 16 splits
+    cpu = device_of(torch.device("cpu")).sm_count  # 8 here: a row alone would want 16 splits
     assert decode_splits(1, 8192, 64, cpu) == MAX_DECODE_SPLITS == 4
     assert decode_splits(8, 8192, 64, cpu) == 2 and decode_splits(64, 8192, 64, cpu) == 1
     assert decode_splits(1, 100, 64, cpu) == 2  # never more splits than the cache has key tiles
@@ -159,3 +159,72 @@ def test_multi_token_kernel_bf16_overlapping_leader():
     p.ranges[0, 3, 0] = 0  # an empty row among them
     out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=8)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="tokens partial leader")
+
+
+# ----------------------------------------------------------------------------- block indices (MODE_BLOCKS)
+
+
+def _blocks(B, S, G, n, T, bs, gen, dtype=torch.int64):
+    """Random distinct blocks per row, unsorted, with -1 padding, some wholly in a query's future."""
+    nb = -(-T // bs)
+    idx = torch.rand(B, S, G, nb, generator=gen).argsort(-1)[..., :n]  # distinct, unsorted
+    pad = torch.rand(B, S, G, n, generator=gen) < 0.3
+    return torch.where(pad, -1, idx).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "shape, bs, positions",
+    [
+        (dict(B=1, S=5, G=2, h=3, Dk=32, Dv=48, T=150), 32, None),  # partial last block (150 = 4 x 32 + 22)
+        (dict(B=2, S=3, G=1, h=4, Dk=64, Dv=64, T=130), 64, "per-batch"),  # [B, S] positions
+        (dict(B=1, S=4, G=2, h=16, Dk=192, Dv=64, T=100), 16, "shared"),  # [S] positions, Dk = 192
+    ],
+    ids=["partial-last-block", "positions-BS", "dk192-positions-S"],
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_block_mode_matches_oracle(shape, bs, positions, dtype):
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    gen = torch.Generator().manual_seed(bs + shape["h"])
+    p = make_problem(**shape, n=2, dtype=dtype, seed=bs)
+    B, S, G, T = shape["B"], shape["S"], shape["G"], shape["T"]
+    idx = _blocks(B, S, G, 3, T, bs, gen, torch.int32 if positions == "shared" else torch.int64)
+    if positions == "per-batch":
+        pos = torch.randint(0, T, (B, S), generator=gen)
+    elif positions == "shared":
+        pos = torch.randint(0, T, (S,), generator=gen).to(torch.int32)
+    else:
+        pos = None  # query s at position s: most blocks are wholly in the future (causal clamp)
+    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, bs, pos, return_lse=True)
+    ranges = block_indices_to_ranges(idx, bs, T, pos)
+    check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"blocks {shape} bs={bs} pos={positions}")
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_block_mode_decode_split(num_splits):
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    p = make_problem(B=3, S=1, G=1, h=5, Dk=64, Dv=32, T=200, n=2, seed=num_splits)
+    idx = torch.tensor([[3, 0, -1, 1], [-1, -1, -1, -1], [2, 1, 0, 3]]).view(3, 1, 1, 4)  # row 1 empty
+    pos = torch.tensor([199, 10, 150])  # row 0 sees the partial last block [192, 200)
+    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, 64, pos.view(3, 1), return_lse=True, decode=True,
+                                      num_splits=num_splits)
+    ranges = block_indices_to_ranges(idx, 64, 200, pos.view(3, 1))
+    check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"blocks decode splits={num_splits}")
+    assert torch.isneginf(lse[1]).all() and torch.count_nonzero(out[1]) == 0
+
+
+def test_block_mode_huge_positions_and_block_size():
+    """pos + 1 near 2^63 must not wrap (it would empty every row), nor block_size * index."""
+    p = make_problem(B=1, S=2, G=1, h=2, Dk=32, Dv=32, T=100, n=1, seed=2)
+    idx = torch.tensor([[[[0, 1]], [[1, -1]]]])
+    big = torch.tensor([2**63 - 1, 2**63 - 2])
+    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, 64, big, return_lse=True)
+    full = torch.tensor([[[[[0, 64], [64, 100]]], [[[64, 100], [0, 0]]]]], dtype=torch.int32)
+    check_against_oracle(out, lse, p.q, p.k, p.v, full, what="positions near 2^63")
+    whole = torch.tensor([[[[0, -1]], [[0, -1]]]])
+    for bs in (2**31, 2**63, 2**64):  # one block covers every key (clamped to T by the launcher)
+        out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, whole, bs, big, return_lse=True)
+        ranges = torch.tensor([0, 100], dtype=torch.int32).expand(1, 2, 1, 2, 2).contiguous()
+        ranges[..., 1, :] = 0
+        check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"block_size={bs}")

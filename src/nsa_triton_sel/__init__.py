@@ -18,6 +18,8 @@ _LAZY = {
     "oracle": "nsa_triton_sel.reference",
     "packed_sdpa": "nsa_triton_sel.reference",
     "sel_attn_ranges": "nsa_triton_sel.kernels.launch",
+    "sel_attn_blocks": "nsa_triton_sel.kernels.launch",
+    "sel_attn_tokens": "nsa_triton_sel.kernels.launch",
     "sel_attn_decode": "nsa_triton_sel.kernels.launch",
     "sel_attn_fwd_dense": "nsa_triton_sel.kernels.launch",
     "sel_attn_fwd_varlen": "nsa_triton_sel.kernels.launch",

@@ -1,7 +1,11 @@
 """Runtime configuration of the dispatcher: the seeds' environment flags and the thresholds file.
 
-Flags are read on every call (an ``os.environ`` lookup is cheap next to a kernel launch),
-so a test or a user can change them at run time:
+Flags are read once per process, on the first call (:func:`flags`), and the thresholds file
+once per path: a decode step must not pay for eight ``os.environ`` lookups and a file ``stat``
+(measured: the per-call flag and thresholds reads were most of the dispatcher's host time).
+After changing a flag or the thresholds file at run time, call :func:`refresh` (it also
+forgets the devices and launch plans read so far).  Graphs already traced by ``torch.compile``
+keep the values they were traced with: ``torch._dynamo.reset()`` retraces them.
 
 ========================  =======  =====================================================
 flag                      default  effect
@@ -14,6 +18,8 @@ NSA_FORCE_PARITY          0        ``1``: the reference path (packed SDPA in flo
 NSA_DEBUG_TIMING          0        log the time of each path (synchronises)
 NSA_DEBUG_COMPARE         0        log the error of the result against the packed-SDPA path
 NSA_DEBUG_SHAPES          0        log shapes, strides, dtypes and the chosen path
+NSA_SEL_OP                custom   the operator torch.compile sees: ``custom`` (custom_op, opaque)
+                                   or ``triton`` (triton_op: Inductor launches the kernels; torch >= 2.6)
 ========================  =======  =====================================================
 
 ``sel_triton_min_L`` defaults come from ``data/thresholds.json``, written from benchmark
@@ -59,6 +65,36 @@ class Flags:
     debug_timing: bool
     debug_compare: bool
     debug_shapes: bool
+    op: str = "custom"  # NSA_SEL_OP
+
+
+_FLAGS: list[Flags] = []  # the flags of this process, read on first use
+
+
+def flags() -> Flags:
+    """The NSA_* flags of this process, read (and validated) once; :func:`refresh` re-reads them."""
+    if not _FLAGS:
+        _FLAGS.append(read_flags())
+    return _FLAGS[0]
+
+
+def refresh() -> None:
+    """Re-read the flags and the thresholds file, and forget cached devices, plans and routes.
+
+    Call it after changing an ``NSA_*`` variable, ``TRITON_INTERPRET`` or the thresholds file
+    while the process runs (tests do).  A bad flag raises on the next call, not here.
+    """
+    from . import known_bad, plan
+
+    _FLAGS.clear()
+    _load.cache_clear()
+    known_bad._cached.cache_clear()
+    plan.clear_caches()
+    for hook in REFRESH_HOOKS:
+        hook()
+
+
+REFRESH_HOOKS: list = []  # other modules' caches (the dispatcher's routes), cleared by refresh()
 
 
 def read_flags() -> Flags:
@@ -95,7 +131,15 @@ def read_flags() -> Flags:
         debug_timing=_bool_flag("NSA_DEBUG_TIMING", False),
         debug_compare=_bool_flag("NSA_DEBUG_COMPARE", False),
         debug_shapes=_bool_flag("NSA_DEBUG_SHAPES", False),
+        op=_choice_flag("NSA_SEL_OP", "custom", ("custom", "triton")),
     )
+
+
+def _choice_flag(name: str, default: str, accepted: tuple[str, ...]) -> str:
+    raw = _flag(name, default) or default
+    if raw not in accepted:
+        raise ValueError(f"{name}={os.environ.get(name)!r}; accepted: {', '.join(accepted)}")
+    return raw
 
 
 def thresholds_path() -> Path:
@@ -106,7 +150,7 @@ def thresholds_path() -> Path:
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, mtime: float) -> dict:
+def _load(path: str) -> dict:
     with open(path) as fh:
         data = json.load(fh)
     if data.get("schema") != 1 or not isinstance(data.get("entries"), list):
@@ -115,9 +159,8 @@ def _load(path: str, mtime: float) -> dict:
 
 
 def load_thresholds(path: str | Path | None = None) -> dict:
-    """The thresholds file (cached until it changes on disk)."""
-    p = Path(path) if path is not None else thresholds_path()
-    return _load(str(p), p.stat().st_mtime)
+    """The thresholds file, read once per path (:func:`refresh` reads it again)."""
+    return _load(str(path if path is not None else thresholds_path()))
 
 
 def _minor(version: str) -> str:

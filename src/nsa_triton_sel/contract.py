@@ -16,11 +16,14 @@ host synchronisation; pass ``validate=False`` to skip them in hot loops.
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import NamedTuple
 
 import torch
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
 REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -47,6 +50,34 @@ def _fmt_shape(t: torch.Tensor) -> str:
 def _require_tensor(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} is a {x.layout} tensor; accepted: dense (strided) tensors (call .to_dense())")
+
+
+def resolve_scale(scale, Dk: int) -> float:
+    """The softmax scale: ``1 / sqrt(Dk)`` for None, else ``scale`` as a finite real number.
+
+    A string, a bool, a complex number or a tensor is a TypeError (``float()`` would accept
+    ``"0.5"`` and ``True`` silently); NaN or +-inf is a ValueError (they make every output NaN).
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(Dk)
+    if isinstance(scale, bool) or not isinstance(scale, (numbers.Real, torch.SymFloat)):
+        raise TypeError(f"scale must be a real number (float or int) or None, got {type(scale).__name__} "
+                        f"{scale!r}; accepted: a finite float, or None for 1/sqrt(Dk)")
+    if isinstance(scale, torch.SymFloat) or _is_compiling():
+        return scale  # a float traced by torch.compile is a graph input: its value is checked in eager calls
+    value = float(scale)
+    if not math.isfinite(value):
+        raise ValueError(f"scale={value!r} is not finite; accepted: a finite float, or None for 1/sqrt(Dk)")
+    return value
+
+
+def check_block_size(block_size) -> int:
+    """``block_size`` as a positive Python int (any size: conversions clamp it to ``max(T, 1)``)."""
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size <= 0:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    return int(block_size)
 
 
 def _require_rank(name: str, x: torch.Tensor, rank: int, layout: str) -> None:
@@ -64,9 +95,9 @@ def check_qkv(q, k, v, *, allow_fp32: bool = False) -> Dims:
     _require_rank("k", k, 4, "[B, G, T, Dk]")
     _require_rank("v", v, 4, "[B, G, T, Dv]")
     accepted = REFERENCE_DTYPES if allow_fp32 else KERNEL_DTYPES
-    accepted_txt = ", ".join(str(d).replace("torch.", "") for d in accepted)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dtype not in accepted:
+            accepted_txt = ", ".join(str(d).replace("torch.", "") for d in accepted)
             raise TypeError(f"{name} has dtype {x.dtype}; accepted: {accepted_txt}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(
@@ -125,8 +156,8 @@ def check_ranges(ranges, dims: Dims, device: torch.device, *, validate: bool = T
         )
     if ranges.device != device:
         raise ValueError(f"ranges is on {ranges.device} but q, k and v are on {device}")
-    if validate and ranges.numel():
-        _check_range_values(ranges, dims.T)
+    if validate and ranges.numel() and ranges.device.type != "meta":
+        raise_range_errors(ranges, dims.T, range_flags(ranges, dims.T).tolist())  # the one host sync
 
 
 def _first_index(mask: torch.Tensor) -> tuple[int, ...]:
@@ -135,50 +166,103 @@ def _first_index(mask: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape))
 
 
-def _check_range_values(ranges: torch.Tensor, T: int) -> None:
+def _span_order(start, end):
+    """Spans sorted by start, empty ones last: ``(sorted starts, order, sentinel)``."""
+    big = torch.iinfo(start.dtype).max
+    key = torch.where(end > start, start, big)
+    s_sorted, order = key.sort(dim=-1)
+    return s_sorted, order, big
+
+
+def range_flags(ranges: torch.Tensor, T: int) -> torch.Tensor:
+    """``[start < 0, start > end, end > T, overlap]`` anywhere, as a bool tensor ``[4]`` on the device.
+
+    No host sync: the caller reads it (``.tolist()``), alone or stacked with its own flags, and
+    passes the list to :func:`raise_range_errors`.  Overlap: with the non-empty spans of a row
+    sorted by start (empty ones last), two spans overlap somewhere iff some neighbours do.
+    """
+    r = ranges if ranges.dtype in (torch.int32, torch.int64) else ranges.to(torch.int64)
+    start, end = r.unbind(-1)
+    s_sorted, order, big = _span_order(start, end)
+    e_sorted = end.gather(-1, order)
+    overlap = (s_sorted[..., 1:] < e_sorted[..., :-1]) & (s_sorted[..., 1:] != big)
+    return torch.stack([(start < 0).any(), (start > end).any(), (end > T).any(), overlap.any()])
+
+
+def raise_range_errors(ranges: torch.Tensor, T: int, flags: list) -> None:
+    """Raise the ValueError for the first failed check of :func:`range_flags` (nothing if none failed)."""
+    if not any(flags[:4]):
+        return
     r = ranges.to(torch.int64)
     start, end = r[..., 0], r[..., 1]
-    nonempty = end > start
-    bad_neg = start < 0
-    bad_order = start > end
-    bad_end = end > T
-    # Overlap: sort the non-empty spans of each row by start; with non-empty spans,
-    # two spans overlap somewhere iff some neighbours in that order overlap.
-    big = torch.iinfo(torch.int64).max
-    key = torch.where(nonempty, start, torch.full_like(start, big))
-    order = key.argsort(dim=-1, stable=True)
-    s_sorted = start.gather(-1, order)
-    e_sorted = end.gather(-1, order)
-    ne_sorted = nonempty.gather(-1, order)
-    overlap = ne_sorted[..., 1:] & ne_sorted[..., :-1] & (s_sorted[..., 1:] < e_sorted[..., :-1])
-    flags = torch.stack(
-        [bad_neg.any(), bad_order.any(), bad_end.any(), overlap.any()]
-    ).tolist()  # the one host synchronisation
-    if not any(flags):
-        return
     accepted = f"each span [start, end) must satisfy 0 <= start <= end <= T (T={T}); start == end is padding"
-    if flags[0]:
-        b, s, g, i = _first_index(bad_neg)
-        raise ValueError(
-            f"ranges[b={b}, s={s}, g={g}, span={i}] = {r[b, s, g, i].tolist()}: start < 0; {accepted}"
-        )
-    if flags[1]:
-        b, s, g, i = _first_index(bad_order)
-        raise ValueError(
-            f"ranges[b={b}, s={s}, g={g}, span={i}] = {r[b, s, g, i].tolist()}: start > end; {accepted}"
-        )
-    if flags[2]:
-        b, s, g, i = _first_index(bad_end)
-        raise ValueError(
-            f"ranges[b={b}, s={s}, g={g}, span={i}] = {r[b, s, g, i].tolist()}: end > T; {accepted}"
-        )
-    b, s, g, j = _first_index(overlap)
+    for flag, bad, what in ((flags[0], start < 0, "start < 0"), (flags[1], start > end, "start > end"),
+                            (flags[2], end > T, "end > T")):
+        if flag:
+            b, s, g, i = _first_index(bad)
+            raise ValueError(f"ranges[b={b}, s={s}, g={g}, span={i}] = {r[b, s, g, i].tolist()}: {what}; {accepted}")
+    s_sorted, order, big = _span_order(start, end)
+    e_sorted = end.gather(-1, order)
+    b, s, g, j = _first_index((s_sorted[..., 1:] < e_sorted[..., :-1]) & (s_sorted[..., 1:] != big))
     i0, i1 = int(order[b, s, g, j]), int(order[b, s, g, j + 1])
     raise ValueError(
         f"ranges[b={b}, s={s}, g={g}]: spans {i0} {r[b, s, g, i0].tolist()} and {i1} "
         f"{r[b, s, g, i1].tolist()} overlap; the non-empty spans of a row must be disjoint "
         f"(merge them, or pad with start == end)"
     )
+
+
+def check_positions(positions, B: int, S: int, device) -> None:
+    """``positions`` ``[S]``, ``[1, S]`` or ``[B, S]``, integer, on ``device`` (structure only)."""
+    _require_tensor("positions", positions)
+    _require_integer("positions", positions)
+    if positions.device != device:
+        raise ValueError(f"positions is on {positions.device} but block_indices is on {device}")
+    if not ((positions.dim() == 1 and positions.shape[0] == S)
+            or (positions.dim() == 2 and tuple(positions.shape) in ((B, S), (1, S)))):
+        raise ValueError(f"positions has shape {_fmt_shape(positions)}; accepted: [S] or [B, S] with S={S}, B={B}")
+
+
+def check_block_indices(block_indices) -> None:
+    """``block_indices`` ``[B, S, G, n]``, integer (structure only)."""
+    _require_tensor("block_indices", block_indices)
+    _require_rank("block_indices", block_indices, 4, "[B, S, G, n]")
+    _require_integer("block_indices", block_indices)
+
+
+def n_blocks(T: int, block_size: int) -> int:
+    return -(-T // block_size)
+
+
+def block_flags(block_indices: torch.Tensor, n_blk: int, positions=None) -> torch.Tensor:
+    """``[index out of range, repeated block, negative position]`` anywhere, bool ``[3]``, no host sync."""
+    idx = block_indices if block_indices.dtype in (torch.int32, torch.int64) else block_indices.to(torch.int64)
+    srt = idx.sort(dim=-1).values
+    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+    bad_pos = (positions < 0).any() if positions is not None else torch.zeros((), dtype=torch.bool, device=idx.device)
+    return torch.stack([((idx < -1) | (idx >= n_blk)).any(), dup.any(), bad_pos])
+
+
+def raise_block_errors(block_indices: torch.Tensor, n_blk: int, positions, flags: list) -> None:
+    """Raise the ValueError for the first failed check of :func:`block_flags` (nothing if none failed)."""
+    idx = block_indices.to(torch.int64)
+    if flags[0]:
+        b, s, g, i = _first_index((idx < -1) | (idx >= n_blk))
+        raise ValueError(
+            f"block_indices[b={b}, s={s}, g={g}, slot={i}] = {int(idx[b, s, g, i])}: out of range; "
+            f"accepted: -1 (no block) or 0 <= index < ceil(T / block_size) = {n_blk}"
+        )
+    if flags[1]:
+        srt = idx.sort(dim=-1).values
+        b, s, g, _ = _first_index((srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0))
+        raise ValueError(
+            f"block_indices[b={b}, s={s}, g={g}] = {idx[b, s, g].tolist()} repeats a block; "
+            f"the selected blocks of a row must be distinct (use -1 for padding)"
+        )
+    if flags[2]:
+        where = _first_index(positions < 0)  # index into the caller's tensor ([S] or [B, S])
+        raise ValueError(f"positions[{', '.join(map(str, where))}] = {int(positions[where])}: "
+                         f"a query position must be >= 0")
 
 
 def block_indices_to_ranges(
@@ -196,64 +280,31 @@ def block_indices_to_ranges(
     (``[S]`` or ``[B, S]``, default ``arange(S)``) are the query positions: every span
     end is clamped to ``position + 1`` (the causal clamp) and to ``T``; a block wholly
     in the future of its query becomes an empty span.  Returns int32 ranges
-    ``[B, S, G, n, 2]``.
+    ``[B, S, G, n, 2]``.  The kernels also read block indices directly (``MODE_BLOCKS``,
+    the same rule), so the dispatcher converts only for the reference paths.
     """
-    _require_tensor("block_indices", block_indices)
-    _require_rank("block_indices", block_indices, 4, "[B, S, G, n]")
-    _require_integer("block_indices", block_indices)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    check_block_indices(block_indices)
+    block_size = check_block_size(block_size)
     if isinstance(T, bool) or not isinstance(T, int) or T < 0:
         raise ValueError(f"T (the number of keys) must be an int >= 0, got {T!r}")
     B, S, G, n = block_indices.shape
     dev = block_indices.device
+    if positions is not None:
+        check_positions(positions, B, S, dev)
+    n_blk = n_blocks(T, block_size)
+    if validate and block_indices.numel() and dev.type != "meta":
+        raise_block_errors(block_indices, n_blk, positions, block_flags(block_indices, n_blk, positions).tolist())
     if positions is None:
         pos = torch.arange(S, device=dev, dtype=torch.int64).view(1, S)
     else:
-        _require_tensor("positions", positions)
-        _require_integer("positions", positions)
-        if positions.device != dev:
-            raise ValueError(f"positions is on {positions.device} but block_indices is on {dev}")
-        if positions.dim() == 1 and positions.shape[0] == S:
-            pos = positions.to(torch.int64).view(1, S)
-        elif positions.dim() == 2 and tuple(positions.shape) in ((B, S), (1, S)):
-            pos = positions.to(torch.int64)
-        else:
-            raise ValueError(
-                f"positions has shape {_fmt_shape(positions)}; accepted: [S] or [B, S] with S={S}, B={B}"
-            )
+        pos = positions.to(torch.int64).view(-1, S)
+    # min(pos, T - 1) + 1, not min(pos + 1, T): a position near 2^63 must not overflow.  The
+    # block size is clamped to max(T, 1) and the index to T, so index * size stays far from 2^63.
+    limit = (torch.clamp(pos, max=T - 1) + 1).view(pos.shape[0], S, 1, 1)
+    bs = min(block_size, max(T, 1))
     idx = block_indices.to(torch.int64)
-    n_blocks = -(-T // block_size)
-    if validate and idx.numel():
-        bad_low = idx < -1
-        bad_high = idx >= n_blocks
-        srt = idx.sort(dim=-1).values
-        dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
-        bad_pos = pos < 0
-        flags = torch.stack([bad_low.any(), bad_high.any(), dup.any(), bad_pos.any()]).tolist()
-        if flags[0] or flags[1]:
-            b, s, g, i = _first_index(bad_low | bad_high)
-            raise ValueError(
-                f"block_indices[b={b}, s={s}, g={g}, slot={i}] = {int(idx[b, s, g, i])}: out of range; "
-                f"accepted: -1 (no block) or 0 <= index < ceil(T / block_size) = {n_blocks}"
-            )
-        if flags[2]:
-            b, s, g, _ = _first_index(dup)
-            raise ValueError(
-                f"block_indices[b={b}, s={s}, g={g}] = {idx[b, s, g].tolist()} repeats a block; "
-                f"the selected blocks of a row must be distinct (use -1 for padding)"
-            )
-        if flags[3]:
-            # Index into the caller's tensor ([S] or [B, S]), not our broadcast view.
-            where = _first_index(positions < 0)
-            raise ValueError(
-                f"positions[{', '.join(map(str, where))}] = {int(positions[where])}: "
-                f"a query position must be >= 0"
-            )
-    limit = torch.clamp(pos + 1, max=T).view(pos.shape[0], S, 1, 1)
-    start = idx * block_size
-    end = torch.minimum(start + block_size, limit)
+    start = idx.clamp(max=T) * bs
+    end = torch.minimum(start + bs, limit)
     valid = (idx >= 0) & (end > start)
-    start = torch.where(valid, start, torch.zeros_like(start))
-    end = torch.where(valid, end, torch.zeros_like(end))
-    return torch.stack([start, end], dim=-1).to(torch.int32)
+    zero = torch.zeros((), dtype=torch.int64, device=dev)
+    return torch.stack([torch.where(valid, start, zero), torch.where(valid, end, zero)], dim=-1).to(torch.int32)

@@ -1,242 +1,342 @@
-"""The dispatcher: ``selection_attention`` picks the Triton kernels or the packed-SDPA path.
+"""The dispatcher: ``selection_attention`` picks the Triton kernels or a reference path.
 
-Order of decisions (each one is logged under ``NSA_DEBUG_SHAPES=1``):
+Following ``q`` through one call:
 
-1. ``backend`` argument: ``"triton"``, ``"sdpa"``, ``"reference"`` (packed SDPA in
-   float32, what ``NSA_FORCE_PARITY=1`` selects) or ``"oracle"`` (float64, slow) are taken
-   as asked; ``"auto"`` goes on.
-2. ``NSA_FORCE_PARITY=1`` -> reference; ``NSA_USE_TRITON_SEL=0`` -> packed SDPA.
-3. Inputs that require grad -> packed SDPA (the kernels are forward-only; SDPA is
-   differentiable).
-4. No Triton for these inputs (no CUDA device and no interpreter, fp32, head dim > 256,
-   or a kernel that already failed for this (device, dtype, Dk, Dv, h)) -> packed SDPA.
-5. ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else ``data/thresholds.json`` for this
-   GPU and Triton): ``None`` keeps Triton off; otherwise rows with fewer selected keys go
-   to packed SDPA and the rest to Triton.
+1. structural checks (``contract``: ranks, shapes, dtypes, devices, the scale; no values read);
+2. :func:`route`, cached per signature (backend, grad, device, dtype, shapes) until
+   ``config.refresh()``: the ``backend`` argument (``"triton"``, ``"sdpa"``, ``"reference"`` =
+   packed SDPA in float32, ``"oracle"`` = float64; ``"auto"`` goes on), ``NSA_FORCE_PARITY=1``,
+   ``NSA_USE_TRITON_SEL=0``, inputs that require grad (packed SDPA in eager), whether Triton can
+   take the inputs (device, dtype, head dims, an earlier kernel failure), then
+   ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else ``data/thresholds.json``; None = Triton
+   off).  For Triton it also fixes per-head programs and tokens per program (``plan``);
+3. with ``validate``, the value checks: one host sync, which also reads the multi-token switch;
+4. the path: Triton through the operator (``op.sel_fwd``; a plain eager call without autograd
+   runs its implementation directly), rows under ``sel_triton_min_L`` through packed SDPA.
 
-A Triton failure is reported once with its reason, remembered for that configuration
-and answered by the packed-SDPA path.
+A Triton failure in an eager call is reported once with its reason, remembered for that
+(device, dtype, Dk, Dv, h) and answered by the packed-SDPA path.  Only the kernel call is
+guarded: a bad flag or a bad input raises and is never remembered as a kernel failure.
+
+Inside ``torch.compile`` (and during CUDA-graph capture) nothing may wait for the GPU, so the
+decisions that would need the host are fixed when the graph is traced: no value validation
+(``validate`` is ignored: validate a producer eagerly once), no ``sel_triton_min_L`` row split
+(every row goes through the kernel, which is exact for any row; a GPU whose thresholds entry is
+null still routes to packed SDPA, which breaks the graph), no fallback on a kernel failure (the
+error propagates), and inputs that require grad take the operator (its registered backward)
+rather than packed SDPA.  The route itself (flags, thresholds, device) is computed once at trace
+time.  The multi-token switch is taken at run time without a sync (see ``share``), and frozen
+into a captured CUDA graph.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
-import os
 import time
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
-from . import config, reference
-from .contract import block_indices_to_ranges, check_qkv, check_ranges
+from . import config, contract, known_bad, op, plan, reference, share
+from .contract import (
+    block_flags,
+    block_indices_to_ranges,
+    check_block_indices,
+    check_block_size,
+    check_positions,
+    check_qkv,
+    check_ranges,
+    n_blocks,
+    raise_block_errors,
+    raise_range_errors,
+    range_flags,
+    resolve_scale,
+)
 
 log = logging.getLogger("nsa_triton_sel")
 
 BACKENDS = ("auto", "triton", "sdpa", "reference", "oracle")
 
-
-def warn_if_known_bad() -> str | None:
-    """Warn (once, at import) when the installed Triton is in a known-bad window for this GPU."""
-    from .known_bad import check_installed
-
-    reason = check_installed()
-    if reason:
-        warnings.warn(f"nsa_triton_sel: the installed Triton is known-bad here: {reason} "
-                      f"(see src/nsa_triton_sel/data/known_bad.toml and constraints/known-good.txt)", RuntimeWarning, stacklevel=2)
-    return reason
-
-
-warn_if_known_bad()
+known_bad.warn_if_known_bad()  # once, at import: the installed Triton inside a window for this GPU
 _FAILED: dict[tuple, str] = {}  # (device, dtype, Dk, Dv, h) -> reason of the first kernel failure
+_ROUTES: dict[tuple, Route] = {}
 
 
 @dataclass(frozen=True)
-class Decision:
+class Route:
+    """The path one call takes, and why (``NSA_DEBUG_SHAPES=1`` logs it)."""
+
     path: str  # "triton", "sdpa", "reference" or "oracle"
     reason: str
-    min_L: int | None = None  # rows below it go to SDPA (Triton path only)
+    min_L: int | None = None  # rows with fewer keys go to packed SDPA (eager Triton path only)
     decode: bool = False  # split-L flash-decoding kernel
     per_head: bool = False  # NSA_SEL_TRITON_GROUP=0
-    tokens: int | None = None  # tokens per program: None = decide from the ranges, 1 = single-token kernel
+    tokens: int | None = None  # tokens per program: 1, a forced N, or None = decide from the spans
 
 
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except Exception:  # noqa: BLE001 - any import failure means "no Triton"
-        return None
-    return triton.__version__
+def _clear_routes() -> None:
+    _ROUTES.clear()
+    share.clear()
 
 
-@lru_cache(maxsize=16)
-def _gpu_identity(device: torch.device) -> tuple[str, str]:
-    if device.type != "cuda":
-        return "cpu", "cpu"
-    major, minor = torch.cuda.get_device_capability(device)
-    return torch.cuda.get_device_name(device), f"{major}.{minor}"
+config.REFRESH_HOOKS.append(_clear_routes)
+_is_compiling = contract._is_compiling
+_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
 
 
-def _failure_key(q, v) -> tuple:
-    return (str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
+def _failure_key(device, dtype, Dk, Dv, h) -> tuple:
+    return (str(device), dtype, Dk, Dv, h)
 
 
-def _triton_blocker(q, k, v) -> str | None:
+def _triton_blocker(dev: plan.Device, device, dtype, Dk, Dv, h) -> str | None:
     """Why the Triton kernels cannot take these inputs, or None."""
-    if _triton_version() is None:
+    if not dev.triton:
         return "triton is not importable"
-    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        return f"tensors are on {q.device} (Triton needs CUDA, or TRITON_INTERPRET=1)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"dtype {q.dtype} (the kernels take float16 and bfloat16)"
-    if max(q.shape[-1], v.shape[-1]) > 256:
-        return f"head dims Dk={q.shape[-1]}, Dv={v.shape[-1]} (the kernels take up to 256)"
-    failed = _FAILED.get(_failure_key(q, v))
+    if device.type != "cuda" and not dev.interpreter:
+        return f"tensors are on {device} (Triton needs CUDA, or TRITON_INTERPRET=1)"
+    if dtype not in contract.KERNEL_DTYPES:
+        return f"dtype {dtype} (the kernels take float16 and bfloat16)"
+    if max(Dk, Dv) > 256:
+        return f"head dims Dk={Dk}, Dv={Dv} (the kernels take up to 256)"
+    failed = _FAILED.get(_failure_key(device, dtype, Dk, Dv, h))
     if failed:
         return f"the kernel failed earlier for this configuration: {failed}"
     return None
 
 
-def _min_L(q, flags: config.Flags) -> tuple[int | None, str]:
+def _min_L(dev: plan.Device, flags: config.Flags) -> tuple[int | None, str]:
     if flags.min_L_override is not None:
         return flags.min_L_override, "NSA_SEL_TRITON_MIN_L"
-    gpu, cc = _gpu_identity(q.device)
     path = config.thresholds_path()
-    return config.lookup_min_L(gpu, cc, _triton_version() or "", path), f"{path.name} ({gpu}, cc {cc})"
+    return config.lookup_min_L(dev.name, dev.cc, dev.triton, path), f"{path.name} ({dev.name}, cc {dev.cc})"
 
 
-def _use_decode(q, per_head: bool) -> bool:
-    """One query position and too few (row, head-chunk) programs to fill the GPU."""
-    B, S, G, h, _ = q.shape
-    if S != 1:
-        return False
-    from .kernels.launch import sm_count, max_rows
-    from .kernels.meta import head_block
-
-    programs = B * G * math.ceil(h / head_block(h, per_head, max_rows(q.device)))
-    return programs < sm_count(q.device)
-
-
-def decide(q, k, v, *, backend: str = "auto", flags: config.Flags | None = None) -> Decision:
-    """The path ``selection_attention`` takes for these inputs, and why."""
-    flags = flags or config.read_flags()
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
-    if backend in ("sdpa", "reference", "oracle"):
-        return Decision(backend, f"backend={backend!r}")
-    explicit = backend == "triton"
-    if not explicit:
-        if flags.force_parity:
-            return Decision("reference", "NSA_FORCE_PARITY=1")
-        if flags.use_triton is False:
-            return Decision("sdpa", "NSA_USE_TRITON_SEL=0")
-        if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-            return Decision("sdpa", "inputs require grad: the differentiable packed-SDPA path")
-    blocker = _triton_blocker(q, k, v)
-    if blocker:
-        if explicit:
-            raise ValueError(f"backend='triton' cannot run these inputs: {blocker}")
-        return Decision("sdpa", blocker)
-    per_head = not flags.group
-    decode = _use_decode(q, per_head)
-    tokens = _tokens(q, flags, per_head, decode)
-    if explicit:
-        return Decision("triton", "backend='triton'", 0, decode, per_head, tokens)
-    min_L, source = _min_L(q, flags)
-    if min_L is None:
-        return Decision("sdpa", f"sel_triton_min_L is off in {source}")
-    return Decision("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head, tokens)
-
-
-def _tokens(q, flags: config.Flags, per_head: bool, decode: bool) -> int | None:
-    """Tokens per program: 1, a forced count, or None ("look at the ranges")."""
-    from .kernels.meta import tokens_per_program
-
+def _tokens(S: int | None, h: int, flags: config.Flags, per_head: bool, decode: bool,
+            dev: plan.Device) -> int | None:
+    """Tokens per program: 1, the forced count (checked here: a flag error, never a kernel failure),
+    or None ("look at the spans"; also when S is unknown, in a trace)."""
     if per_head or decode:
         return 1
     if flags.tokens is not None:
+        problem = plan.tokens_problem(flags.tokens, h, dev) if flags.tokens > 1 else None
+        if problem:
+            raise ValueError(f"NSA_SEL_TRITON_TOKENS={flags.tokens} cannot run these inputs: {problem}; "
+                             f"accepted here: auto, 1, or such a power of two")
         return flags.tokens
-    tok = tokens_per_program(q.shape[3])
-    return None if tok > 1 and q.shape[1] >= 2 * tok else 1
+    return None if S is None or plan.auto_tokens(h, S, dev) > 1 else 1
 
 
-def _neighbours_share(ranges) -> bool:
-    """Do most neighbouring tokens select the same span starts?  (One host sync.)
+def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; accepted: {', '.join(BACKENDS)}")
+    if backend in ("sdpa", "reference", "oracle"):
+        return Route(backend, f"backend={backend!r}")
+    B, S, G, h, Dk = shape
+    if device.type == "meta":
+        return Route("triton", "meta tensors: shapes through the operator's fake implementation", 0)
+    explicit = backend == "triton"
+    if not explicit:
+        if flags.force_parity:
+            return Route("reference", "NSA_FORCE_PARITY=1")
+        if flags.use_triton is False:
+            return Route("sdpa", "NSA_USE_TRITON_SEL=0")
+        if grad and not traced:
+            return Route("sdpa", "inputs require grad: the differentiable packed-SDPA path")
+    dev = plan.device_of(device)
+    blocker = _triton_blocker(dev, device, dtype, Dk, Dv, h)
+    if blocker:
+        if explicit:
+            raise ValueError(f"backend='triton' cannot run these inputs: {blocker}")
+        return Route("sdpa", blocker)
+    per_head = not flags.group
+    decode = S is not None and plan.use_decode(B, S, G, h, per_head, dev)  # a trace leaves it to the planner
+    tokens = _tokens(S, h, flags, per_head, decode, dev)
+    if explicit:
+        return Route("triton", "backend='triton'", 0, decode, per_head, tokens)
+    min_L, source = _min_L(dev, flags)
+    if min_L is None:
+        return Route("sdpa", f"sel_triton_min_L is off in {source}")
+    return Route("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head, tokens)
 
-    Real NSA selections do (a block stays selected for many consecutive tokens); random
-    ones don't, and for them the single-token kernel is faster.
+
+def _route_traced(backend, grad, device, dtype, G, h, Dk, Dv) -> Route:
+    """:func:`_route` for a call being traced: torch.compile runs it once, as plain Python, on the sizes
+    that do not vary (B and S may be dynamic: the decode split is left to the planner, the multi-token
+    switch to the run time)."""
+    return _route(backend, grad, True, device, dtype, (None, None, G, h, Dk), Dv, config.flags())
+
+
+_route_traced = getattr(torch.compiler, "assume_constant_result", torch._dynamo.assume_constant_result)(_route_traced)
+
+
+def route(q, k, v, *, backend: str = "auto", flags: config.Flags | None = None, traced: bool = False) -> Route:
+    """The path ``selection_attention`` takes for these inputs, and why (cached per signature)."""
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if flags is not None:
+        return _route(backend, grad, traced, q.device, q.dtype, tuple(q.shape), v.shape[-1], flags)
+    key = (backend, grad, traced, q.device, q.dtype, q.shape, v.shape[-1])
+    hit = _ROUTES.get(key)
+    if hit is None:
+        hit = _ROUTES[key] = _route(backend, grad, traced, q.device, q.dtype, tuple(q.shape), v.shape[-1],
+                                    config.flags())
+    return hit
+
+
+def __getattr__(name: str):
+    if name in ("decide", "Decision"):  # the names before issue 15 (compat.upgrade has its own Decision)
+        warnings.warn(f"nsa_triton_sel.dispatch.{name} is now {'route' if name == 'decide' else 'Route'}",
+                      DeprecationWarning, stacklevel=2)
+        return route if name == "decide" else Route
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _plain_eager(q) -> bool:
+    """A plain eager call: real tensors, no tracing, no dispatch mode, no CUDA-graph capture."""
+    if _is_compiling():
+        return False
+    if type(q) not in (torch.Tensor, torch.nn.Parameter) or q.device.type == "meta":
+        return False
+    if _dispatch_mode() is not None:  # FakeTensorMode, FlopCounterMode, ...: the operator handles it
+        return False
+    return not (q.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _spans(ranges, block_indices, block_size, positions, dims, device):
+    """The spans argument (ranges, or block indices) checked for structure: ``(spans, block_size)``."""
+    if (ranges is None) == (block_indices is None):
+        raise ValueError("pass exactly one of ranges [B, S, G, n, 2] or block_indices [B, S, G, n] (with block_size)")
+    if ranges is not None:
+        if block_size is not None or positions is not None:
+            given = ", ".join(n for n, x in (("block_size", block_size), ("positions", positions)) if x is not None)
+            raise ValueError(f"{given} given with ranges: block_size and positions go with block_indices "
+                             f"(ranges already carry the causal clamp); pass one or the other")
+        check_ranges(ranges, dims, device, validate=False)
+        return ranges, 0
+    check_block_indices(block_indices)
+    if block_size is None:
+        raise ValueError("block_indices needs block_size (the number of keys per block)")
+    block_size = check_block_size(block_size)
+    if block_indices.device != device:
+        raise ValueError(f"block_indices is on {block_indices.device}; it must be on q's device {device}")
+    if tuple(block_indices.shape[:3]) != (dims.B, dims.S, dims.G):
+        raise ValueError(f"block_indices has shape {list(block_indices.shape)}; expected [B, S, G, n] = "
+                         f"[{dims.B}, {dims.S}, {dims.G}, n] to match q")
+    if positions is not None:
+        check_positions(positions, dims.B, dims.S, device)
+    return block_indices, block_size
+
+
+_CHECKED: dict[tuple, tuple] = {}  # call signature -> (Dims, block_size) of a call whose structure passed
+
+
+def _structure(q, k, v, ranges, block_indices, block_size, positions, eager: bool):
+    """``(dims, spans, block_size)`` after the structural checks of ``contract``.
+
+    Those checks are pure functions of the shapes, dtypes, devices and layouts, so an eager call
+    remembers the signature that passed and a repeated call (a decode step) skips them: measured
+    on this project's CPU box, 15 of the dispatcher's 33 us per call were these checks.
     """
-    same = (ranges[:, 1:, ..., 0] == ranges[:, :-1, ..., 0]).all(-1)
-    return bool(same.float().mean() >= 0.5)
+    spans = ranges if block_indices is None else block_indices
+    key = None
+    if eager and isinstance(spans, torch.Tensor) and (ranges is None or block_indices is None):
+        pos = None if positions is None else (getattr(positions, "shape", positions), getattr(positions, "dtype", None),
+                                              getattr(positions, "device", None), getattr(positions, "layout", None))
+        key = (q.shape, k.shape, v.shape, spans.shape, q.dtype, k.dtype, v.dtype, spans.dtype, q.device, k.device,
+               v.device, spans.device, q.layout, k.layout, v.layout, spans.layout, ranges is None, block_size, pos)
+        hit = _CHECKED.get(key)
+        if hit is not None:
+            return hit[0], spans, hit[1]
+    dims = check_qkv(q, k, v, allow_fp32=True)
+    spans, block_size = _spans(ranges, block_indices, block_size, positions, dims, q.device)
+    if key is not None and len(_CHECKED) < 4096:
+        _CHECKED[key] = (dims, block_size)
+    return dims, spans, block_size
 
 
-def _run_triton(q, k, v, ranges, scale, return_lse, d: Decision):
-    from .kernels import launch  # imported late: keeps `import nsa_triton_sel` light
+def _validate(spans, positions, block_size, dims, r: Route, device) -> int | None:
+    """The value checks, with one host sync; returns the tokens per program (read in the same sync)."""
+    if spans.dim() == 5:
+        flags = range_flags(spans, dims.T)
+    else:
+        flags = block_flags(spans, n_blocks(dims.T, block_size), positions)
+    dev = plan.device_of(device) if r.path == "triton" else None
+    tok = plan.auto_tokens(dims.h, dims.S, dev) if r.path == "triton" and r.tokens is None else 1
+    if tok > 1:
+        values = torch.cat([flags.float(), share.share_fraction(spans).reshape(1)]).tolist()
+    else:
+        values = flags.tolist()
+    if spans.dim() == 5:
+        raise_range_errors(spans, dims.T, values)
+    else:
+        raise_block_errors(spans, n_blocks(dims.T, block_size), positions, values)
+    if tok > 1:
+        return tok if share.remember(spans, values[-1]) else 1
+    return r.tokens
 
-    if d.decode:
-        return launch.sel_attn_decode(q, k, v, ranges, scale=scale, return_lse=True, per_head=d.per_head)
-    tokens = d.tokens
-    if tokens is None:
-        from .kernels.meta import tokens_per_program
 
-        tokens = tokens_per_program(q.shape[3]) if _neighbours_share(ranges) else 1
-    if tokens > 1:
-        return launch.sel_attn_tokens(q, k, v, ranges, scale=scale, return_lse=True, tokens=tokens)
-    return launch.sel_attn_ranges(q, k, v, ranges, scale=scale, return_lse=True, per_head=d.per_head)
+def _as_ranges(spans, positions, block_size, T):
+    return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)
 
 
-def _triton_with_threshold(q, k, v, ranges, scale, d: Decision):
-    """Rows with at least ``min_L`` keys through Triton, the others through packed SDPA."""
-    if d.min_L is None or d.min_L <= 1:  # every non-empty row qualifies: no split, no sync
-        return _run_triton(q, k, v, ranges, scale, True, d)
+def _reference_path(path, q, k, v, ranges, scale):
+    if path == "reference":
+        out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), ranges, scale=scale, return_lse=True,
+                                         validate=False)
+        return out.to(v.dtype), lse
+    if path == "oracle":
+        out, lse = reference.oracle(q, k, v, ranges, scale=scale, return_lse=True, validate=False)
+        return out.to(device=q.device, dtype=v.dtype), lse.to(device=q.device, dtype=torch.float32)
+    return reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False)
+
+
+def _kernel_call(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool):
+    """The operator (autograd, tracing, meta) or, in a plain eager call without grad, its implementation."""
+    args = (q, k, v, spans, positions, scale, block_size, r.per_head, 0 if tokens is None else tokens)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if eager and not grad:
+        return op.forward(*args)
+    return op.operator(config.flags().op)(*args)
+
+
+def _split_rows(q, k, v, spans, positions, block_size, scale, r: Route, tokens):
+    """Rows with at least ``min_L`` keys through Triton, the others through packed SDPA (eager)."""
+    ranges = _as_ranges(spans, positions, block_size, k.shape[2])
     lens = (ranges[..., 1].to(torch.int64) - ranges[..., 0].to(torch.int64)).clamp_min(0).sum(-1)
-    small = lens < d.min_L  # [B, S, G]
+    small = lens < r.min_L  # [B, S, G]
     idx = small.reshape(-1).nonzero()[:, 0]  # one host sync
     if idx.numel() == 0:
-        return _run_triton(q, k, v, ranges, scale, True, d)
-    # The kernel sees the small rows as empty (cheap); only those rows go through
-    # packed SDPA (e.g. the first tokens of a sequence), and are written back in place.
+        return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True)
+    # The kernel sees the small rows as empty (cheap); only those rows go through packed SDPA
+    # (e.g. the first tokens of a sequence), and are written back in place.
     zero = torch.zeros((), dtype=ranges.dtype, device=ranges.device)
-    out, lse = _run_triton(q, k, v, torch.where(small[..., None, None], zero, ranges), scale, True, d)
+    out, lse = _kernel_call(q, k, v, torch.where(small[..., None, None], zero, ranges), None, 0, scale, r, tokens,
+                            True)
     # No sync from here on: the small rows have fewer than min_L keys, so packed SDPA is
     # told that bound, and its small ops are enqueued while the kernel runs.
     out_s, lse_s = reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False,
-                                         rows=idx, max_len=d.min_L - 1)
+                                         rows=idx, max_len=r.min_L - 1)
     B, S, G, h, Dv = out.shape
     out.view(B * S * G, h, Dv)[idx] = out_s.to(out.dtype)
     lse.view(B * S * G, h)[idx] = lse_s
     return out, lse
 
 
-def _reference(q, k, v, ranges, scale, return_lse):
-    out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), ranges, scale=scale,
-                                     return_lse=True, validate=False)
-    return out.to(v.dtype), lse
-
-
-def _oracle(q, k, v, ranges, scale, return_lse):
-    out, lse = reference.oracle(q, k, v, ranges, scale=scale, return_lse=True, validate=False)
-    return out.to(device=q.device, dtype=v.dtype), lse.to(device=q.device, dtype=torch.float32)
-
-
-def _sdpa(q, k, v, ranges, scale, return_lse):
-    return reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False)
-
-
-_PATHS = {"sdpa": _sdpa, "reference": _reference, "oracle": _oracle}
-
-
-def _compute(q, k, v, ranges, scale, d: Decision):
-    if d.path != "triton":
-        return _PATHS[d.path](q, k, v, ranges, scale, True), d
+def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool):
+    if r.path != "triton":
+        return _reference_path(r.path, q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), r
+    if not eager:  # traced, captured or meta: no host decision, no fallback
+        return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, False), r
     try:
-        return _triton_with_threshold(q, k, v, ranges, scale, d), d
+        if r.min_L is not None and r.min_L > 1:
+            return _split_rows(q, k, v, spans, positions, block_size, scale, r, tokens), r
+        return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True), r
     except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per config
-        key = _failure_key(q, v)
+        key = _failure_key(q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _FAILED[key] = reason
+        _ROUTES.clear()
         warnings.warn(
             f"nsa_triton_sel: the Triton selection kernel failed for device={key[0]}, dtype={key[1]}, "
             f"Dk={key[2]}, Dv={key[3]}, h={key[4]} ({reason}); using the packed-SDPA path for this "
@@ -244,13 +344,26 @@ def _compute(q, k, v, ranges, scale, d: Decision):
             RuntimeWarning,
             stacklevel=4,
         )
-        fallback = Decision("sdpa", f"Triton failed: {reason}")
-        return _sdpa(q, k, v, ranges, scale, True), fallback
+        ranges = _as_ranges(spans, positions, block_size, k.shape[2])
+        return _reference_path("sdpa", q, k, v, ranges, scale), Route("sdpa", f"Triton failed: {reason}")
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _debug(flags, stage, q, k, v, spans, positions, block_size, scale, r, out, t0):
+    if stage == "route" and flags.debug_shapes:
+        log.info("selection_attention q=%s%s k=%s%s v=%s%s spans=%s %s -> %s (%s)",
+                 list(q.shape), q.stride(), list(k.shape), k.stride(), list(v.shape), v.stride(),
+                 list(spans.shape), q.dtype, r.path, r.reason)
+    if stage == "done" and flags.debug_timing:
+        if q.device.type == "cuda":
+            torch.cuda.synchronize(q.device)
+        log.info("selection_attention path=%s%s time=%.3f ms", r.path, " (decode)" if r.decode else "",
+                 (time.perf_counter() - t0) * 1e3)
+    if stage == "done" and flags.debug_compare:
+        ref = reference.packed_sdpa(q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale=scale,
+                                    validate=False)
+        err = (out.float() - ref.float()).abs()
+        log.info("selection_attention compare path=%s vs packed-sdpa: max_abs=%.3e mean_abs=%.3e",
+                 r.path, err.max().item() if err.numel() else 0.0, err.mean().item() if err.numel() else 0.0)
 
 
 def selection_attention(
@@ -267,39 +380,25 @@ def selection_attention(
     [B, S, G, h, Dv]`` in v's dtype and, with ``return_lse``, the natural-log LSE
     ``[B, S, G, h]`` in float32 (``-inf`` and zero output for a row with no key).
     """
-    flags = config.read_flags()
-    dims = check_qkv(q, k, v, allow_fp32=True)
-    if (ranges is None) == (block_indices is None):
-        raise ValueError("pass exactly one of ranges [B, S, G, n, 2] or block_indices [B, S, G, n] (with block_size)")
-    if ranges is None:
-        if block_size is None:
-            raise ValueError("block_indices needs block_size (the number of keys per block)")
-        if not isinstance(block_indices, torch.Tensor) or block_indices.device != q.device:
-            where = getattr(block_indices, "device", type(block_indices).__name__)
-            raise ValueError(f"block_indices must be a tensor on q's device {q.device}, got {where}")
-        if block_indices.dim() == 4 and tuple(block_indices.shape[:3]) != (dims.B, dims.S, dims.G):
-            raise ValueError(
-                f"block_indices has shape {list(block_indices.shape)}; expected [B, S, G, n] = "
-                f"[{dims.B}, {dims.S}, {dims.G}, n] to match q"
-            )
-        ranges = block_indices_to_ranges(block_indices, block_size, dims.T, positions, validate=validate)
-        check_ranges(ranges, dims, q.device, validate=False)  # valid by construction
+    flags = config.flags()
+    eager = _plain_eager(q)
+    dims, spans, block_size = _structure(q, k, v, ranges, block_indices, block_size, positions, eager)
+    scale = resolve_scale(scale, dims.Dk)
+    if eager:
+        r = route(q, k, v, backend=backend)
     else:
-        check_ranges(ranges, dims, q.device, validate=validate)
-    d = decide(q, k, v, backend=backend, flags=flags)
-    if flags.debug_shapes:
-        log.info("selection_attention q=%s%s k=%s%s v=%s%s ranges=%s %s -> %s (%s)",
-                 list(q.shape), q.stride(), list(k.shape), k.stride(), list(v.shape), v.stride(),
-                 list(ranges.shape), q.dtype, d.path, d.reason)
-    t0 = time.perf_counter() if flags.debug_timing else 0.0
-    (out, lse), d = _compute(q, k, v, ranges, scale, d)
-    if flags.debug_timing:
-        _sync(q.device)
-        log.info("selection_attention path=%s%s time=%.3f ms", d.path, " (decode)" if d.decode else "",
-                 (time.perf_counter() - t0) * 1e3)
-    if flags.debug_compare:
-        ref = reference.packed_sdpa(q, k, v, ranges, scale=scale, validate=False)
-        err = (out.float() - ref.float()).abs()
-        log.info("selection_attention compare path=%s vs packed-sdpa: max_abs=%.3e mean_abs=%.3e",
-                 d.path, err.max().item() if err.numel() else 0.0, err.mean().item() if err.numel() else 0.0)
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        r = _route_traced(backend, grad, q.device, q.dtype, int(dims.G), int(dims.h), int(dims.Dk), int(dims.Dv))
+        if r.tokens is not None and r.tokens > 1 and dims.S == 1:
+            r = dataclasses.replace(r, tokens=1)  # one query position: no multi-token program
+    tokens = r.tokens
+    if validate and eager and spans.numel():
+        tokens = _validate(spans, positions, block_size, dims, r, q.device)
+    debug = flags.debug_shapes or flags.debug_timing or flags.debug_compare
+    if debug:
+        _debug(flags, "route", q, k, v, spans, positions, block_size, scale, r, None, 0.0)
+    t0 = time.perf_counter() if debug else 0.0
+    (out, lse), r = _compute(q, k, v, spans, positions, block_size, scale, r, tokens, eager)
+    if debug:
+        _debug(flags, "done", q, k, v, spans, positions, block_size, scale, r, out, t0)
     return (out, lse) if return_lse else out

@@ -8,7 +8,11 @@ affects and the checks it explains, and a one-line reason.  Three consumers read
 - the pin logic (:mod:`nsa_triton_sel.compat.ledger`) keeps versions under an all-arch window out of
   ``known-good.txt`` and lists every window in ``MATRIX.md``;
 - tests and check-upgrade ask :func:`matching` / :func:`expected_failure` whether a failure is
-  expected.
+  expected;
+- the launch planner (:mod:`nsa_triton_sel.plan`) and the compile-smoke registry read
+  :func:`row_cap`: a window with ``max_rows`` names the largest dot M tile that version compiles
+  for that arch, so the launchers never hand a larger one to the compiler and the registry skips
+  (and lists) the variants above it.  This is the one place that rule is written.
 
 Only the standard library and ``packaging`` are imported: this runs at package import.
 """
@@ -44,6 +48,7 @@ class Window:
     checks: tuple[str, ...] = ()  # empty: every check
     modes: tuple[str, ...] = ()  # empty: every mode; ("interp",) = a Triton-interpreter-only problem
     link: str = ""
+    max_rows: int | None = None  # the largest dot M tile that compiles there; the launchers cap at it
 
     def covers(self, version: str | Version, arch: int | None = None, check: str | None = None,
                mode: str | None = None) -> bool:
@@ -109,9 +114,21 @@ def parse(text: str, source: str = "<known-bad>") -> list[Window]:
                 checks=tuple(raw.get("checks", ())),
                 modes=_modes(raw.get("modes", ()), raw["id"], source),
                 link=raw.get("link", ""),
+                max_rows=_max_rows(raw.get("max_rows"), raw["id"], source),
             )
         )
     return windows
+
+
+MIN_ROWS = 16  # tl.dot's smallest M on every Triton 3.x
+
+
+def _max_rows(raw, wid: str, source: str) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < MIN_ROWS or raw & (raw - 1):
+        raise ValueError(f"{source}: window {wid!r} has max_rows = {raw!r}; accepted: a power of two >= {MIN_ROWS}")
+    return raw
 
 
 MODES = ("aot", "interp", "gpu", "cpu")
@@ -158,6 +175,18 @@ def expected_failure(version: str, arch: int | None = None, check: str | None = 
     return "; ".join(f"[{w.id}] {w.reason}" for w in hits) or None
 
 
+def row_cap(version: str | None, arch: int | None, windows: list[Window] | None = None) -> int | None:
+    """The largest dot M tile (rows per program) Triton ``version`` compiles for ``arch``, or None (no cap).
+
+    The smallest ``max_rows`` of the windows covering that version and arch.  Without a version
+    (no Triton) or an arch (the interpreter) nothing is capped.
+    """
+    if not version or arch is None:
+        return None
+    caps = [w.max_rows for w in matching(version, arch, None, windows) if w.max_rows is not None]
+    return min(caps) if caps else None
+
+
 def excluding_windows(version: str, windows: list[Window] | None = None) -> list[Window]:
     """All-arch windows covering the version: these keep it out of known-good.txt.
 
@@ -197,11 +226,15 @@ def check_installed(arch: int | None = None, windows: list[Window] | None = None
     version = _installed_triton()
     if version is None:
         return None
-    mode = "interp" if os.environ.get("TRITON_INTERPRET") == "1" else None
+    interp = os.environ.get("TRITON_INTERPRET") == "1"
     try:
         arch = arch if arch is not None else _current_arch()
+        # Kernels run compiled on a visible GPU: windows of the "gpu" mode (wrong results or slow
+        # there) apply; under the interpreter only "interp" ones; without either, mode-free ones.
+        mode = "interp" if interp else ("gpu" if arch is not None else None)
+        # A window with max_rows is handled: the launchers cap the tile there, so it needs no warning.
         hits = [w for w in (_cached() if windows is None else windows)
-                if w.covers(version, arch, None, mode)]
+                if w.covers(version, arch, None, mode) and w.max_rows is None]
     except (InvalidVersion, ValueError, OSError) as exc:
         warnings.warn(f"known-bad windows unreadable: {exc}", KnownBadTritonWarning, stacklevel=2)
         return None

@@ -19,18 +19,12 @@ the first 64 keys (memory-efficient backend).  Causality lives in the ranges.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from .contract import Dims, check_qkv, check_ranges
+from .contract import Dims, check_qkv, check_ranges, resolve_scale
 
 DEFAULT_CHUNK_BYTES = 256 << 20
-
-
-def _scale(scale: float | None, Dk: int) -> float:
-    return 1.0 / math.sqrt(Dk) if scale is None else float(scale)
 
 
 def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
@@ -38,29 +32,36 @@ def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
 
     Returns ``out`` ``[B, S, G, h, Dv]`` (float64, CPU) and, with ``return_lse``, the
     natural-log LSE ``[B, S, G, h]`` (float64; ``-inf`` for a row with no key).
+    Differentiable in q, k and v (float64 autograd: the gradient reference), and stable for
+    large logits: the row maximum is subtracted before ``exp`` and the weights are normalised
+    by their own sum, so q=[[1e9]], k=[[1e9], [1e9]], v=[[0], [1]], scale=1 gives 0.5.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
-    sc = _scale(scale, Dk)
-    qd = q.detach().to("cpu", torch.float64)
-    kd = k.detach().to("cpu", torch.float64)
-    vd = v.detach().to("cpu", torch.float64)
+    sc = resolve_scale(scale, Dk)
+    qd, kd, vd = (x.to("cpu", torch.float64) for x in (q, k, v))
     spans = ranges.detach().to("cpu", torch.int64).tolist()
-    out = torch.zeros(B, S, G, h, Dv, dtype=torch.float64)
-    lse = torch.full((B, S, G, h), float("-inf"), dtype=torch.float64)
+    outs, lses = [], []
+    zero_o = qd.new_zeros(h, Dv)
+    none_l = qd.new_full((h,), float("-inf"))
     for b in range(B):
         for s in range(S):
             for g in range(G):
                 idx = [torch.arange(st, en) for st, en in spans[b][s][g] if en > st]
                 if not idx:
+                    outs.append(zero_o)
+                    lses.append(none_l)
                     continue
                 sel = torch.cat(idx)
                 scores = (qd[b, s, g] @ kd[b, g, sel].T) * sc  # [h, L]
-                row_lse = torch.logsumexp(scores, dim=-1)
-                p = torch.exp(scores - row_lse[:, None])
-                out[b, s, g] = p @ vd[b, g, sel]
-                lse[b, s, g] = row_lse
+                m = scores.max(dim=-1, keepdim=True).values.detach()  # [h, 1]
+                p = torch.exp(scores - m)  # [h, L], largest term 1
+                denom = p.sum(dim=-1, keepdim=True)  # [h, 1] in [1, L]
+                outs.append((p @ vd[b, g, sel]) / denom)
+                lses.append((m + torch.log(denom))[:, 0])
+    out = torch.stack(outs).reshape(B, S, G, h, Dv)
+    lse = torch.stack(lses).reshape(B, S, G, h)
     return (out, lse) if return_lse else out
 
 
@@ -122,7 +123,7 @@ def packed_sdpa(
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
-    sc = _scale(scale, Dk)
+    sc = resolve_scale(scale, Dk)
     n = ranges.shape[3]
     row = torch.arange(dims.rows, device=q.device) if rows is None else rows.to(q.device, torch.int64)
     R = row.numel()
@@ -170,6 +171,48 @@ def packed_sdpa(
     if not return_lse:
         return out
     return out, torch.cat(lses).reshape(shape_l).float()
+
+
+def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+    """Gradients ``(dq, dk, dv)`` (float32) of selection attention, by the gather of :func:`packed_sdpa`.
+
+    Written out rather than through autograd, so it can run inside an operator's implementation
+    (which runs below autograd): per chunk of rows, the softmax ``P`` is recomputed in float32 and
+    ``dS = P * (dO V^T - rowsum(dO * O))``; ``dk``/``dv`` are scattered back with ``index_add_``
+    (on CUDA its order is not deterministic).  One host sync (the longest row).  Empty rows give
+    zero gradients.
+    """
+    B, S, G, h, Dk, T, Dv = dims_of(q, k, v)
+    sc = resolve_scale(scale, Dk)
+    R, n = B * S * G, ranges.shape[3]
+    rows_r = ranges.reshape(R, n, 2)
+    L_row = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0).sum(-1)
+    L_max = int(L_row.max()) if n else 0  # the one host synchronisation
+    dq = torch.zeros(R, h, Dk, device=q.device)
+    dk = torch.zeros(B * G * T, Dk, device=q.device)
+    dv = torch.zeros(B * G * T, Dv, device=q.device)
+    row = torch.arange(R, device=q.device)
+    b_of, g_of = row // (S * G), row % G
+    chunk = max(1, chunk_bytes // _bytes_per_row(max(L_max, 1), h, Dk, Dv, 4))
+    for r0 in range(0, R if L_max else 0, chunk):
+        r1 = min(R, r0 + chunk)
+        key, valid = _row_key_index(rows_r[r0:r1], L_max)  # [r, L]
+        kb = k[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dk]
+        vb = v[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dv]
+        qc = q.reshape(R, h, Dk)[r0:r1].float()
+        go = grad_out.reshape(R, h, Dv)[r0:r1].float()
+        s = torch.einsum("rhd,rld->rhl", qc, kb).mul_(sc).masked_fill_(~valid[:, None, :], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)  # [r, h, L]; an empty row stays 0
+        o = torch.einsum("rhl,rld->rhd", p, vb)
+        ds = p * (torch.einsum("rhd,rld->rhl", go, vb) - (go * o).sum(-1, keepdim=True))
+        dq[r0:r1] = torch.einsum("rhl,rld->rhd", ds, kb) * sc
+        flat = ((b_of[r0:r1] * G + g_of[r0:r1]) * T)[:, None] + key  # [r, L] rows of k viewed as [B*G*T]
+        w = valid[..., None].float()
+        dk.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", ds, qc) * sc * w).reshape(-1, Dk))
+        dv.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", p, go) * w).reshape(-1, Dv))
+    return dq.reshape(B, S, G, h, Dk), dk.reshape(B, G, T, Dk), dv.reshape(B, G, T, Dv)
 
 
 def sdpa_rows(q, k, v, *, scale=None, key_valid=None):

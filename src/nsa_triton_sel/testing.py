@@ -86,26 +86,75 @@ def make_problem(
     return Problem(q.to(dev), k.to(dev), v.to(dev), r.to(dev))
 
 
-def nsa_ranges(B, T, G, n, block, *, seed=0, local=True, device="cpu"):
-    """NSA-like selections for the S = T tokens of a sequence: ``[B, T, G, n, 2]`` int32 ranges.
+def nsa_block_indices(B: int, S: int, G: int, T: int, bs: int, topn: int, pattern: str,
+                      gen: torch.Generator, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Selected blocks ``[B, S, G, topn]`` int64 (-1 = none) of the canonical NSA setting,
+    built on ``gen``'s device.
 
-    Every token selects block 0 and its current block (causally clamped to ``t + 1``) plus
-    random earlier blocks; with ``local`` all tokens of one block share their random picks,
-    as real NSA selections (smooth compressed scores) mostly do.
+    Query s sits at ``positions[s]`` (default s) and may pick only blocks that start at or
+    before it.  ``random``: topn distinct random blocks among those; ``local``: the topn
+    most recent ones (tokens of one block share their selection, as real NSA selections
+    mostly do).  Early queries with fewer than topn candidates get -1 padding.
+    """
+    dev = gen.device
+    pos = torch.arange(S, device=dev) if positions is None else positions.to(dev, torch.int64)
+    nb = -(-T // bs)
+    k = min(topn, nb)
+    blk = torch.arange(nb, device=dev).view(1, 1, 1, nb)
+    out = []
+    step = max(1, (1 << 26) // max(1, B * G * nb))  # bound the score buffer to ~256 MB
+    for s0 in range(0, S, step):
+        p = pos[s0:s0 + step]
+        ok = blk <= (p // bs).view(1, -1, 1, 1)  # blocks starting at or before the query
+        if pattern == "random":
+            score = torch.rand(B, len(p), G, nb, generator=gen, device=dev)
+        elif pattern == "local":
+            score = blk.expand(B, len(p), G, nb).to(torch.float32)
+        else:
+            raise ValueError(f"pattern must be 'random' or 'local', got {pattern!r}")
+        top = score.masked_fill(~ok, float("-inf")).topk(k, dim=-1)
+        out.append(torch.where(torch.isinf(top.values), torch.full_like(top.indices, -1), top.indices))
+    idx = torch.cat(out, 1)
+    if k < topn:
+        idx = torch.cat([idx, torch.full((B, S, G, topn - k), -1, dtype=idx.dtype, device=dev)], -1)
+    return idx
+
+
+def nsa_problem(T: int, *, B: int = 1, S: int | None = None, G: int = 4, h: int = 16, D: int = 128,
+                bs: int = 64, topn: int = 16, pattern: str = "random", dtype=torch.bfloat16,
+                device="cuda", seed: int = 0) -> dict:
+    """Inputs of the canonical NSA selection call, generated on ``device`` (prefill: S = T
+    queries at positions 0..T-1; decode: S = 1 query at position T-1).
+
+    The one NSA problem builder: the tests, ``bench/`` and ``nsa_ranges`` use it.
     """
     from .contract import block_indices_to_ranges
 
-    g = torch.Generator().manual_seed(int(seed))
-    nb = -(-T // block)
-    tok_block = torch.arange(T) // block
-    if local:
-        scores = torch.rand(B, nb, G, nb, generator=g)[:, tok_block]
-    else:
-        scores = torch.rand(B, T, G, nb, generator=g)
-    cur = tok_block[None, :, None, None]
-    blk = torch.arange(nb)[None, None, None, :]
-    scores = torch.where(blk > cur, -1.0, scores)
-    scores = torch.where((blk == 0) | (blk == cur), 2.0, scores)
-    top = scores.topk(min(n, nb), dim=-1)
-    idx = torch.where(top.values < 0, -1, top.indices).to(torch.int32)
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    S = T if S is None else S
+    positions = torch.arange(T - S, T, device=dev)
+    blocks = nsa_block_indices(B, S, G, T, bs, topn, pattern, gen, positions)
+    ranges = block_indices_to_ranges(blocks, bs, T, positions.view(1, S).expand(B, S).contiguous())
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32).to(dtype)
+
+    q, k, v = randn(B, S, G, h, D), randn(B, G, T, D), randn(B, G, T, D)
+    lens = (ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum(-1)  # keys per (b, s, g)
+    return {"q": q, "k": k, "v": v, "ranges": ranges, "blocks": blocks, "positions": positions,
+            "keys": int(lens.sum()), "B": B, "S": S, "G": G, "h": h, "D": D, "T": T, "bs": bs,
+            "topn": topn, "pattern": pattern}
+
+
+def nsa_ranges(B, T, G, n, block, *, seed=0, local=True, device="cpu"):
+    """NSA-like selections for the S = T tokens of a sequence: ``[B, T, G, n, 2]`` int32 ranges.
+
+    :func:`nsa_block_indices` with ``local`` (the n most recent blocks: neighbouring tokens share
+    them) or random picks, causally clamped to ``t + 1``.
+    """
+    from .contract import block_indices_to_ranges
+
+    gen = torch.Generator().manual_seed(int(seed))
+    idx = nsa_block_indices(B, T, G, T, block, n, "local" if local else "random", gen)
     return block_indices_to_ranges(idx, block, T).to(device)

@@ -238,7 +238,10 @@ def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
     dispatch = pytest.importorskip("nsa_triton_sel.dispatch")
     import triton
 
-    gpu, cc = dispatch._gpu_identity(torch.device("cpu"))
+    from nsa_triton_sel.plan import device_of
+
+    dev = device_of(torch.device("cpu"))
+    gpu, cc = dev.name, dev.cc
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the dispatcher consider Triton on CPU tensors
     for name in ("NSA_SEL_TRITON_MIN_L", "NSA_USE_TRITON_SEL", "NSA_FORCE_PARITY"):
         monkeypatch.delenv(name, raising=False)
@@ -256,7 +259,8 @@ def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
         assert config.lookup_min_L(gpu, cc, triton.__version__, path=cfg) == json.loads(
             cfg.read_text())["entries"][0]["sel_triton_min_L"]
         monkeypatch.setenv(config.THRESHOLDS_ENV, str(cfg))
-        return dispatch.decide(q, k, v)
+        config.refresh()  # flags and the thresholds file are read once per process
+        return dispatch.route(q, k, v)
 
     d = decide_with(lambda dist, N, L: 0.8 if L < 256 else 1.5, "on")
     assert d.path == "triton" and d.min_L == 256, d

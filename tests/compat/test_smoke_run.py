@@ -147,8 +147,9 @@ def test_user_specs_example_through_the_cli(tmp_path, monkeypatch, capsys):
 
 
 def test_wide_tiles_are_skipped_where_never_launched():
-    wide = next(s for s in SPECS if "/h64/" in s.name and "+m32" not in s.name)
-    assert wide.skipped("3.0.0", 90) and not wide.skipped("3.0.0", 80) and not wide.skipped("3.1.0", 90)
+    wide = next(s for s in SPECS if "/h64/" in s.name)  # window triton30-31-sm90-mma64-abort: max_rows = 32
+    assert wide.skipped("3.0.0", 90) and wide.skipped("3.1.0", 90)
+    assert not wide.skipped("3.0.0", 80) and not wide.skipped("3.2.0", 90)
     rep = smoke.SmokeReport(triton="3.0.0", archs=[90], jobs=1, env={}, started="now",
                             skipped=[{"spec": wide.name, "arch": 90, "why": "x"}])
     assert json.loads(rep.to_json())["skipped"][0]["spec"] == wide.name and rep.exit_code == 0

@@ -28,8 +28,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..kernels import meta as _meta
-from ..kernels.meta import MODE_CU, MODE_DENSE, MODE_NAMES, MODE_RANGES, kernel_meta
 from .verdicts import COMPILE_VERDICTS
 
 DTYPES = ("fp16", "bf16", "fp32")
@@ -282,95 +280,47 @@ def check_unique(specs: list[CompileSpec]) -> None:
 
 
 # ---------------------------------------------------------------- this package's registry
+#
+# Derived from the launch planner (nsa_triton_sel.plan.smoke_cases): the variants are the launches
+# the launchers can pick, and a variant whose dot is wider than a known-bad window's max_rows
+# (data/known_bad.toml) is skipped there, because the planner never launches it there.  Nothing
+# here is written by hand, so the registry cannot drift from the launchers.
 
-SEL_FWD = "nsa_triton_sel.kernels.forward:sel_fwd_kernel"
-MERGE = "nsa_triton_sel.kernels.forward:merge_splits_kernel"
-SEL_TOK = "nsa_triton_sel.kernels.forward:sel_fwd_tok_kernel"
-HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
-DTYPES_SHIPPED = ("fp16", "bf16")
-N_SPANS = 16  # NSA's typical selected-block count per row
-
-
-# Launch regimes of kernel_meta: its defaults depend on how many programs and keys a call has.
-PREFILL = {"rows_hint": 1 << 20, "keys_hint": 8192}    # one program per token, many tokens
-DECODE = {"rows_hint": 64, "keys_hint": 32768}         # few programs, long rows
-SHORT_ROWS = {"rows_hint": 1 << 16, "keys_hint": 64}   # dense rows of <= 64 keys
-# launch.max_rows() caps the M tile at 32 on Triton < 3.1 + Hopper (64-row wgmma dots abort
-# the 3.0 compiler): the 64-row variants are never launched there.
-WIDE_M_SKIP = {"<3.1": (90,)}
+FORWARD = "nsa_triton_sel.kernels.forward"
+SEL_FWD = f"{FORWARD}:sel_fwd_kernel"
+MERGE = f"{FORWARD}:merge_splits_kernel"
+SEL_TOK = f"{FORWARD}:sel_fwd_tok_kernel"
 
 
-def _sel_spec(dtype, mode, Dk, Dv, h, regime="prefill", **kw) -> CompileSpec:
-    hints = {"prefill": PREFILL, "decode": DECODE, "short": SHORT_ROWS}[regime]
-    meta = kernel_meta(mode=mode, h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **hints, **kw)
-    tags = "".join(f"+{k}" for k in ("has_lse", "split", "per_head") if kw.get(k)).replace("has_lse", "lse")
-    if kw.get("max_rows"):
-        tags += f"+m{kw['max_rows']}"
-    return CompileSpec(
-        name=f"sel_fwd/{MODE_NAMES[mode]}/{dtype}/dk{Dk}-dv{Dv}/h{h}/{regime}{tags}",
-        kernel=SEL_FWD, constexprs=meta.constexprs(), dtype=dtype, types=SEL_TYPES,
-        num_warps=meta.num_warps, num_stages=meta.num_stages,
-        skip=WIDE_M_SKIP if meta.BLOCK_H > 32 else None,
-        note=f"BLOCK_H={meta.BLOCK_H} BLOCK_N={meta.BLOCK_N} warps={meta.num_warps} stages={meta.num_stages}",
-    )
+def _skips(rows: int) -> dict | None:
+    """{triton specifier: archs} of the row-cap windows this many rows exceed (never launched there)."""
+    from .. import known_bad
 
-
-def _merge_spec(dtype, Dv, h) -> CompileSpec:
-    meta = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dv, Dv=Dv, has_lse=True, split=True)
-    return CompileSpec(
-        name=f"merge_splits/{dtype}/dv{Dv}/h{h}", kernel=MERGE, dtype=dtype, types=SEL_TYPES,
-        constexprs={"BLOCK_H": meta.BLOCK_H, "BLOCK_DV": meta.BLOCK_DV, "HAS_LSE": True},
-        num_warps=4, num_stages=3,  # launch.py launches the merge with 4 warps, default stages
-    )
-
-
-def _tok_spec(dtype, Dk, Dv, h, **kw) -> CompileSpec:
-    meta = _meta.tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=N_SPANS, **kw)
-    tags = "+lse" if kw.get("has_lse") else ""
-    return CompileSpec(
-        name=f"sel_fwd_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{meta.TOK}{tags}", kernel=SEL_TOK,
-        constexprs=meta.constexprs(), dtype=dtype, types=SEL_TYPES,
-        num_warps=meta.num_warps, num_stages=meta.num_stages,
-    )
-
-
-def _tok_specs() -> list[CompileSpec]:
-    """The multi-token kernel's variants (only when meta.py has its launch config)."""
-    if not hasattr(_meta, "tok_meta"):
-        return []
-    specs = [_tok_spec("fp16", 128, 128, 16), _tok_spec("bf16", 192, 128, 16, has_lse=True)]
-    specs.append(_tok_spec("fp16", 128, 128, 4, has_lse=True))  # 16 tokens x 4 heads
-    return specs
+    skips = {}
+    for w in known_bad.load():
+        if w.max_rows is not None and rows > w.max_rows and w.arch:
+            skips[str(w.triton)] = tuple(sorted(set(skips.get(str(w.triton), ())) | set(w.arch)))
+    return skips or None
 
 
 def registry() -> list[CompileSpec]:
-    """Every shipped variant: each kernel x fp16/bf16 x head dims x the launch configs it can get.
+    """Every shipped variant class: one compile per tile class and constexpr value the planner picks.
 
-    Representative, not exhaustive, so the full run (x 3 archs) stays under 3 minutes on
-    2 cores (each compile takes 1.5 - 4 s): the h=16 ranges path over every head dim and
-    both dtypes (4-warp tiles), the h=64 path (8 warps, BLOCK_N 32 for big head dims),
-    decode split-L with LSE, the packed dense/varlen modes, the split merge, and the
-    multi-token kernel.
+    ``plan.smoke_cases()`` sweeps the planner over head dims (64/96/128/192/256, Dk != Dv),
+    head blocks (16/32/64 rows and the per-head path), the ranges, block-index, dense and varlen
+    layouts, decode split (with its merge), the multi-token kernel, fp16 and bf16, and keeps the
+    fewest launches that cover them; about 60 compiles per arch (each 1.5 - 4 s).
     """
+    from .. import plan
+
     specs = []
-    for Dk, Dv in HEAD_DIMS:
-        specs.append(_sel_spec("fp16", MODE_RANGES, Dk, Dv, 16))
-    # bf16 changes only the element type of the loads and the dot: one prefill, one decode.
-    for dtype in DTYPES_SHIPPED:
-        specs.append(_sel_spec(dtype, MODE_RANGES, 128, 128, 16, "decode", has_lse=True, split=True))
-    specs.append(_sel_spec("bf16", MODE_RANGES, 128, 128, 16))
-    specs += [_merge_spec(dtype, 128, 16) for dtype in DTYPES_SHIPPED]  # cheap: no dot
-    specs.append(_sel_spec("fp16", MODE_RANGES, 128, 128, 16, "decode"))
-    # 64-row tiles (h = 64: wgmma on sm_90); fp16 carries them, bf16 only changes the dot type.
-    for Dk, Dv in HEAD_DIMS:
-        specs.append(_sel_spec("fp16", MODE_RANGES, Dk, Dv, 64, has_lse=True))
-    specs.append(_sel_spec("fp16", MODE_RANGES, 128, 128, 64, has_lse=True, max_rows=32))
-    specs.append(_sel_spec("fp16", MODE_RANGES, 192, 128, 64, "decode", has_lse=True, split=True))
-    specs.append(_sel_spec("fp16", MODE_CU, 128, 128, 16, has_lse=True))
-    specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16))
-    specs.append(_sel_spec("fp16", MODE_DENSE, 128, 128, 16, "short"))
-    specs.append(_merge_spec("fp16", 64, 64))
-    specs += _tok_specs()
+    for case in plan.smoke_cases():
+        rows = case.rows or case.constexprs.get("BLOCK_H", 0)
+        specs.append(CompileSpec(
+            name=case.name, kernel=f"{FORWARD}:{case.kernel}", constexprs=case.constexprs, dtype=case.dtype,
+            types={**SEL_TYPES, **dict(case.types)}, num_warps=case.num_warps, num_stages=case.num_stages,
+            skip=_skips(rows), note=", ".join(f"{k}={v}" for k, v in case.constexprs.items()),
+        ))
     check_unique(specs)
     return specs
 
@@ -378,7 +328,7 @@ def registry() -> list[CompileSpec]:
 SPECS = registry()
 
 
-def uncovered_kernels(module: str = "nsa_triton_sel.kernels.forward", specs=None) -> list[str]:
+def uncovered_kernels(module: str = FORWARD, specs=None) -> list[str]:
     """Public ``@triton.jit`` kernels of ``module`` that no spec compiles (imports triton)."""
     mod = importlib.import_module(module)
     covered = {s.kernel for s in (SPECS if specs is None else specs)}

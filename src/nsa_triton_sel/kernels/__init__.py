@@ -1,1 +1,1 @@
-"""Triton kernels (``jit``), their launch configuration (``meta``) and torch launchers (``launch``)."""
+"""Triton kernels (``forward``), their tile tables (``meta``) and torch launchers (``launch``)."""

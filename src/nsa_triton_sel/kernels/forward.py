@@ -8,7 +8,10 @@ a constexpr ``SPAN_MODE`` says where a row's keys come from:
 
 - ``MODE_RANGES``: ``ranges [B, S, G, n, 2]`` read directly, keys from ``k [B, G, T, Dk]``;
 - ``MODE_DENSE``: one span ``[0, L)`` per row of ``k [N, L, Dk]`` (seed ``sel_attn_fwd_dense``);
-- ``MODE_CU``: one span ``[cu[i], cu[i + 1])`` of ``k_all [total, Dk]`` (seed ``sel_attn_fwd_varlen``).
+- ``MODE_CU``: one span ``[cu[i], cu[i + 1])`` of ``k_all [total, Dk]`` (seed ``sel_attn_fwd_varlen``);
+- ``MODE_BLOCKS``: ``block_indices [B, S, G, n]`` read directly: block ``i`` is the span
+  ``[i * bs, min((i + 1) * bs, pos + 1, T))``, ``-1`` none, ``pos`` the query position (``POS``
+  with ``HAS_POS``, else ``s``), so the block-index path needs no conversion on the host.
 
 :func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
 selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
@@ -32,12 +35,19 @@ Design (group-centric, see ``../shared/notes/perf-anchors.md``):
   errors of 1e10), so CPU parity checks everything but the bf16 MMA, which the GPU tests cover.
 
 A row with no selected key stores zeros and LSE = -inf.  The LSE is the natural log.
+
+Reading aid: every tile carries its shape in a comment (``# [BLOCK_H, BLOCK_N]``), and the
+steps of each kernel are marked (``# -- scores --``).  M is the dot's row count: ``BLOCK_H``
+heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kernel).
 """
 
 import triton
 import triton.language as tl
 
-from .meta import MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
+from .meta import MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
+
+# ln(2): the kernels keep the LSE in the log2 domain (exp2 softmax) and convert when storing it.
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
@@ -48,15 +58,15 @@ def _cumsum(x, BLOCK: tl.constexpr):
     every row with two or more spans came out NaN); this form costs BLOCK^2 adds once per
     program and is right on every version.
     """
-    offs = tl.arange(0, BLOCK)
-    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)
+    offs = tl.arange(0, BLOCK)  # [BLOCK]
+    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)  # [BLOCK, BLOCK] -> [BLOCK]
 
 
 @triton.jit
 def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
     """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``)."""
     if MULTI:
-        sel = (j >= first) & (j < cum)
+        sel = (j >= first) & (j < cum)  # [BLOCK_S] one-hot: the span tile j falls in
         pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)
         end = tl.sum(tl.where(sel, ends, 0), 0)
     else:
@@ -79,22 +89,22 @@ def _attend(
     ``n_ok [BLOCK_N]`` says which keys of the tile may be loaded; ``bias`` (0 or -inf,
     ``[1, BLOCK_N]`` or ``[M, BLOCK_N]``) says which (row, key) pairs count.
     """
-    offs_n = tl.arange(0, BLOCK_N)
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     k_tile = k_row + pos.to(tl.int64) * sk_t
     v_tile = v_row + pos.to(tl.int64) * sv_t
-    # K is loaded transposed, [D, BLOCK_N], so the dot needs no trans.
-    offs_d1 = tl.arange(0, DK1)
-    k1 = tl.load(
+    # -- scores: q @ k^T, K loaded transposed so the dot needs no trans --
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    k1 = tl.load(  # [DK1, BLOCK_N]
         k_tile + offs_d1[:, None] * sk_d + offs_n[None, :] * sk_t,
         mask=(offs_d1[:, None] < Dk) & n_ok[None, :],
         other=0.0,
     )
     if DOT_F32:
         k1 = k1.to(tl.float32)
-    qk = tl.dot(q1, k1)
+    qk = tl.dot(q1, k1)  # [M, BLOCK_N] fp32
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        k2 = tl.load(
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        k2 = tl.load(  # [DK2, BLOCK_N]
             k_tile + offs_d2[:, None] * sk_d + offs_n[None, :] * sk_t,
             mask=(offs_d2[:, None] < Dk) & n_ok[None, :],
             other=0.0,
@@ -102,21 +112,23 @@ def _attend(
         if DOT_F32:
             k2 = k2.to(tl.float32)
         qk += tl.dot(q2, k2)
-    qk = qk * qk_scale + bias
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(qk - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    v = tl.load(
+    qk = qk * qk_scale + bias  # [M, BLOCK_N], log2 domain; -inf where the (row, key) pair does not count
+    # -- online softmax: rescale the running state to the new row maximum --
+    m_new = tl.maximum(m_i, tl.max(qk, 1))  # [M]
+    alpha = tl.exp2(m_i - m_new)  # [M]
+    p = tl.exp2(qk - m_new[:, None])  # [M, BLOCK_N]
+    l_i = l_i * alpha + tl.sum(p, 1)  # [M]
+    # -- accumulate p @ v --
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    v = tl.load(  # [BLOCK_N, BLOCK_DV]
         v_tile + offs_n[:, None] * sv_t + offs_dv[None, :] * sv_d,
         mask=n_ok[:, None] & (offs_dv[None, :] < Dv),
         other=0.0,
     )
     if DOT_F32:
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))
+        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))  # [M, BLOCK_DV]
     else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # [M, BLOCK_DV]
     return acc, m_new, l_i
 
 
@@ -130,9 +142,9 @@ def _attend_tile(
     DOT_F32: tl.constexpr,
 ):
     """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the state of rows that all see them."""
-    n_ok = (pos + tl.arange(0, BLOCK_N)) < end
+    n_ok = (pos + tl.arange(0, BLOCK_N)) < end  # [BLOCK_N]
     # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
-    bias = tl.where(n_ok, 0.0, float("-inf"))[None, :]
+    bias = tl.where(n_ok, 0.0, float("-inf"))[None, :]  # [1, BLOCK_N]
     return _attend(
         q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
         sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
@@ -141,16 +153,54 @@ def _attend_tile(
 
 
 @triton.jit
+def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
+    """The q tile ``[M, DK1]`` (+ ``[M, DK2]``) of rows at element offsets ``q_off [M]``."""
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    q1 = tl.load(Q + q_off[:, None] + offs_d1[None, :] * sq_d,  # [M, DK1]
+                 mask=rows_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        q2 = tl.load(Q + q_off[:, None] + offs_d2[None, :] * sq_d,  # [M, DK2]
+                     mask=rows_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
+    else:
+        q2 = q1  # unused
+    if DOT_F32:
+        q1 = q1.to(tl.float32)
+        q2 = q2.to(tl.float32)
+    return q1, q2
+
+
+@triton.jit
+def _block_spans(blk, qpos, seq_len, block_size):
+    """Spans ``[start, end)`` (int32) of block indices ``blk`` for a query at position ``qpos``.
+
+    Block ``i`` covers ``[i * block_size, (i + 1) * block_size)``, clamped to ``qpos + 1`` (causal)
+    and to ``seq_len``; ``-1`` (and any block wholly in the future) is an empty span.  int64
+    throughout: the clamp takes ``min(qpos, seq_len - 1)`` first, so a position near 2^63 cannot
+    overflow, and ``blk`` is clamped to ``seq_len`` so ``blk * block_size`` stays in range (the
+    launcher passes ``block_size <= max(T, 1)``).
+    """
+    limit = tl.minimum(qpos, seq_len - 1) + 1  # scalar int64
+    blk_c = tl.minimum(blk, seq_len)  # [BLOCK_S] int64
+    start = blk_c * block_size
+    end = tl.minimum(start + block_size, limit)
+    ok = (blk >= 0) & (end > start)
+    return tl.where(ok, start, 0).to(tl.int32), tl.where(ok, end, 0).to(tl.int32)
+
+
+@triton.jit
 def sel_fwd_kernel(
-    Q, K, V, O, LSE, SPANS, OP, LP,
-    S, G, h, Dk, Dv, n_spans, seq_len, num_splits, qk_scale,
+    Q, K, V, O, LSE, SPANS, POS, OP, LP,
+    S, G, h, Dk, Dv, n_spans, seq_len, block_size, num_splits, qk_scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
     sv_b, sv_g, sv_t, sv_d,
     so_b, so_s, so_g, so_h, so_d,
     sl_b, sl_s, sl_g, sl_h,
     sr_b, sr_s, sr_g, sr_n, sr_e,
+    sp_b, sp_s,
     SPAN_MODE: tl.constexpr,
+    HAS_POS: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DK1: tl.constexpr,
@@ -166,7 +216,13 @@ def sel_fwd_kernel(
     With ``SPLIT`` the program handles only its share of the row's key tiles and writes
     an fp32 partial output ``OP [rows, num_splits, h, Dv]`` and its log2 LSE
     ``LP [rows, num_splits, h]``; :func:`merge_splits_kernel` combines them.
+    ``SPANS`` is the ranges, block indices or cu_seqlens tensor (``SPAN_MODE``); ``POS``
+    (``MODE_BLOCKS`` with ``HAS_POS``) the query positions ``[B, S]`` with strides ``sp_b, sp_s``.
     """
+    # ``qk_scale`` may arrive as fp64 (Inductor types a traced Python float so): the online
+    # softmax state must stay fp32 on every path.
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    # -- which (token, group, head chunk, split) this program owns --
     pid0 = tl.program_id(0)
     pid1 = tl.program_id(1)
     if SPLIT:
@@ -181,48 +237,41 @@ def sel_fwd_kernel(
     b = token // S
     s = token % S
 
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = offs_h < h
-    q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
-    offs_d1 = tl.arange(0, DK1)
-    q1 = tl.load(
-        q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,
-        mask=h_ok[:, None] & (offs_d1[None, :] < Dk),
-        other=0.0,
-    )
-    if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        q2 = tl.load(
-            q_row + offs_h[:, None] * sq_h + offs_d2[None, :] * sq_d,
-            mask=h_ok[:, None] & (offs_d2[None, :] < Dk),
-            other=0.0,
-        )
-    else:
-        q2 = q1  # unused
-    if DOT_F32:
-        q1 = q1.to(tl.float32)
-        q2 = q2.to(tl.float32)
+    # -- the group's query heads: the M rows of every dot --
+    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    h_ok = offs_h < h  # [BLOCK_H]
+    q_off = (b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
+             + offs_h.to(tl.int64) * sq_h)  # [BLOCK_H]
+    q1, q2 = _load_q(Q, q_off, h_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_H, DK1], [BLOCK_H, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
-    # The row's spans, and how many BLOCK_N tiles each one needs.
-    if SPAN_MODE == 0:
-        offs_s = tl.arange(0, BLOCK_S)
+    # -- the row's spans, and how many BLOCK_N tiles each one needs --
+    if SPAN_MODE == 0 or SPAN_MODE == 3:  # MODE_RANGES, MODE_BLOCKS: n spans per row
+        offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
         r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
-        s_ok = offs_s < n_spans
-        starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)
-        ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)
-        tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N
-        cum = _cumsum(tiles, BLOCK_S)
-        first = cum - tiles
+        s_ok = offs_s < n_spans  # [BLOCK_S]
+        if SPAN_MODE == 0:
+            starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
+            ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
+        else:
+            blk = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=-1).to(tl.int64)  # [BLOCK_S]
+            if HAS_POS:
+                qpos = tl.load(POS + b.to(tl.int64) * sp_b + s.to(tl.int64) * sp_s).to(tl.int64)
+            else:
+                qpos = s.to(tl.int64)
+            starts, ends = _block_spans(blk, qpos, seq_len, block_size)  # [BLOCK_S] each
+        tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
+        cum = _cumsum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+        first = cum - tiles  # [BLOCK_S]
         total = tl.sum(tiles, 0)
     else:
-        if SPAN_MODE == 1:
+        if SPAN_MODE == 1:  # MODE_DENSE
             # pid0 * 0, not 0: Triton 3.0/3.1's interpreter runs range() loops with Python ints,
             # and a span start that is a plain int leaves `pos` without .to(); compiled, it folds to 0.
             starts = pid0 * 0
             ends = seq_len
-        else:
+        else:  # MODE_CU
             starts = tl.load(SPANS + b).to(tl.int32)
             ends = tl.load(SPANS + b + 1).to(tl.int32)
         first = 0
@@ -236,23 +285,25 @@ def sel_fwd_kernel(
         j_lo = 0
         j_hi = total
 
-    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
+    # -- one loop over the row's key tiles, all spans flattened --
+    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)  # [BLOCK_H] running max (log2 domain)
+    l_i = tl.zeros((BLOCK_H,), tl.float32)  # [BLOCK_H] running sum of exp2
+    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)  # [BLOCK_H, BLOCK_DV]
     for j in range(j_lo, j_hi):
-        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0)
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0 or SPAN_MODE == 3)
         acc, m_i, l_i = _attend_tile(
             q1, q2, acc, m_i, l_i, k_row, v_row, pos, end,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
             BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
         )
 
+    # -- normalise and store (an empty row: zeros and LSE = -inf) --
     # Every tile holds at least one key, so m_i is finite wherever l_i > 0.
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
-    offs_dv = tl.arange(0, BLOCK_DV)
-    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)
+    empty = l_i == 0.0  # [BLOCK_H]
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]  # [BLOCK_H, BLOCK_DV]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))  # [BLOCK_H]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)  # [BLOCK_H, BLOCK_DV]
     if SPLIT:
         part = ((token * G + g) * num_splits + split).to(tl.int64)
         tl.store(OP + part * h * Dv + offs_h[:, None] * Dv + offs_dv[None, :], out, mask=o_mask)
@@ -266,7 +317,7 @@ def sel_fwd_kernel(
         )
         if HAS_LSE:
             l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
-            tl.store(l_row + offs_h * sl_h, lse2 * 0.6931471805599453, mask=h_ok)
+            tl.store(l_row + offs_h * sl_h, lse2 * LN2, mask=h_ok)
 
 
 @triton.jit
@@ -280,6 +331,7 @@ def merge_splits_kernel(
     HAS_LSE: tl.constexpr,
 ):
     """Combine the split-L partial results of one (token, group, head chunk) by their LSE."""
+    # -- which (token, group, head chunk) this program owns --
     token = tl.program_id(0)
     pid1 = tl.program_id(1)
     n_hc = tl.cdiv(h, BLOCK_H)
@@ -287,29 +339,31 @@ def merge_splits_kernel(
     hc = pid1 % n_hc
     b = token // S
     s = token % S
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = offs_h < h
-    offs_dv = tl.arange(0, BLOCK_DV)
-    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)
+    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    h_ok = offs_h < h  # [BLOCK_H]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)  # [BLOCK_H, BLOCK_DV]
     row = (token * G + g).to(tl.int64) * num_splits
+    # -- fold the splits in by their log2 LSE --
     # Finite start, so an empty split (lse2 = -inf) adds weight 0 and never NaN.
-    m = tl.full((BLOCK_H,), -1.0e30, tl.float32)
-    l = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)
+    m = tl.full((BLOCK_H,), -1.0e30, tl.float32)  # [BLOCK_H]
+    l = tl.zeros((BLOCK_H,), tl.float32)  # [BLOCK_H]
+    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)  # [BLOCK_H, BLOCK_DV]
     for sp in range(0, num_splits):
         part = row + sp
-        lse_sp = tl.load(LP + part * h + offs_h, mask=h_ok, other=float("-inf"))
-        o_sp = tl.load(
+        lse_sp = tl.load(LP + part * h + offs_h, mask=h_ok, other=float("-inf"))  # [BLOCK_H]
+        o_sp = tl.load(  # [BLOCK_H, BLOCK_DV]
             OP + part * h * Dv + offs_h[:, None] * Dv + offs_dv[None, :], mask=o_mask, other=0.0
         )
         m_new = tl.maximum(m, lse_sp)
-        alpha = tl.exp2(m - m_new)
-        w = tl.exp2(lse_sp - m_new)
+        alpha = tl.exp2(m - m_new)  # [BLOCK_H]
+        w = tl.exp2(lse_sp - m_new)  # [BLOCK_H]
         acc = acc * alpha[:, None] + o_sp * w[:, None]
         l = l * alpha + w
         m = m_new
-    empty = l == 0.0
-    out = acc / tl.where(empty, 1.0, l)[:, None]
+    # -- normalise and store --
+    empty = l == 0.0  # [BLOCK_H]
+    out = acc / tl.where(empty, 1.0, l)[:, None]  # [BLOCK_H, BLOCK_DV]
     o_row = O + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
     tl.store(
         o_row + offs_h[:, None] * so_h + offs_dv[None, :] * so_d,
@@ -317,27 +371,9 @@ def merge_splits_kernel(
         mask=o_mask,
     )
     if HAS_LSE:
-        lse = tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453)
+        lse = tl.where(empty, float("-inf"), (m + tl.log2(tl.where(empty, 1.0, l))) * LN2)  # [BLOCK_H]
         l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
         tl.store(l_row + offs_h * sl_h, lse, mask=h_ok)
-
-
-@triton.jit
-def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
-    """The q tile ``[M, DK1]`` (+ ``[M, DK2]``) of rows at element offsets ``q_off [M]``."""
-    offs_d1 = tl.arange(0, DK1)
-    q1 = tl.load(Q + q_off[:, None] + offs_d1[None, :] * sq_d,
-                 mask=rows_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
-    if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        q2 = tl.load(Q + q_off[:, None] + offs_d2[None, :] * sq_d,
-                     mask=rows_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
-    else:
-        q2 = q1  # unused
-    if DOT_F32:
-        q1 = q1.to(tl.float32)
-        q2 = q2.to(tl.float32)
-    return q1, q2
 
 
 @triton.jit
@@ -369,99 +405,104 @@ def sel_fwd_tok_kernel(
     a leader span, masking out the keys the leader already covered, so every selected key
     of every row is counted exactly once whatever the selections are.
     """
+    qk_scale = tl.cast(qk_scale, tl.float32)  # fp32 state even if the scale arrives as fp64 (see sel_fwd_kernel)
+    # -- which (batch, first token, group) this program owns --
     n_tb = tl.cdiv(S, TOK)
     pid0 = tl.program_id(0)
     g = tl.program_id(1)
     b = pid0 // n_tb
     t0 = (pid0 % n_tb) * TOK
 
-    rows = tl.arange(0, TOK * HP)
-    r_tok = rows // HP
-    r_head = rows % HP
-    r_ok = (r_head < h) & (t0 + r_tok < S)
+    # -- rows: (token, head) pairs, token-major --
+    rows = tl.arange(0, TOK * HP)  # [M]
+    r_tok = rows // HP  # [M]
+    r_head = rows % HP  # [M]
+    r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
     q_off = (b.to(tl.int64) * sq_b + (t0 + r_tok).to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
-             + r_head.to(tl.int64) * sq_h)
-    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)
+             + r_head.to(tl.int64) * sq_h)  # [M]
+    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
-    # Spans of all TOK tokens, [TOK, BLOCK_S]; padding and tokens past S are empty.
+    # -- spans of all TOK tokens; padding and tokens past S are empty --
     r_base = SPANS + b.to(tl.int64) * sr_b + g.to(tl.int64) * sr_g
-    offs_t = tl.arange(0, TOK)
-    offs_s = tl.arange(0, BLOCK_S)
-    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]
+    offs_t = tl.arange(0, TOK)  # [TOK]
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
     sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)
-    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)
+    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)  # [TOK, BLOCK_S]
+    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)  # [TOK, BLOCK_S]
 
-    # The leader's spans, [BLOCK_S].
+    # -- the leader's spans and their flattened tiles --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
-    l_ok = offs_s < n_spans
+    l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)
-    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)
-    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N
-    cumL = _cumsum(tilesL, BLOCK_S)
-    firstL = cumL - tilesL
+    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)  # [BLOCK_S]
+    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)  # [BLOCK_S]
+    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
+    cumL = _cumsum(tilesL, BLOCK_S)  # [BLOCK_S]
+    firstL = cumL - tilesL  # [BLOCK_S]
     totalL = tl.sum(tilesL, 0)
 
+    # -- phase 1: the leader's tiles, folded into every row whose token selected the key --
     # A finite start keeps rows that see no key of a tile free of inf - inf.
-    m_i = tl.full((TOK * HP,), -1.0e30, tl.float32)
-    l_i = tl.zeros((TOK * HP,), tl.float32)
-    acc = tl.zeros((TOK * HP, BLOCK_DV), tl.float32)
-    offs_n = tl.arange(0, BLOCK_N)
+    m_i = tl.full((TOK * HP,), -1.0e30, tl.float32)  # [M]
+    l_i = tl.zeros((TOK * HP,), tl.float32)  # [M]
+    acc = tl.zeros((TOK * HP, BLOCK_DV), tl.float32)  # [M, BLOCK_DV]
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
         pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
-        kp = pos + offs_n
-        n_ok = kp < end
-        inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])
+        kp = pos + offs_n  # [BLOCK_N] key positions
+        n_ok = kp < end  # [BLOCK_N]
+        inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])  # [TOK, BLOCK_S, BLOCK_N]
         member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
-        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))
-        bias = tl.where(valid & n_ok[None, :], 0.0, float("-inf"))
+        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))  # [M, BLOCK_N]
+        bias = tl.where(valid & n_ok[None, :], 0.0, float("-inf"))  # [M, BLOCK_N]
         acc, m_i, l_i = _attend(
             q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
             BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
         )
 
-    # Phase 2: the other tokens' spans that are not inside one leader span, as a flat list
-    # of TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
-    offs_e = tl.arange(0, TOK * BLOCK_S)
-    e_tok = offs_e // BLOCK_S
-    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)
+    # -- phase 2: the other tokens' spans that are not inside one leader span --
+    # A flat list of TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
+    offs_e = tl.arange(0, TOK * BLOCK_S)  # [E]
+    e_tok = offs_e // BLOCK_S  # [E]
+    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
     e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)
-    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)
-    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])
-    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)
-    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)
-    cum2 = _cumsum(tiles2, TOK * BLOCK_S)
-    first2 = cum2 - tiles2
+    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)  # [E]
+    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)  # [E]
+    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
+    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
+    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
+    cum2 = _cumsum(tiles2, TOK * BLOCK_S)  # [E]
+    first2 = cum2 - tiles2  # [E]
     total2 = tl.sum(tiles2, 0)
     for j in range(0, total2):
         pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
-        sel = (j >= first2) & (j < cum2)
-        tok = tl.sum(tl.where(sel, e_tok, 0), 0)
-        kp = pos + offs_n
-        n_ok = kp < end
-        covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0
-        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]
-        bias = tl.where(valid, 0.0, float("-inf"))
+        sel = (j >= first2) & (j < cum2)  # [E]
+        tok = tl.sum(tl.where(sel, e_tok, 0), 0)  # the entry's token
+        kp = pos + offs_n  # [BLOCK_N]
+        n_ok = kp < end  # [BLOCK_N]
+        covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0  # [BLOCK_N]
+        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]  # [M, BLOCK_N]
+        bias = tl.where(valid, 0.0, float("-inf"))  # [M, BLOCK_N]
         acc, m_i, l_i = _attend(
             q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
             BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
         )
 
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    offs_dv = tl.arange(0, BLOCK_DV)
+    # -- normalise and store (an empty row: zeros and LSE = -inf) --
+    empty = l_i == 0.0  # [M]
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]  # [M, BLOCK_DV]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     o_off = (b.to(tl.int64) * so_b + (t0 + r_tok).to(tl.int64) * so_s + g.to(tl.int64) * so_g
-             + r_head.to(tl.int64) * so_h)
+             + r_head.to(tl.int64) * so_h)  # [M]
     tl.store(O + o_off[:, None] + offs_dv[None, :] * so_d, out.to(O.dtype.element_ty),
              mask=r_ok[:, None] & (offs_dv[None, :] < Dv))
     if HAS_LSE:
-        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+        lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)  # [M]
         l_off = (b.to(tl.int64) * sl_b + (t0 + r_tok).to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
                  + r_head.to(tl.int64) * sl_h)
         tl.store(LSE + l_off, lse, mask=r_ok)

@@ -6,12 +6,16 @@ the tests all read the same numbers from one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-MODE_RANGES = 0
-MODE_DENSE = 1
-MODE_CU = 2
-MODE_NAMES = {MODE_RANGES: "ranges", MODE_DENSE: "dense", MODE_CU: "varlen"}
+MODE_RANGES = 0  # ranges [B, S, G, n, 2]: [start, end) spans
+MODE_DENSE = 1  # one span [0, L) per row of k [N, L, Dk] (seed sel_attn_fwd_dense)
+MODE_CU = 2  # one span [cu[i], cu[i + 1]) of k_all [total, Dk] (seed sel_attn_fwd_varlen)
+MODE_BLOCKS = 3  # block indices [B, S, G, n]: block i = keys [i * bs, (i + 1) * bs), causally clamped
+MODE_NAMES = {MODE_RANGES: "ranges", MODE_DENSE: "dense", MODE_CU: "varlen", MODE_BLOCKS: "blocks"}
+SPAN_LISTS = (MODE_RANGES, MODE_BLOCKS)  # modes with n spans per row, read in the kernel
+
+LOG2E = 1.4426950408889634  # log2(e): the host folds it into qk_scale, so the kernels use exp2
 
 MAX_HEAD_DIM = 256
 MIN_DOT = 16  # smallest M/N/K tl.dot accepts on every Triton 3.x
@@ -36,11 +40,19 @@ def split_head_dim(d: int) -> tuple[int, int]:
     return d1, max(MIN_DOT, next_pow2(d - d1))
 
 
+class _Constexprs:
+    """The UPPERCASE fields are the kernel's constexprs; ``num_warps``/``num_stages`` are launch options."""
+
+    def constexprs(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name.isupper()}
+
+
 @dataclass(frozen=True)
-class KernelMeta:
+class KernelMeta(_Constexprs):
     """Constexprs and launch options of one ``sel_fwd_kernel`` specialisation."""
 
     SPAN_MODE: int
+    HAS_POS: bool  # MODE_BLOCKS: query positions given (else position = s)
     BLOCK_H: int
     BLOCK_N: int
     DK1: int
@@ -52,20 +64,6 @@ class KernelMeta:
     DOT_F32: bool
     num_warps: int
     num_stages: int
-
-    def constexprs(self) -> dict:
-        return {
-            "SPAN_MODE": self.SPAN_MODE,
-            "BLOCK_H": self.BLOCK_H,
-            "BLOCK_N": self.BLOCK_N,
-            "DK1": self.DK1,
-            "DK2": self.DK2,
-            "BLOCK_DV": self.BLOCK_DV,
-            "BLOCK_S": self.BLOCK_S,
-            "HAS_LSE": self.HAS_LSE,
-            "SPLIT": self.SPLIT,
-            "DOT_F32": self.DOT_F32,
-        }
 
 
 def head_block(h: int, per_head: bool = False, max_rows: int = 64) -> int:
@@ -108,6 +106,7 @@ def kernel_meta(
     split: bool = False,
     per_head: bool = False,
     dot_f32: bool = False,
+    has_pos: bool = False,
     rows_hint: int | None = None,
     keys_hint: int | None = None,
     max_rows: int = 64,
@@ -131,12 +130,13 @@ def kernel_meta(
     bn, nw, ns = block_n or bn, num_warps or nw, num_stages or ns
     return KernelMeta(
         SPAN_MODE=mode,
+        HAS_POS=bool(has_pos) and mode == MODE_BLOCKS,
         BLOCK_H=block_h,
         BLOCK_N=bn,
         DK1=dk1,
         DK2=dk2,
         BLOCK_DV=block_dv,
-        BLOCK_S=max(2, next_pow2(n_spans)) if mode == MODE_RANGES else 2,
+        BLOCK_S=max(2, next_pow2(n_spans)) if mode in SPAN_LISTS else 2,
         HAS_LSE=bool(has_lse),
         SPLIT=bool(split),
         DOT_F32=bool(dot_f32),
@@ -146,7 +146,7 @@ def kernel_meta(
 
 
 @dataclass(frozen=True)
-class TokMeta:
+class TokMeta(_Constexprs):
     """Constexprs and launch options of one ``sel_fwd_tok_kernel`` specialisation."""
 
     TOK: int
@@ -161,18 +161,33 @@ class TokMeta:
     num_warps: int
     num_stages: int
 
-    def constexprs(self) -> dict:
-        return {k: getattr(self, k) for k in
-                ("TOK", "HP", "BLOCK_N", "DK1", "DK2", "BLOCK_DV", "BLOCK_S", "HAS_LSE", "DOT_F32")}
-
 
 MULTI_TOKEN_ROWS = 64  # M = tokens x padded heads of the multi-token kernel
+# At most 16 tokens per program: phase 2 of the kernel handles TOK x BLOCK_S spans at once, and
+# 64 tokens (h = 1) did not compile within 120 s for sm_80/89 in the compile smoke (Triton 3.9,
+# nsa-sel smoke), where 16 tokens x 4 heads compiles in seconds and is the measured h = 4 config.
+MAX_TOKENS = 16
 
 
 def tokens_per_program(h: int, max_rows: int = MULTI_TOKEN_ROWS) -> int:
     """How many consecutive tokens share one program in the multi-token kernel (1: not worth it)."""
     hp = next_pow2(h)
-    return max(1, min(MULTI_TOKEN_ROWS, max_rows) // hp)
+    return max(1, min(MAX_TOKENS, min(MULTI_TOKEN_ROWS, max_rows) // hp))
+
+
+def tokens_problem(tokens: int, h: int, max_rows: int | None = None) -> str | None:
+    """Why ``tokens`` consecutive tokens of ``h`` heads cannot share one multi-token program, or None.
+
+    ``max_rows`` is a row cap from a known-bad window (``plan.row_cap``): M = tokens x next_pow2(h)
+    must stay under it.
+    """
+    hp = next_pow2(h)
+    if tokens < 2 or tokens & (tokens - 1) or tokens * hp < MIN_DOT:
+        return f"tokens={tokens} with h={h}: need a power of two >= 2 with tokens * next_pow2(h) >= {MIN_DOT}"
+    if max_rows is not None and tokens * hp > max_rows:
+        return (f"tokens={tokens} with h={h} makes {tokens * hp}-row tiles; the installed Triton compiles at most "
+                f"{max_rows} rows for this GPU (a known-bad window)")
+    return None
 
 
 def tok_meta(
@@ -184,8 +199,9 @@ def tok_meta(
     base = kernel_meta(mode=MODE_RANGES, h=h, Dk=Dk, Dv=Dv, n_spans=n_spans)
     hp = next_pow2(h)
     tok = tokens or tokens_per_program(h, max_rows)
-    if tok < 2 or tok & (tok - 1) or tok * hp < MIN_DOT:
-        raise ValueError(f"tokens={tok} with h={h}: need a power of two >= 2 with tokens * next_pow2(h) >= 16")
+    problem = tokens_problem(tok, h, max_rows if max_rows < MULTI_TOKEN_ROWS else None)
+    if problem:
+        raise ValueError(problem)
     return TokMeta(
         TOK=tok, HP=hp, BLOCK_N=block_n or 64, DK1=base.DK1, DK2=base.DK2, BLOCK_DV=base.BLOCK_DV,
         BLOCK_S=base.BLOCK_S, HAS_LSE=bool(has_lse), DOT_F32=bool(dot_f32),

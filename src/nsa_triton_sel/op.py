@@ -1,0 +1,146 @@
+"""The kernel path of ``selection_attention`` as a PyTorch operator (``torch.library``).
+
+``torch.ops.nsa_triton_sel.sel_fwd(q, k, v, spans, positions, scale, block_size, per_head, tokens)``
+returns ``(out, lse)``.  ``spans`` is ``ranges [B, S, G, n, 2]``, or ``block_indices [B, S, G, n]``
+with ``block_size > 0`` (``positions`` ``[S]``/``[B, S]`` or None); ``tokens`` is 1 (single-token
+kernel), N (N tokens per program) or 0 (choose from the spans at run time, see :mod:`.share`).
+Everything else (decode split, head blocks, tiles) is planned from the shapes (:mod:`.plan`).
+
+- A fake implementation gives the output shapes without running anything, so meta tensors,
+  FakeTensors and ``torch.compile`` propagate shapes; ``torch.library.opcheck`` passes.
+- Autograd: gradients flow to q, k and v through ``sel_bwd``, whose implementation calls
+  :data:`backward` - ONE replaceable function ``(q, k, v, ranges, out, lse, grad_out, scale)
+  -> (dq, dk, dv)``.  For now it recomputes through the packed-SDPA gather in
+  float32 (written out, no autograd: an operator's implementation runs below autograd); the
+  backward kernels replace it with ``op.backward = their_function``.  ``lse`` is not
+  differentiable; ``spans`` and ``positions`` are integers.
+- Implementation per device: CUDA tensors, and CPU tensors under ``TRITON_INTERPRET=1``, run the
+  Triton kernels; other CPU tensors run the packed-SDPA path in float32 (the reference the
+  kernels are checked against), so the op is defined, and opcheck-able, everywhere.
+
+Registration: ``custom_op`` (torch >= 2.4) makes the op opaque to ``torch.compile``: Inductor
+calls it, and its Python implementation runs at run time.  From torch 2.6, ``triton_op`` +
+``wrap_triton`` registers ``sel_fwd_traced``, whose kernels Inductor sees and launches itself
+(CUDA only: the interpreter's kernels cannot be traced).  ``NSA_SEL_OP=triton`` makes the
+dispatcher use it under ``torch.compile``; the default stays ``custom`` until the H100
+measurement (``bench/host_cost.py --compiled``) says otherwise.  Eager calls that need no
+autograd skip the operator layer (measured on this project's CPU box: 17-26 us per call through
+``torch.ops``, 6 us calling the same Python directly) and call :func:`forward` directly.
+"""
+
+# No ``from __future__ import annotations`` here: torch.library reads the operator's schema from the
+# annotations, and older torch releases (2.4) do not resolve annotations given as strings.
+from typing import Optional
+
+import torch
+from packaging.version import Version
+
+from . import plan, reference, share
+from .contract import block_indices_to_ranges
+
+try:
+    from .kernels import launch
+except ImportError:  # no Triton: the dispatcher routes around the kernels
+    launch = None
+
+NAMESPACE = "nsa_triton_sel"
+TORCH = Version(torch.__version__.split("+")[0])
+HAS_TRITON_OP = TORCH >= Version("2.6") and hasattr(torch.library, "triton_op")
+
+
+def _ranges_of(spans, positions, block_size: int, T: int):
+    return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)
+
+
+def forward(q, k, v, spans, positions, scale: float, block_size: int, per_head: bool, tokens: int,
+            wrap=None):
+    """The operator's implementation: ``(out [B, S, G, h, Dv], lse [B, S, G, h] float32)``."""
+    dev = plan.device_of(q.device)
+    if q.device.type != "cuda" and not dev.interpreter:
+        out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), _ranges_of(spans, positions, block_size,
+                                         k.shape[2]), scale=scale, return_lse=True, validate=False)
+        return out.to(v.dtype), lse
+    if tokens == 0:
+        tokens = 1 if wrap is not None else share.choose_tokens(spans, q.shape[3], dev)
+    return launch.selection(q, k, v, spans, scale=scale, return_lse=True, per_head=per_head, tokens=tokens,
+                            positions=positions, block_size=block_size, wrap=wrap, dev=dev)
+
+
+def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens):
+    B, S, G, h, _ = q.shape
+    return q.new_empty((B, S, G, h, v.shape[3]), dtype=v.dtype), q.new_empty((B, S, G, h), dtype=torch.float32)
+
+
+def reference_backward(q, k, v, ranges, out, lse, grad_out, scale):
+    """Gradients from the packed reference in float32 (``reference.packed_backward``): the placeholder
+    until the backward kernels exist.  ``out`` and ``lse`` are unused here; kernels will use them."""
+    dq, dk, dv = reference.packed_backward(q, k, v, ranges, grad_out, scale=scale)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+backward = reference_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replace me
+
+
+def _backward_impl(q, k, v, spans, positions, block_size, out, lse, grad_out, scale):
+    ranges = _ranges_of(spans, positions, block_size, k.shape[2])
+    dq, dk, dv = backward(q, k, v, ranges, out, lse, grad_out, scale)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous()
+
+
+def _fake_backward(q, k, v, spans, positions, block_size, out, lse, grad_out, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, spans, positions, scale, block_size, _, _ = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, spans, positions, out, lse)
+    ctx.scale, ctx.block_size = scale, block_size
+
+
+def _autograd_backward(ctx, grad_out, _grad_lse):
+    q, k, v, spans, positions, out, lse = ctx.saved_tensors
+    dq, dk, dv = sel_bwd(q, k, v, spans, positions, ctx.block_size, out, lse, grad_out.contiguous(), ctx.scale)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+@torch.library.custom_op(f"{NAMESPACE}::sel_fwd", mutates_args=())
+def sel_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: torch.Tensor,
+            positions: Optional[torch.Tensor], scale: float, block_size: int, per_head: bool,
+            tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Selection attention forward (opaque to torch.compile)."""
+    return forward(q, k, v, spans, positions, scale, block_size, per_head, tokens)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::sel_bwd", mutates_args=())
+def sel_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: torch.Tensor,
+            positions: Optional[torch.Tensor], block_size: int, out: torch.Tensor, lse: torch.Tensor,
+            grad_out: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Selection attention backward: ``(dq, dk, dv)`` through the replaceable :data:`backward`."""
+    return _backward_impl(q, k, v, spans, positions, block_size, out, lse, grad_out, scale)
+
+
+sel_fwd.register_fake(_fake_forward)
+sel_bwd.register_fake(_fake_backward)
+sel_fwd.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+sel_fwd_traced = None
+if HAS_TRITON_OP:
+
+    @torch.library.triton_op(f"{NAMESPACE}::sel_fwd_traced", mutates_args=())
+    def sel_fwd_traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: torch.Tensor,
+                       positions: Optional[torch.Tensor], scale: float, block_size: int, per_head: bool,
+                       tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Selection attention forward whose Triton launches Inductor traces (CUDA, torch >= 2.6)."""
+        return forward(q, k, v, spans, positions, scale, block_size, per_head, tokens,
+                       wrap=torch.library.wrap_triton)
+
+    sel_fwd_traced.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def operator(kind: str = "custom"):
+    """The registered forward: ``"custom"`` (custom_op) or ``"triton"`` (triton_op, torch >= 2.6)."""
+    if kind == "triton" and sel_fwd_traced is not None:
+        return sel_fwd_traced
+    return sel_fwd
