@@ -60,6 +60,19 @@ def test_ranges_dk192_dk_ne_dv_noncontiguous():
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="Dk=192 Dv=128 strided")
 
 
+@pytest.mark.parametrize("Dk,Dv", [(192, 192), (96, 96), (64, 100)])
+def test_value_dim_in_two_slices_every_kernel(Dk, Dv):
+    # Dv not a power of two is covered by two slices (192 = 128 + 64, 96 = 64 + 32, 100 = 64 + 64):
+    # the single-token, multi-token and split-decode kernels all store both slices.
+    p = make_problem(B=1, S=4, G=2, h=5, Dk=Dk, Dv=Dv, T=150, n=3, seed=Dv, empty_frac=0.25)
+    for what, (out, lse) in (
+        ("ranges", launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)),
+        ("tokens", launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=4)),
+        ("decode", launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=2)),
+    ):
+        check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"{what} Dk={Dk} Dv={Dv}")
+
+
 def test_ranges_all_rows_empty_and_no_spans():
     p = make_problem(B=1, S=2, G=1, h=2, T=70, n=2, seed=3)
     zero = torch.zeros_like(p.ranges)

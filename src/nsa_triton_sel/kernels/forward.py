@@ -77,11 +77,11 @@ def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.c
 
 @triton.jit
 def _attend(
-    q1, q2, acc, m_i, l_i,
+    q1, q2, acc1, acc2, m_i, l_i,
     k_row, v_row, pos, n_ok, bias,
     sk_t, sk_d, sv_t, sv_d,
     Dk, Dv, qk_scale,
-    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, DV1: tl.constexpr, DV2: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
     """Fold the key tile at ``pos`` into the online softmax state.
@@ -118,27 +118,45 @@ def _attend(
     alpha = tl.exp2(m_i - m_new)  # [M]
     p = tl.exp2(qk - m_new[:, None])  # [M, BLOCK_N]
     l_i = l_i * alpha + tl.sum(p, 1)  # [M]
-    # -- accumulate p @ v --
-    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
-    v = tl.load(  # [BLOCK_N, BLOCK_DV]
+    # -- accumulate p @ v, one power-of-two slice of Dv at a time --
+    acc1 = _pv(acc1, p, alpha, v_tile, offs_n, n_ok, sv_t, sv_d, Dv, 0, DV1, DOT_F32)  # [M, DV1]
+    if DV2 > 0:
+        acc2 = _pv(acc2, p, alpha, v_tile, offs_n, n_ok, sv_t, sv_d, Dv, DV1, DV2, DOT_F32)  # [M, DV2]
+    return acc1, acc2, m_new, l_i
+
+
+@triton.jit
+def _pv(acc, p, alpha, v_tile, offs_n, n_ok, sv_t, sv_d, Dv, D0, DV: tl.constexpr, DOT_F32: tl.constexpr):
+    """``acc * alpha + p @ V[:, D0:D0 + DV]`` for one slice of the value dim."""
+    offs_dv = D0 + tl.arange(0, DV)  # [DV]
+    v = tl.load(  # [BLOCK_N, DV]
         v_tile + offs_n[:, None] * sv_t + offs_dv[None, :] * sv_d,
         mask=n_ok[:, None] & (offs_dv[None, :] < Dv),
         other=0.0,
     )
     if DOT_F32:
-        acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))  # [M, BLOCK_DV]
-    else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # [M, BLOCK_DV]
-    return acc, m_new, l_i
+        return acc * alpha[:, None] + tl.dot(p, v.to(tl.float32))  # [M, DV]
+    return acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # [M, DV]
+
+
+@triton.jit
+def _store_out(base, row_off, rows_ok, acc, inv_l, D0, Dv, s_d, DV: tl.constexpr):
+    """Store ``acc / l`` into the columns ``[D0, D0 + DV)`` of the rows at element offsets ``row_off [M]``."""
+    offs_dv = D0 + tl.arange(0, DV)  # [DV]
+    tl.store(
+        base + row_off[:, None] + offs_dv[None, :] * s_d,  # [M, DV]
+        (acc * inv_l[:, None]).to(base.dtype.element_ty),
+        mask=rows_ok[:, None] & (offs_dv[None, :] < Dv),
+    )
 
 
 @triton.jit
 def _attend_tile(
-    q1, q2, acc, m_i, l_i,
+    q1, q2, acc1, acc2, m_i, l_i,
     k_row, v_row, pos, end,
     sk_t, sk_d, sv_t, sv_d,
     Dk, Dv, qk_scale,
-    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, DV1: tl.constexpr, DV2: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
     """Fold the keys ``[pos, min(pos + BLOCK_N, end))`` into the state of rows that all see them."""
@@ -146,9 +164,9 @@ def _attend_tile(
     # Additive -inf bias on the keys past the span end (a full-shape add, no 1-D where).
     bias = tl.where(n_ok, 0.0, float("-inf"))[None, :]  # [1, BLOCK_N]
     return _attend(
-        q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+        q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, n_ok, bias,
         sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
-        BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+        BLOCK_N, DK1, DK2, DV1, DV2, DOT_F32,
     )
 
 
@@ -205,7 +223,8 @@ def sel_fwd_kernel(
     BLOCK_N: tl.constexpr,
     DK1: tl.constexpr,
     DK2: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+    DV1: tl.constexpr,
+    DV2: tl.constexpr,
     BLOCK_S: tl.constexpr,
     HAS_LSE: tl.constexpr,
     SPLIT: tl.constexpr,
@@ -288,36 +307,41 @@ def sel_fwd_kernel(
     # -- one loop over the row's key tiles, all spans flattened --
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)  # [BLOCK_H] running max (log2 domain)
     l_i = tl.zeros((BLOCK_H,), tl.float32)  # [BLOCK_H] running sum of exp2
-    acc = tl.zeros((BLOCK_H, BLOCK_DV), tl.float32)  # [BLOCK_H, BLOCK_DV]
+    acc1 = tl.zeros((BLOCK_H, DV1), tl.float32)  # [BLOCK_H, DV1]
+    if DV2 > 0:
+        acc2 = tl.zeros((BLOCK_H, DV2), tl.float32)  # [BLOCK_H, DV2]
+    else:
+        acc2 = tl.zeros((BLOCK_H, 16), tl.float32)  # unused
     for j in range(j_lo, j_hi):
         pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0 or SPAN_MODE == 3)
-        acc, m_i, l_i = _attend_tile(
-            q1, q2, acc, m_i, l_i, k_row, v_row, pos, end,
+        acc1, acc2, m_i, l_i = _attend_tile(
+            q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, end,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
-            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+            BLOCK_N, DK1, DK2, DV1, DV2, DOT_F32,
         )
 
     # -- normalise and store (an empty row: zeros and LSE = -inf) --
     # Every tile holds at least one key, so m_i is finite wherever l_i > 0.
     empty = l_i == 0.0  # [BLOCK_H]
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]  # [BLOCK_H, BLOCK_DV]
+    inv_l = 1.0 / tl.where(empty, 1.0, l_i)  # [BLOCK_H]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))  # [BLOCK_H]
-    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
-    o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)  # [BLOCK_H, BLOCK_DV]
-    if SPLIT:
+    if SPLIT:  # fp32 partial results [rows * G * num_splits, h, Dv] for the merge
         part = ((token * G + g) * num_splits + split).to(tl.int64)
-        tl.store(OP + part * h * Dv + offs_h[:, None] * Dv + offs_dv[None, :], out, mask=o_mask)
+        base = OP
+        row_off = part * h * Dv + offs_h.to(tl.int64) * Dv  # [BLOCK_H]
+        s_d = 1
         tl.store(LP + part * h + offs_h, lse2, mask=h_ok)
     else:
-        o_row = O + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
-        tl.store(
-            o_row + offs_h[:, None] * so_h + offs_dv[None, :] * so_d,
-            out.to(O.dtype.element_ty),
-            mask=o_mask,
-        )
+        base = O
+        row_off = (b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
+                   + offs_h.to(tl.int64) * so_h)  # [BLOCK_H]
+        s_d = so_d
         if HAS_LSE:
             l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
             tl.store(l_row + offs_h * sl_h, lse2 * LN2, mask=h_ok)
+    _store_out(base, row_off, h_ok, acc1, inv_l, 0, Dv, s_d, DV1)
+    if DV2 > 0:
+        _store_out(base, row_off, h_ok, acc2, inv_l, DV1, Dv, s_d, DV2)
 
 
 @triton.jit
@@ -391,7 +415,8 @@ def sel_fwd_tok_kernel(
     BLOCK_N: tl.constexpr,
     DK1: tl.constexpr,
     DK2: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+    DV1: tl.constexpr,
+    DV2: tl.constexpr,
     BLOCK_S: tl.constexpr,
     HAS_LSE: tl.constexpr,
     DOT_F32: tl.constexpr,
@@ -448,7 +473,11 @@ def sel_fwd_tok_kernel(
     # A finite start keeps rows that see no key of a tile free of inf - inf.
     m_i = tl.full((TOK * HP,), -1.0e30, tl.float32)  # [M]
     l_i = tl.zeros((TOK * HP,), tl.float32)  # [M]
-    acc = tl.zeros((TOK * HP, BLOCK_DV), tl.float32)  # [M, BLOCK_DV]
+    acc1 = tl.zeros((TOK * HP, DV1), tl.float32)  # [M, DV1]
+    if DV2 > 0:
+        acc2 = tl.zeros((TOK * HP, DV2), tl.float32)  # [M, DV2]
+    else:
+        acc2 = tl.zeros((TOK * HP, 16), tl.float32)  # unused
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
         pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
@@ -458,10 +487,10 @@ def sel_fwd_tok_kernel(
         member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
         valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))  # [M, BLOCK_N]
         bias = tl.where(valid & n_ok[None, :], 0.0, float("-inf"))  # [M, BLOCK_N]
-        acc, m_i, l_i = _attend(
-            q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+        acc1, acc2, m_i, l_i = _attend(
+            q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, n_ok, bias,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
-            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+            BLOCK_N, DK1, DK2, DV1, DV2, DOT_F32,
         )
 
     # -- phase 2: the other tokens' spans that are not inside one leader span --
@@ -487,20 +516,20 @@ def sel_fwd_tok_kernel(
         covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0  # [BLOCK_N]
         valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]  # [M, BLOCK_N]
         bias = tl.where(valid, 0.0, float("-inf"))  # [M, BLOCK_N]
-        acc, m_i, l_i = _attend(
-            q1, q2, acc, m_i, l_i, k_row, v_row, pos, n_ok, bias,
+        acc1, acc2, m_i, l_i = _attend(
+            q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, n_ok, bias,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
-            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+            BLOCK_N, DK1, DK2, DV1, DV2, DOT_F32,
         )
 
     # -- normalise and store (an empty row: zeros and LSE = -inf) --
     empty = l_i == 0.0  # [M]
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]  # [M, BLOCK_DV]
-    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    inv_l = 1.0 / tl.where(empty, 1.0, l_i)  # [M]
     o_off = (b.to(tl.int64) * so_b + (t0 + r_tok).to(tl.int64) * so_s + g.to(tl.int64) * so_g
              + r_head.to(tl.int64) * so_h)  # [M]
-    tl.store(O + o_off[:, None] + offs_dv[None, :] * so_d, out.to(O.dtype.element_ty),
-             mask=r_ok[:, None] & (offs_dv[None, :] < Dv))
+    _store_out(O, o_off, r_ok, acc1, inv_l, 0, Dv, so_d, DV1)
+    if DV2 > 0:
+        _store_out(O, o_off, r_ok, acc2, inv_l, DV1, Dv, so_d, DV2)
     if HAS_LSE:
         lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)  # [M]
         l_off = (b.to(tl.int64) * sl_b + (t0 + r_tok).to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
