@@ -49,7 +49,8 @@ class BackwardMeta:
     ROWS: int         # dk/dv: (entry, head) pairs per MMA step (N)
     kv_warps: int
     kv_stages: int
-    chunk: int | None  # entries per dk/dv program; None: sized from the entry count
+    chunk: int | None  # entries per dk/dv program; None: entries / (programs_per_sm x SMs)
+    programs_per_sm: int = CHUNK_PROGRAMS_PER_SM
 
     def dq_constexprs(self) -> dict:
         return {"BLOCK_H": self.BLOCK_H, "BLOCK_N": self.DQ_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
@@ -97,6 +98,7 @@ def backward_meta(
     kv_warps: int | None = None,
     kv_stages: int | None = None,
     chunk: int | None = None,
+    programs_per_sm: int | None = None,
 ) -> BackwardMeta:
     """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
 
@@ -122,11 +124,14 @@ def backward_meta(
         raise ValueError(f"kv_block_n={kbn}: at most {MAX_BLOCK_N}")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
+    if programs_per_sm is not None and programs_per_sm < 1:
+        raise ValueError(f"programs_per_sm={programs_per_sm}: need at least 1")
     return BackwardMeta(
         BLOCK_H=block_h, DQ_BLOCK_N=dq_block_n or bn, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
         KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
+        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM,
     )
 
 

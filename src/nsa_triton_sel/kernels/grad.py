@@ -5,7 +5,8 @@
   dtypes and shapes (contiguous).  Deterministic (see ``backward.py``).
 - :func:`reader_csr`: the selection inverted per key tile (which rows read each tile), built
   on the device with torch ops and one host synchronisation (the number of entries, which
-  sizes the arrays).
+  sizes the arrays; the launcher overlaps it with the dq kernel, so the stream is never
+  drained, but the call cannot be captured in a CUDA graph).
 - :class:`SelectionAttentionFn` / :func:`sel_attn_train`: a plain autograd Function
   (forward = the forward kernel with LSE, backward = these kernels) for tests and benchmarks;
   the library's op registers :func:`sel_attn_backward` as its autograd formula instead.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from . import backward
-from .backward_meta import CHUNK_PROGRAMS_PER_SM, BackwardMeta, backward_meta, chunk_size
+from .backward_meta import BackwardMeta, backward_meta, chunk_size
 from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
 
 REDUCE_WARPS = 4
@@ -54,23 +55,29 @@ def _span_tiles(ranges: torch.Tensor, block_n: int):
     return t_lo, count, start, end
 
 
-def reader_csr(ranges: torch.Tensor, T: int, block_n: int, *, h: int, rows_per_step: int,
-               chunk: int | None = None, programs: int | None = None) -> ReaderCSR:
-    """Invert ``ranges [B, S, G, n, 2]`` into the readers of each ``block_n``-key tile of each ``(b, g)``.
+@dataclass
+class ReaderCounts:
+    """First phase of the CSR (no host synchronisation): readers per tile and per span."""
 
-    A reader entry is one (row, span) pair intersecting the tile, with the keys ``[lo, hi)``
-    of the tile it reads.  Entries are ordered by a stable sort on the tile, so within a tile
-    they follow (token, span slot): the order, and with it every sum the kernels make, is
-    fixed.  Each tile's entries are cut into chunks of at most ``chunk`` (default: about
-    ``entries / programs``), one dk/dv program each; the programs are ordered longest first so
-    the split tiles' chunks do not trail at the end of the launch.  One host synchronisation.
-    """
+    per_tile: torch.Tensor  # [B * G * nt] int64
+    offsets: torch.Tensor   # [B * G * nt + 1] int64, exclusive prefix sum of per_tile
+    t_lo: torch.Tensor      # per span (flattened in (b, s, g, slot) order): first tile
+    count: torch.Tensor     # per span: tiles it touches (0 for padding)
+    start: torch.Tensor
+    end: torch.Tensor
+    base: torch.Tensor      # per span: global id of tile 0 of its (b, g)
+    shape: tuple            # (B, S, G, n)
+    nt: int
+    block_n: int
+
+
+def count_readers(ranges: torch.Tensor, T: int, block_n: int) -> ReaderCounts:
+    """How many reader entries each ``block_n``-key tile of each ``(b, g)`` has (device ops only)."""
     B, S, G, n, _ = ranges.shape
     dev = ranges.device
     nt = triton_cdiv(T, block_n)
     n_tiles = B * G * nt
     t_lo, count, start, end = _span_tiles(ranges, block_n)
-    # Global tile id of each span's first tile: (b * G + g) * nt + t_lo.
     bg = (torch.arange(B, device=dev).view(B, 1, 1, 1) * G + torch.arange(G, device=dev).view(1, 1, G, 1))
     base = (bg * nt).expand(B, S, G, n).reshape(-1)
     # Readers per tile from a difference array (+1 at a span's first tile, -1 past its last).
@@ -82,26 +89,67 @@ def reader_csr(ranges: torch.Tensor, T: int, block_n: int, *, h: int, rows_per_s
     per_tile = diff.cumsum(0)[:n_tiles]
     offsets = torch.zeros(n_tiles + 1, dtype=torch.int64, device=dev)
     torch.cumsum(per_tile, 0, out=offsets[1:])
-    n_entries = int(offsets[-1])  # the one host synchronisation
+    return ReaderCounts(per_tile, offsets, t_lo, count, start, end, base, (B, S, G, n), nt, block_n)
+
+
+def reader_csr(ranges: torch.Tensor, T: int, block_n: int, *, h: int, rows_per_step: int,
+               chunk: int | None = None, programs: int | None = None) -> ReaderCSR:
+    """Invert ``ranges [B, S, G, n, 2]`` into the readers of each ``block_n``-key tile of each ``(b, g)``.
+
+    A reader entry is one (row, span) pair intersecting the tile, with the keys ``[lo, hi)``
+    of the tile it reads.  Entries are ordered by a stable sort on the tile, so within a tile
+    they follow (token, span slot): the order, and with it every sum the kernels make, is
+    fixed.  Each tile's entries are cut into chunks of at most ``chunk`` (default: about
+    ``entries / programs``), one dk/dv program each; the programs are ordered longest first so
+    the split tiles' chunks do not trail at the end of the launch.  One host synchronisation
+    (the entry count); :func:`sel_attn_backward` overlaps it with the dq kernel.
+    """
+    counts = count_readers(ranges, T, block_n)
+    return fill_readers(counts, int(counts.offsets[-1]), h=h, rows_per_step=rows_per_step, chunk=chunk,
+                        programs=programs)
+
+
+def fill_readers(c: ReaderCounts, n_entries: int, *, h: int, rows_per_step: int, chunk: int | None = None,
+                 programs: int | None = None) -> ReaderCSR:
+    """Second phase of the CSR, once the entry count is known on the host (device ops only)."""
+    B, S, G, n = c.shape
+    dev = c.per_tile.device
     if chunk is None:
         chunk = chunk_size(n_entries, programs or 1, rows_per_step, h)
-
     # Entries in (b, s, g, slot, tile) order, then a stable sort by global tile id.
-    span = torch.repeat_interleave(torch.arange(count.numel(), device=dev), count, output_size=n_entries)
-    first_entry = torch.cumsum(count, 0) - count
-    tile = t_lo[span] + (torch.arange(n_entries, device=dev) - first_entry[span])
-    key = base[span] + tile
-    key = key.to(torch.int32) if n_tiles < 2**31 else key
+    span = torch.repeat_interleave(torch.arange(c.count.numel(), device=dev), c.count, output_size=n_entries)
+    first_entry = torch.cumsum(c.count, 0) - c.count
+    tile = c.t_lo[span] + (torch.arange(n_entries, device=dev) - first_entry[span])
+    key = c.base[span] + tile
+    key = key.to(torch.int32) if c.per_tile.numel() < 2**31 else key
     order = torch.sort(key, stable=True).indices
     span, tile = span[order], tile[order]
     tok = torch.div(span, G * n, rounding_mode="floor") % S
-    k0 = tile * block_n
-    lo = (start[span] - k0).clamp_min(0)
-    hi = (end[span] - k0).clamp_max(block_n)
+    k0 = tile * c.block_n
+    lo = (c.start[span] - k0).clamp_min(0)
+    hi = (c.end[span] - k0).clamp_max(c.block_n)
     entries = torch.stack([tok, lo | (hi << 16)], dim=-1).to(torch.int32)
+    chunks, tile_slots, slots = _chunk_table(c.per_tile, c.offsets, n_entries, chunk)
+    return ReaderCSR(entries, chunks, tile_slots, slots, c.nt, chunk, n_entries)
 
-    chunks, tile_slots, slots = _chunk_table(per_tile, offsets, n_entries, chunk)
-    return ReaderCSR(entries, chunks, tile_slots, slots, nt, chunk, n_entries)
+
+def _host_int_later(x: torch.Tensor):
+    """A callable returning ``int(x)`` (one element), copied to the host without draining the
+    stream: on CUDA the copy is asynchronous and the callable waits on an event recorded right
+    after it, so kernels enqueued in between keep running."""
+    if x.device.type != "cuda":
+        value = int(x)
+        return lambda: value
+    buf = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+    buf.copy_(x, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(x.device))
+
+    def get():
+        done.synchronize()
+        return int(buf[0])
+
+    return get
 
 
 def _chunk_table(per_tile, offsets, n_entries: int, chunk: int):
@@ -163,7 +211,7 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     Always deterministic (no atomics); ``deterministic=False`` is accepted for API
     compatibility and selects the same kernels.  ``tune`` overrides the launch
     configuration (``backward_meta`` keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
-    ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``).  Trusts its caller like
+    ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``).  Trusts its caller like
     the forward launchers: the ranges must satisfy the contract.
     """
     del deterministic  # every path is deterministic
@@ -180,9 +228,13 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
         return dq.zero_(), dk.zero_(), dv.zero_()
     sc = _scale(scale, Dk)
     delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
+    # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
+    # enqueued behind it, so the GPU never waits for the host.
+    counts = count_readers(ranges, T, meta.KV_BLOCK_N)
+    n_entries = _host_int_later(counts.offsets[-1:])
     _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-    csr = reader_csr(ranges, T, meta.KV_BLOCK_N, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk,
-                     programs=CHUNK_PROGRAMS_PER_SM * sm_count(q.device))
+    csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk,
+                       programs=meta.programs_per_sm * sm_count(q.device))
     _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
 
