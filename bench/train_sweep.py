@@ -7,7 +7,8 @@ On one problem (the forward's output, LSE and an upstream gradient computed once
 - the dk/dv kernel plus the reduction of split tiles for each (BLOCK_N, ROWS, warps, stages)
   in ``KV_CONFIGS``, and for the best of those a few chunk sizes (``programs_per_sm``);
 
-and returns the fastest combination as ``sel_attn_backward`` keywords.  A configuration that
+then the whole backward with the defaults, with the best, and with the best on two streams
+(dq beside dk/dv), and returns the fastest combination as ``sel_attn_backward`` keywords.  A configuration that
 fails to compile or launch is reported and skipped.
 """
 
@@ -94,5 +95,11 @@ def sweep(p, bench, log) -> dict:
             log(f"  dkdv programs_per_sm={pps} (chunk {csr.chunk}, {csr.chunks.shape[0]} programs): {_fmt(t)}")
             if isinstance(t, float) and t < best_t * 0.97:
                 best["programs_per_sm"], best_t = pps, t
+    full = lambda tune: _time(lambda: grad.sel_attn_backward(q, k, v, ranges, out, lse, go, **tune), bench)  # noqa: E731
+    t_default, t_best = full({}), full(best)
+    t_two = full({**best, "streams": 2})
+    log(f"  whole backward: default {_fmt(t_default)}, best {_fmt(t_best)}, best + streams=2 {_fmt(t_two)}")
+    if isinstance(t_two, float) and isinstance(t_best, float) and t_two < t_best * 0.97:
+        best["streams"] = 2
     log(f"sweep best: {best}")
     return best

@@ -75,6 +75,16 @@ def test_dk192_dk_ne_dv_noncontiguous():
     check(p, "Dk=192 Dv=128 strided", scale=0.1)
 
 
+def test_separate_delta_kernel():
+    # streams=2: delta from its own kernel, the dq kernel loads it (on a GPU, dq then runs on
+    # a side stream beside dk/dv); same gradients as the fused default.
+    p = make_problem(B=1, S=3, G=2, h=5, Dk=64, Dv=32, T=100, n=3, seed=8, empty_frac=0.3)
+    check(p, "streams=2", streams=2)
+    fused, go = run(p)
+    split, _ = run(p, grad_out=go, streams=2)
+    assert all(torch.equal(a, b) for a, b in zip(fused, split))
+
+
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_hot_keys_split_and_deterministic(chunk):
     # Every token reads keys [0, 40) (NSA's block 0) plus a random span: the tile of those

@@ -8,14 +8,16 @@ Same contract as the forward (``forward.py``): ``ranges [B, S, G, n, 2]`` of dis
 row's keys, ``delta = rowsum(dO * O)`` and ``dS = P * (dO V^T - delta)``:
 ``dq = scale * dS K``, ``dk = scale * dS^T q``, ``dv = P^T dO``.
 
-Three kernels, launched in this order by ``grad.sel_attn_backward``:
+Launched in this order by ``grad.sel_attn_backward``:
 
 - :func:`sel_bwd_dq_kernel`, query-centric and group-centric like the forward: one program
   per (token, group[, head chunk]) with the h heads as the M dimension of ``tl.dot`` (padded
   to >= 16, masked), walking the row's spans as one flattened loop over key tiles with scalar
-  bounds.  It recomputes ``P`` from the forward's LSE (no second online softmax) and also
-  computes and stores ``delta`` (the row's dO and O are 2 x h x Dv elements it would
-  otherwise not read), so there is no separate preprocessing pass.
+  bounds.  It recomputes ``P`` from the forward's LSE (no second online softmax) and by
+  default also computes and stores ``delta`` (the row's O is h x Dv more elements next to
+  the dO it reads anyway), so there is no separate preprocessing pass.  With ``streams=2``
+  the launcher runs :func:`sel_bwd_delta_kernel` first and the dq kernel (``LOAD_DELTA``) on
+  a side stream, beside the dk/dv work.
 - :func:`sel_bwd_dkdv_kernel`, key-centric: the launcher inverts the selection into a CSR
   (for each ``BLOCK_N``-key tile of each ``(b, g)``, the sorted list of reader entries
   ``(token, [lo, hi) within the tile)``, one per (row, span) intersecting the tile) and cuts
@@ -70,6 +72,46 @@ def _log2_lse(lse):
 
 
 @triton.jit
+def _load_rows(X, b, s, g, offs_h, h, D, sx_b, sx_s, sx_g, sx_h, sx_d, BLOCK_D: tl.constexpr):
+    """The ``[BLOCK_H, BLOCK_D]`` rows of heads ``offs_h`` of row (b, s, g) of a 5-D tensor (0 outside)."""
+    offs_d = tl.arange(0, BLOCK_D)
+    base = X + b.to(tl.int64) * sx_b + s.to(tl.int64) * sx_s + g.to(tl.int64) * sx_g
+    return tl.load(base + offs_h[:, None] * sx_h + offs_d[None, :] * sx_d,
+                   mask=(offs_h < h)[:, None] & (offs_d < D)[None, :], other=0.0)
+
+
+@triton.jit
+def _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+           BLOCK_DV: tl.constexpr):
+    """``(dO rows, rowsum(dO * O) in fp32)`` of heads ``offs_h`` of row (b, s, g)."""
+    o = _load_rows(O, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d, BLOCK_DV)
+    do = _load_rows(DO, b, s, g, offs_h, h, Dv, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
+    return do, tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+
+
+@triton.jit
+def sel_bwd_delta_kernel(
+    O, DO, DELTA,
+    S, G, h, Dv,
+    so_b, so_s, so_g, so_h, so_d,
+    sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+    BLOCK_H: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    """``delta = rowsum(dO * O)`` (fp32, contiguous ``[B, S, G, h]``) of one (token, group, head chunk)."""
+    token = tl.program_id(0)
+    pid1 = tl.program_id(1)
+    n_hc = tl.cdiv(h, BLOCK_H)
+    g = pid1 // n_hc
+    offs_h = (pid1 % n_hc) * BLOCK_H + tl.arange(0, BLOCK_H)
+    b = token // S
+    s = token % S
+    _, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,
+                      sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
+    tl.store(DELTA + (token.to(tl.int64) * G + g) * h + offs_h, delta, mask=offs_h < h)
+
+
+@triton.jit
 def sel_bwd_dq_kernel(
     Q, K, V, O, DO, LSE, DELTA, DQ, SPANS,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
@@ -86,12 +128,13 @@ def sel_bwd_dq_kernel(
     DK2: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    LOAD_DELTA: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
     """dq (and delta) of one (token, group, head chunk).
 
     ``DQ`` is a contiguous ``[B, S, G, h, Dk]`` tensor in q's dtype, ``DELTA`` a contiguous
-    float32 ``[B, S, G, h]``.
+    float32 ``[B, S, G, h]`` (written here, or read with ``LOAD_DELTA``).
     """
     token = tl.program_id(0)
     pid1 = tl.program_id(1)
@@ -107,15 +150,16 @@ def sel_bwd_dq_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     dv_ok = offs_dv < Dv
 
-    # delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel.
-    o_row = O + b.to(tl.int64) * so_b + s.to(tl.int64) * so_s + g.to(tl.int64) * so_g
-    do_row = DO + b.to(tl.int64) * sdo_b + s.to(tl.int64) * sdo_s + g.to(tl.int64) * sdo_g
-    hv_mask = h_ok[:, None] & dv_ok[None, :]
-    o = tl.load(o_row + offs_h[:, None] * so_h + offs_dv[None, :] * so_d, mask=hv_mask, other=0.0)
-    do = tl.load(do_row + offs_h[:, None] * sdo_h + offs_dv[None, :] * sdo_d, mask=hv_mask, other=0.0)
-    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    # delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
+    # computed before by sel_bwd_delta_kernel so the two kernels can run side by side).
     row = (token.to(tl.int64) * G + g) * h
-    tl.store(DELTA + row + offs_h, delta, mask=h_ok)
+    if LOAD_DELTA:
+        do = _load_rows(DO, b, s, g, offs_h, h, Dv, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
+        delta = tl.load(DELTA + row + offs_h, mask=h_ok, other=0.0)
+    else:
+        do, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,
+                           sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
+        tl.store(DELTA + row + offs_h, delta, mask=h_ok)
 
     l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
     lse2 = _log2_lse(tl.load(l_row + offs_h * sl_h, mask=h_ok, other=0.0))

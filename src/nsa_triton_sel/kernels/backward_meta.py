@@ -29,6 +29,7 @@ from .meta import MAX_HEAD_DIM, MIN_DOT, next_pow2, split_head_dim
 CHUNK_PROGRAMS_PER_SM = 8
 CHUNK_MIN = 64
 CHUNK_MAX = 8192
+DELTA_WARPS = 4
 MAX_BLOCK_N = 128  # entry bounds are packed as lo | hi << 16 (any BLOCK_N < 2^15 would do)
 
 
@@ -51,10 +52,15 @@ class BackwardMeta:
     kv_stages: int
     chunk: int | None  # entries per dk/dv program; None: entries / (programs_per_sm x SMs)
     programs_per_sm: int = CHUNK_PROGRAMS_PER_SM
+    streams: int = 1  # 2: delta first, then dq on a side stream beside the CSR and dk/dv (CUDA only)
 
     def dq_constexprs(self) -> dict:
         return {"BLOCK_H": self.BLOCK_H, "BLOCK_N": self.DQ_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
-                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "DOT_F32": self.DOT_F32}
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "DOT_F32": self.DOT_F32}
+
+    def delta_constexprs(self) -> dict:
+        return {"BLOCK_H": self.BLOCK_H, "BLOCK_DV": self.BLOCK_DV}
 
     def dkdv_constexprs(self) -> dict:
         return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "DK1": self.DK1, "DK2": self.DK2,
@@ -73,13 +79,12 @@ def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
     return 32, (1 if block_h <= 16 else 2), 3
 
 
-def _kv_launch(dk: int, block_dv: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel."""
-    if dk + block_dv > 256:
-        return 32, 64, 8, 2
-    if dk + block_dv <= 128:
-        return 64, 64, 4, 2
-    return 64, 64, 8, 2
+def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel: 8 warps once the two accumulators
+    pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
+    bn = min(32 if dk + block_dv > 256 else 64, max_rows)
+    warps = 8 if bn * (dk + block_dv) > 64 * 128 else 4
+    return bn, 64, warps, 2
 
 
 def backward_meta(
@@ -99,6 +104,7 @@ def backward_meta(
     kv_stages: int | None = None,
     chunk: int | None = None,
     programs_per_sm: int | None = None,
+    streams: int | None = None,
 ) -> BackwardMeta:
     """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
 
@@ -114,7 +120,7 @@ def backward_meta(
     block_dv = max(MIN_DOT, next_pow2(Dv))
     block_h = min(max_rows, max(MIN_DOT, next_pow2(h)))
     bn, dw, ds = _dq_launch(block_h, dk1 + dk2, block_dv)
-    kbn, kr, kw, ks = _kv_launch(dk1 + dk2, block_dv)
+    kbn, kr, kw, ks = _kv_launch(dk1 + dk2, block_dv, max_rows)
     kbn = min(kv_block_n or kbn, max_rows)
     kr = rows or kr
     for name, x in (("rows", kr), ("kv_block_n", kbn), ("dq_block_n", dq_block_n or bn)):
@@ -124,6 +130,8 @@ def backward_meta(
         raise ValueError(f"kv_block_n={kbn}: at most {MAX_BLOCK_N}")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
+    if streams not in (None, 1, 2):
+        raise ValueError(f"streams={streams!r}: accepted 1 (one stream) or 2 (dq beside dk/dv)")
     if programs_per_sm is not None and programs_per_sm < 1:
         raise ValueError(f"programs_per_sm={programs_per_sm}: need at least 1")
     return BackwardMeta(
@@ -131,7 +139,7 @@ def backward_meta(
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
         KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
-        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM,
+        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, streams=streams or 1,
     )
 
 
@@ -200,4 +208,10 @@ def backward_variants() -> list[dict]:
                                     m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N > 32))
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
                                     m.reduce_constexprs(), 4, 1, dtype, False))
+    m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
+    for dtype in ("fp16", "bf16"):
+        out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
+                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, False))
+        out.append(_variant("sel_bwd_delta_kernel", f"sel_bwd_delta/{dtype}/dv128/h16", m.delta_constexprs(),
+                            DELTA_WARPS, 1, dtype, False))
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from . import backward
-from .backward_meta import BackwardMeta, backward_meta, chunk_size
+from .backward_meta import DELTA_WARPS, BackwardMeta, backward_meta, chunk_size
 from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
 
 REDUCE_WARPS = 4
@@ -211,7 +211,8 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     Always deterministic (no atomics); ``deterministic=False`` is accepted for API
     compatibility and selects the same kernels.  ``tune`` overrides the launch
     configuration (``backward_meta`` keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
-    ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``).  Trusts its caller like
+    ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``,
+    ``streams``).  Trusts its caller like
     the forward launchers: the ranges must satisfy the contract.
     """
     del deterministic  # every path is deterministic
@@ -232,11 +233,43 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     # enqueued behind it, so the GPU never waits for the host.
     counts = count_readers(ranges, T, meta.KV_BLOCK_N)
     n_entries = _host_int_later(counts.offsets[-1:])
+    programs = meta.programs_per_sm * sm_count(q.device)
+    if meta.streams > 1 and q.is_cuda:
+        # dq (L2-bound on K/V tiles) on a side stream beside the CSR and dk/dv (which gather
+        # q and dO rows), once delta is ready; joined before returning.
+        _launch_delta(out, grad_out, delta, meta, h)
+        main, side = torch.cuda.current_stream(q.device), _side_stream(q.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
+        csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+        _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
+        main.wait_stream(side)
+        return dq, dk, dv
+    if meta.streams > 1:
+        _launch_delta(out, grad_out, delta, meta, h)
     _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-    csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk,
-                       programs=meta.programs_per_sm * sm_count(q.device))
+    csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
     _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device: torch.device):
+    key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
+    return _SIDE_STREAMS[key]
+
+
+def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
+    B, S, G = out.shape[:3]
+    backward.sel_bwd_delta_kernel[(B * S, G * triton_cdiv(h, meta.BLOCK_H))](
+        out, grad_out, delta, S, G, h, out.shape[4], *out.stride(), *grad_out.stride(),
+        num_warps=DELTA_WARPS, num_stages=1, **meta.delta_constexprs(),
+    )
 
 
 def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float):
