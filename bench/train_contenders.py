@@ -110,10 +110,12 @@ def _leaf(x):
 
 
 def ours(p: Problem, tune: dict | None = None, name: str = "ours") -> Contender:
+    """The forward kernel the dispatcher picks for this selection (multi-token for local ones,
+    where neighbouring tokens share their blocks) and the backward kernels."""
     from nsa_triton_sel.kernels import grad
 
     q, k, v = _leaf(p.q), _leaf(p.k), _leaf(p.v)
-    tune = dict(tune or {})
+    tune = {"forward": "tokens" if p.sel == "local" else "ranges", **(tune or {})}
     return Contender(name, [q, k, v], lambda: grad.sel_attn_train(q, k, v, p.ranges, **tune), p.grad_out,
                      note=" ".join(f"{a}={b}" for a, b in sorted(tune.items())))
 

@@ -75,6 +75,12 @@ def test_dk192_dk_ne_dv_noncontiguous():
     check(p, "Dk=192 Dv=128 strided", scale=0.1)
 
 
+def test_tokens_forward_kernel():
+    # The multi-token forward's output and LSE feed the same backward.
+    p = make_problem(B=1, S=9, G=1, h=4, Dk=32, Dv=32, T=120, n=3, seed=6, empty_frac=0.2)
+    check(p, "forward=tokens", forward="tokens")
+
+
 def test_separate_delta_kernel():
     # streams=2: delta from its own kernel, the dq kernel loads it (on a GPU, dq then runs on
     # a side stream beside dk/dv); same gradients as the fused default.

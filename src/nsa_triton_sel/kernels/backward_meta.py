@@ -8,8 +8,11 @@ the alternatives on a GPU and prints the best):
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
   M), so the forward's measured best for h = 16, D = 128 on the H100 (1 warp, 32-key tiles,
-  3 stages: kernels/meta.py) is the starting point; the dq loop does 3 dots per tile instead
-  of 2, so 2 warps are in the sweep too.
+  3 stages: kernels/meta.py) is the starting point.  The dq loop holds more (the dq
+  accumulator, q and dO as MMA operands, 3 dots per tile): with 1 warp it sits at 255
+  registers and spills 128-200 bytes on sm_90 with Triton 3.0 and 3.9 (AOT compile with the
+  launch's specialisations); 2 warps take 168-230 registers, no spill, at the same number of
+  programs per SM (shared memory allows 5), so 2 warps is the default and 1 is in the sweep.
 - dk/dv kernel: M = BLOCK_N keys, N = ROWS (entry, head) pairs.  Its accumulators are
   ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
   loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
@@ -30,6 +33,7 @@ CHUNK_PROGRAMS_PER_SM = 8
 CHUNK_MIN = 64
 CHUNK_MAX = 8192
 DELTA_WARPS = 4
+REDUCE_WARPS = 4
 MAX_BLOCK_N = 128  # entry bounds are packed as lo | hi << 16 (any BLOCK_N < 2^15 would do)
 
 
@@ -76,7 +80,7 @@ def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
         return 32, (4 if block_h >= 64 else 2), 2
     if block_h >= 64:
         return 32, 4, 2
-    return 32, (1 if block_h <= 16 else 2), 3
+    return 32, 2, 3
 
 
 def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, int]:
@@ -192,22 +196,20 @@ def backward_variants() -> list[dict]:
             for h in (16, 64):
                 if h == 64 and (Dk, Dv) not in ((128, 128), (192, 128)):
                     continue
-                for cap in (64, 32):
-                    m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap)
-                    if cap == 32 and m.BLOCK_H <= 32:
-                        continue  # identical to the uncapped variant
-                    tag = "" if cap == 64 else "+m32"
+                wide = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16)
+                for m, tag in ((wide, ""), (backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                    if tag and m.dq_constexprs() == wide.dq_constexprs():
+                        continue  # the cap changes nothing here
                     out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk{Dk}-dv{Dv}/h{h}{tag}",
                                         m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H > 32))
-            for cap in (64, 32):
-                m = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap)
-                if cap == 32 and m.KV_BLOCK_N <= 32:
+            wide = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16)
+            for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
                     continue
-                tag = "" if cap == 64 else "+m32"
                 out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
                                     m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N > 32))
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.reduce_constexprs(), 4, 1, dtype, False))
+                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, False))
     m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
     for dtype in ("fp16", "bf16"):
         out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",

@@ -19,11 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from . import backward
-from .backward_meta import DELTA_WARPS, BackwardMeta, backward_meta, chunk_size
+from .backward_meta import DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size
 from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
-
-REDUCE_WARPS = 4
-
 
 @dataclass
 class ReaderCSR:
@@ -303,13 +300,14 @@ def _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr: ReaderCSR, meta: Ba
 
 
 class SelectionAttentionFn(torch.autograd.Function):
-    """``out = sel_attn_ranges(q, k, v, ranges)`` with these kernels as its backward."""
+    """``out = sel_attn_ranges(q, k, v, ranges)`` (or ``sel_attn_tokens``) with these kernels as its backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ranges, scale, tune):
-        from .launch import sel_attn_ranges
+    def forward(ctx, q, k, v, ranges, scale, forward, tune):
+        from . import launch
 
-        out, lse = sel_attn_ranges(q, k, v, ranges, scale=scale, return_lse=True)
+        fwd = {"ranges": launch.sel_attn_ranges, "tokens": launch.sel_attn_tokens}[forward]
+        out, lse = fwd(q, k, v, ranges, scale=scale, return_lse=True)
         ctx.save_for_backward(q, k, v, ranges, out, lse)
         ctx.scale, ctx.tune = scale, tune
         return out
@@ -318,9 +316,16 @@ class SelectionAttentionFn(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, ranges, out, lse = ctx.saved_tensors
         dq, dk, dv = sel_attn_backward(q, k, v, ranges, out, lse, grad_out, scale=ctx.scale, **ctx.tune)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
-def sel_attn_train(q, k, v, ranges, *, scale=None, **tune):
-    """Differentiable selection attention on the Triton kernels (forward and backward)."""
-    return SelectionAttentionFn.apply(q, k, v, ranges, scale, tune)
+def sel_attn_train(q, k, v, ranges, *, scale=None, forward="ranges", **tune):
+    """Differentiable selection attention on the Triton kernels (forward and backward).
+
+    ``forward`` picks the forward kernel: ``"ranges"`` (one program per token) or
+    ``"tokens"`` (several neighbouring tokens per program: faster when they share their
+    selections); ``tune`` goes to :func:`sel_attn_backward`.
+    """
+    if forward not in ("ranges", "tokens"):
+        raise ValueError(f"forward must be 'ranges' or 'tokens', got {forward!r}")
+    return SelectionAttentionFn.apply(q, k, v, ranges, scale, forward, tune)
