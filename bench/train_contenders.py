@@ -175,4 +175,10 @@ def peer_status(name: str) -> str | None:
         __import__(mod[name])
     except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip
         return f"{type(exc).__name__}: {exc}"
+    if name == "xunhaolai":
+        import triton
+        from packaging.version import Version
+
+        if Version(triton.__version__).release >= (3, 9):
+            return f"its kernels use block pointers, which Triton {triton.__version__} removed (3.9)"
     return None
