@@ -16,7 +16,7 @@ import torch
 
 import grad_checks
 from nsa_triton_sel import reference
-from nsa_triton_sel.testing import make_problem
+from nsa_triton_sel.testing import make_problem, nsa_ranges
 
 pytestmark = [
     pytest.mark.interp,
@@ -76,9 +76,33 @@ def test_dk192_dk_ne_dv_noncontiguous():
 
 
 def test_tokens_forward_kernel():
-    # The multi-token forward's output and LSE feed the same backward.
+    # The multi-token forward's output and LSE feed the backward, whose dq then also runs
+    # several tokens per program (16 tokens x 4 padded heads here).
     p = make_problem(B=1, S=9, G=1, h=4, Dk=32, Dv=32, T=120, n=3, seed=6, empty_frac=0.2)
     check(p, "forward=tokens", forward="tokens")
+
+
+@pytest.mark.parametrize("selection", ["local", "random"])
+@pytest.mark.parametrize("h", [3, 16])
+def test_multi_token_dq(h, selection):
+    # Local: neighbours share blocks (phase 1 with per-row masks); random: little is shared
+    # (phase 2 does the work).  S = 37 is not a multiple of the tokens per program.
+    T, G = 37, 1
+    p = make_problem(B=1, S=T, G=G, h=h, Dk=32, Dv=48, T=T, n=3, seed=h, empty_frac=0.1)
+    if selection == "local":
+        p.ranges = nsa_ranges(1, T, G, 3, 8, seed=h)
+    check(p, f"dq tokens {selection} h={h}", dq_tokens=64 // (4 if h == 3 else 16))
+
+
+def test_multi_token_dq_partial_leader_dk192_separate_delta():
+    # The leader's spans only partly cover the others' (phase 2 masks the covered keys);
+    # Dk = 192 (two slices); delta from its own kernel.
+    p = make_problem(B=1, S=8, G=1, h=4, Dk=192, Dv=64, T=160, n=2, dtype=torch.bfloat16, seed=4)
+    p.ranges[0, :, 0, 0] = torch.tensor([10, 100], dtype=torch.int32)
+    p.ranges[0, :, 0, 1] = torch.tensor([120, 121], dtype=torch.int32)
+    p.ranges[0, 7, 0, 0] = torch.tensor([40, 70], dtype=torch.int32)
+    p.ranges[0, 3, 0] = 0  # an empty row among them
+    check(p, "dq tokens partial leader", dq_tokens=8, streams=2)
 
 
 def test_separate_delta_kernel():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from nsa_triton_sel.compat.specs import CompileSpec, derive_signature, load_object, uncovered_kernels
-from nsa_triton_sel.kernels.backward_meta import BACKWARD_MODULE, backward_meta, backward_variants
+from nsa_triton_sel.kernels.backward_meta import (BACKWARD_MODULE, backward_meta, backward_variants,
+                                                  dq_tokens_per_program)
 
 
 def test_every_backward_kernel_is_registered():
@@ -34,6 +35,12 @@ def test_launcher_choices_are_among_the_variants(Dk, Dv):
         for kernel, ce, w, s in (("sel_bwd_dq_kernel", m.dq_constexprs(), m.dq_warps, m.dq_stages),
                                  ("sel_bwd_dkdv_kernel", m.dkdv_constexprs(), m.kv_warps, m.kv_stages)):
             assert (kernel, tuple(sorted(ce.items())), w, s) in registered, (kernel, Dk, Dv, cap)
+    if (Dk, Dv) != (64, 64):
+        for cap in (64, 32):
+            m = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(16, cap))
+            if Dk == 128 or cap == 64:
+                key = ("sel_bwd_dq_tok_kernel", tuple(sorted(m.dq_tok_constexprs().items())), m.tok_warps, m.tok_stages)
+                assert key in registered, ("tok", Dk, Dv, cap)
 
 
 def test_one_variant_compiles_for_sm80():

@@ -112,6 +112,48 @@ def sel_bwd_delta_kernel(
 
 
 @triton.jit
+def _dq_tile(
+    q1, q2, do, lse2, delta, dq1, dq2,
+    k_row, v_row, pos, n_ok, valid,
+    sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Fold the key tile at ``pos`` into ``dq``: ``n_ok [BLOCK_N]`` says which keys may be
+    loaded, ``valid`` (``[1 or M, BLOCK_N]``) which (row, key) pairs count.  With ``DK2 == 0``,
+    ``q2``/``dq2`` are placeholders, returned untouched."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d1 = tl.arange(0, DK1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    k_tile = k_row + pos.to(tl.int64) * sk_t
+    # K tiles [BLOCK_N, D]: the dq dot takes them as they are, the score dot transposed
+    # (ldmatrix.trans from the same shared-memory copy).
+    k1 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d1[None, :] * sk_d,
+                 mask=n_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
+    if DOT_F32:
+        k1 = k1.to(tl.float32)
+    qk = tl.dot(q1, tl.trans(k1))
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)
+        k2 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d2[None, :] * sk_d,
+                     mask=n_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
+        if DOT_F32:
+            k2 = k2.to(tl.float32)
+        qk += tl.dot(q2, tl.trans(k2))
+    p = tl.where(valid, tl.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+    vt = tl.load(v_row + pos.to(tl.int64) * sv_t + offs_dv[:, None] * sv_d + offs_n[None, :] * sv_t,
+                 mask=(offs_dv[:, None] < Dv) & n_ok[None, :], other=0.0)
+    if DOT_F32:
+        vt = vt.to(tl.float32)
+    dp = tl.dot(do, vt)
+    ds = (p * (dp - delta[:, None])).to(k1.dtype)
+    dq1 += tl.dot(ds, k1)
+    if DK2 > 0:
+        dq2 += tl.dot(ds, k2)
+    return dq1, dq2
+
+
+@triton.jit
 def sel_bwd_dq_kernel(
     Q, K, V, O, DO, LSE, DELTA, DQ, SPANS,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
@@ -167,6 +209,10 @@ def sel_bwd_dq_kernel(
     q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
     q1 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,
                  mask=h_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
+    if DOT_F32:
+        q1 = q1.to(tl.float32)
+        do = do.to(tl.float32)
+    dq1 = tl.zeros((BLOCK_H, DK1), tl.float32)
     if DK2 > 0:
         offs_d2 = DK1 + tl.arange(0, DK2)
         q2 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d2[None, :] * sq_d,
@@ -174,10 +220,9 @@ def sel_bwd_dq_kernel(
         if DOT_F32:
             q2 = q2.to(tl.float32)
         dq2 = tl.zeros((BLOCK_H, DK2), tl.float32)
-    if DOT_F32:
-        q1 = q1.to(tl.float32)
-        do = do.to(tl.float32)
-    dq1 = tl.zeros((BLOCK_H, DK1), tl.float32)
+    else:
+        q2 = q1  # placeholders, never used
+        dq2 = dq1
 
     # The row's spans and how many BLOCK_N tiles each needs (as in the forward).
     offs_s = tl.arange(0, BLOCK_S)
@@ -196,31 +241,8 @@ def sel_bwd_dq_kernel(
     for j in range(0, total):
         pos, end = _flat_tile(j, starts, ends, first, cum, BLOCK_N)
         n_ok = (pos + offs_n) < end
-        k_tile = k_row + pos.to(tl.int64) * sk_t
-        # K tiles [BLOCK_N, D]: the dq dot takes them as they are, the score dot transposed.
-        k1 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d1[None, :] * sk_d,
-                     mask=n_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
-        if DOT_F32:
-            k1 = k1.to(tl.float32)
-        qk = tl.dot(q1, tl.trans(k1))
-        if DK2 > 0:
-            k2 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d2[None, :] * sk_d,
-                         mask=n_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
-            if DOT_F32:
-                k2 = k2.to(tl.float32)
-            qk += tl.dot(q2, tl.trans(k2))
-        p = tl.exp2(qk * qk_scale - lse2[:, None])
-        p = tl.where(n_ok[None, :], p, 0.0)
-        vt = tl.load(v_row + pos.to(tl.int64) * sv_t + offs_dv[:, None] * sv_d + offs_n[None, :] * sv_t,
-                     mask=dv_ok[:, None] & n_ok[None, :], other=0.0)
-        if DOT_F32:
-            vt = vt.to(tl.float32)
-        dp = tl.dot(do, vt)
-        ds = p * (dp - delta[:, None])
-        ds = ds.to(k1.dtype)
-        dq1 += tl.dot(ds, k1)
-        if DK2 > 0:
-            dq2 += tl.dot(ds, k2)
+        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, n_ok[None, :],
+                            sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
     dq_row = DQ + row * Dk
     tl.store(dq_row + offs_h[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),
@@ -238,6 +260,138 @@ def _gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr
     if DOT_F32:
         x = x.to(tl.float32)
     return x
+
+
+@triton.jit
+def sel_bwd_dq_tok_kernel(
+    Q, K, V, O, DO, LSE, DELTA, DQ, SPANS,
+    S, G, h, Dk, Dv, n_spans, qk_scale, scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    sk_b, sk_g, sk_t, sk_d,
+    sv_b, sv_g, sv_t, sv_d,
+    so_b, so_s, so_g, so_h, so_d,
+    sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+    sl_b, sl_s, sl_g, sl_h,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    TOK: tl.constexpr,
+    HP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    LOAD_DELTA: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """dq (and delta) of ``TOK`` consecutive tokens of one group: M = TOK x HP rows.
+
+    The multi-token forward's walk (``forward.sel_fwd_tok_kernel``), for selections that
+    neighbouring tokens share: phase 1 walks the spans of the program's last token (the
+    leader) and folds each K/V tile into every row whose token selected those keys; phase 2
+    walks, per other token, its spans that are not inside a leader span, masking the keys a
+    leader span covers.  Every selected (row, key) pair is counted exactly once.
+    """
+    n_tb = tl.cdiv(S, TOK)
+    pid0 = tl.program_id(0)
+    g = tl.program_id(1)
+    b = pid0 // n_tb
+    t0 = (pid0 % n_tb) * TOK
+
+    rows = tl.arange(0, TOK * HP)
+    r_tok = rows // HP
+    r_head = rows % HP
+    r_ok = (r_head < h) & (t0 + r_tok < S)
+    tok64 = (t0 + r_tok).to(tl.int64)
+    b64 = b.to(tl.int64)
+    g64 = g.to(tl.int64)
+    row = ((b64 * S + tok64) * G + g64) * h + r_head
+    do_off = b64 * sdo_b + tok64 * sdo_s + g64 * sdo_g + r_head * sdo_h
+    if LOAD_DELTA:
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)
+        delta = tl.load(DELTA + row, mask=r_ok, other=0.0)
+    else:
+        o_off = b64 * so_b + tok64 * so_s + g64 * so_g + r_head * so_h
+        o = _gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+        tl.store(DELTA + row, delta, mask=r_ok)
+        if DOT_F32:
+            do = do.to(tl.float32)
+    lse2 = _log2_lse(tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
+    q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h
+    q1 = _gather_rows(Q, q_off, r_ok, sq_d, Dk, 0, DK1, DOT_F32)
+    dq1 = tl.zeros((TOK * HP, DK1), tl.float32)
+    if DK2 > 0:
+        q2 = _gather_rows(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)
+        dq2 = tl.zeros((TOK * HP, DK2), tl.float32)
+    else:
+        q2 = q1  # placeholders, never used
+        dq2 = dq1
+    k_row = K + b64 * sk_b + g64 * sk_g
+    v_row = V + b64 * sv_b + g64 * sv_g
+
+    # Spans of all TOK tokens, [TOK, BLOCK_S]; padding and tokens past S are empty.
+    r_base = SPANS + b64 * sr_b + g64 * sr_g
+    offs_t = tl.arange(0, TOK)
+    offs_s = tl.arange(0, BLOCK_S)
+    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]
+    sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
+    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)
+    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)
+
+    # Phase 1: the leader's tiles, each into the rows whose token selected its keys.
+    lead = tl.minimum(TOK - 1, S - 1 - t0)
+    l_ok = offs_s < n_spans
+    l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
+    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)
+    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)
+    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N
+    cumL = _prefix_sum(tilesL, BLOCK_S)
+    firstL = cumL - tilesL
+    totalL = tl.sum(tilesL, 0)
+    offs_n = tl.arange(0, BLOCK_N)
+    for j in range(0, totalL):
+        pos, end = _flat_tile(j, stL, enL, firstL, cumL, BLOCK_N)
+        kp = pos + offs_n
+        n_ok = kp < end
+        inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])
+        member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
+        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))
+        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok,
+                            valid & n_ok[None, :], sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
+                            BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
+
+    # Phase 2: the other tokens' spans not inside one leader span, as a flat list of
+    # TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
+    offs_e = tl.arange(0, TOK * BLOCK_S)
+    e_tok = offs_e // BLOCK_S
+    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)
+    e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
+    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)
+    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)
+    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])
+    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)
+    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)
+    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)
+    first2 = cum2 - tiles2
+    total2 = tl.sum(tiles2, 0)
+    for j in range(0, total2):
+        pos, end = _flat_tile(j, st1, en1, first2, cum2, BLOCK_N)
+        tok = tl.sum(tl.where((j >= first2) & (j < cum2), e_tok, 0), 0)
+        kp = pos + offs_n
+        n_ok = kp < end
+        covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0
+        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]
+        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, valid,
+                            sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
+
+    offs_d1 = tl.arange(0, DK1)
+    tl.store(DQ + row[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),
+             mask=r_ok[:, None] & (offs_d1[None, :] < Dk))
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)
+        tl.store(DQ + row[:, None] * Dk + offs_d2[None, :], (dq2 * scale).to(DQ.dtype.element_ty),
+                 mask=r_ok[:, None] & (offs_d2[None, :] < Dk))
 
 
 @triton.jit

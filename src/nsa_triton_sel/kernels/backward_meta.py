@@ -17,6 +17,10 @@ the alternatives on a GPU and prints the best):
   ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
   loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
   MMA operands, the gathered q/dO rows stream through shared memory (2 stages of 32 KiB).
+- multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
+  forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
+  accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
+  bytes of spill on sm_80/sm_90 with Triton 3.6; 64-key tiles spill 96-136 bytes).
 - chunks: a tile read by more than ``chunk`` entries is split; by default ``chunk`` is sized
   so the launch has about ``CHUNK_PROGRAMS_PER_SM`` programs per SM, and the longest
   program is then a small fraction of the whole (NSA's block 0 is read by every token: at
@@ -57,9 +61,19 @@ class BackwardMeta:
     chunk: int | None  # entries per dk/dv program; None: entries / (programs_per_sm x SMs)
     programs_per_sm: int = CHUNK_PROGRAMS_PER_SM
     streams: int = 1  # 2: delta first, then dq on a side stream beside the CSR and dk/dv (CUDA only)
+    TOK: int = 0      # > 0: the multi-token dq kernel, TOK tokens x HP padded heads per program
+    HP: int = 16
+    TOK_BLOCK_N: int = 64
+    tok_warps: int = 4
+    tok_stages: int = 2
 
     def dq_constexprs(self) -> dict:
         return {"BLOCK_H": self.BLOCK_H, "BLOCK_N": self.DQ_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "DOT_F32": self.DOT_F32}
+
+    def dq_tok_constexprs(self) -> dict:
+        return {"TOK": self.TOK, "HP": self.HP, "BLOCK_N": self.TOK_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
                 "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
                 "DOT_F32": self.DOT_F32}
 
@@ -109,6 +123,10 @@ def backward_meta(
     chunk: int | None = None,
     programs_per_sm: int | None = None,
     streams: int | None = None,
+    dq_tokens: int | None = None,
+    tok_block_n: int | None = None,
+    tok_warps: int | None = None,
+    tok_stages: int | None = None,
 ) -> BackwardMeta:
     """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
 
@@ -138,13 +156,26 @@ def backward_meta(
         raise ValueError(f"streams={streams!r}: accepted 1 (one stream) or 2 (dq beside dk/dv)")
     if programs_per_sm is not None and programs_per_sm < 1:
         raise ValueError(f"programs_per_sm={programs_per_sm}: need at least 1")
+    hp = next_pow2(h)
+    tok = dq_tokens or 0
+    if tok and (tok < 2 or tok & (tok - 1) or tok * hp < MIN_DOT or tok * hp > max(max_rows, MIN_DOT)):
+        raise ValueError(f"dq_tokens={tok} with h={h}: need a power of two >= 2 with 16 <= tokens * "
+                         f"next_pow2(h) <= {max_rows}")
     return BackwardMeta(
+        TOK=tok, HP=hp, TOK_BLOCK_N=tok_block_n or 32, tok_warps=tok_warps or 4, tok_stages=tok_stages or 2,
         BLOCK_H=block_h, DQ_BLOCK_N=dq_block_n or bn, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
         KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
         programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, streams=streams or 1,
     )
+
+
+def dq_tokens_per_program(h: int, max_rows: int = 64) -> int:
+    """Tokens per program of the multi-token dq kernel (as the forward's: M = tokens x padded
+    heads = 64, or ``max_rows``); 0 where h is too large for two tokens to share a program."""
+    tok = min(64, max_rows) // next_pow2(h)
+    return tok if tok >= 2 else 0
 
 
 def chunk_size(entries: int, programs: int, rows_per_step: int, h: int) -> int:
@@ -210,6 +241,12 @@ def backward_variants() -> list[dict]:
                                     m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N > 32))
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
                                     m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, False))
+    for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
+                                  ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
+        m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
+        tag = "" if cap == 64 else "+m32"
+        out.append(_variant("sel_bwd_dq_tok_kernel", f"sel_bwd_dq_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{m.TOK}{tag}",
+                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP > 32))
     m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
     for dtype in ("fp16", "bf16"):
         out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from . import backward
-from .backward_meta import DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size
+from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size,
+                            dq_tokens_per_program)
 from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
 
 @dataclass
@@ -209,8 +210,9 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     compatibility and selects the same kernels.  ``tune`` overrides the launch
     configuration (``backward_meta`` keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
     ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``,
-    ``streams``).  Trusts its caller like
-    the forward launchers: the ranges must satisfy the contract.
+    ``streams``, ``dq_tokens`` (the multi-token dq kernel), ``tok_block_n``, ``tok_warps``,
+    ``tok_stages``).  Trusts its caller like the forward launchers: the ranges must satisfy
+    the contract.
     """
     del deterministic  # every path is deterministic
     _check_backward_inputs(q, k, v, ranges, out, lse, grad_out)
@@ -271,14 +273,16 @@ def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
 
 def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float):
     B, S, G, h, Dk = q.shape
-    grid = (B * S, G * triton_cdiv(h, meta.BLOCK_H))
-    backward.sel_bwd_dq_kernel[grid](
-        q, k, v, out, grad_out, lse, delta, dq, ranges,
-        S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
-        *ranges.stride(),
-        num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs(),
-    )
+    args = (q, k, v, out, grad_out, lse, delta, dq, ranges,
+            S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
+            *ranges.stride())
+    if meta.TOK:
+        backward.sel_bwd_dq_tok_kernel[(B * triton_cdiv(S, meta.TOK), G)](
+            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
+        return
+    backward.sel_bwd_dq_kernel[(B * S, G * triton_cdiv(h, meta.BLOCK_H))](
+        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr: ReaderCSR, meta: BackwardMeta, sc: float):
@@ -308,6 +312,8 @@ class SelectionAttentionFn(torch.autograd.Function):
 
         fwd = {"ranges": launch.sel_attn_ranges, "tokens": launch.sel_attn_tokens}[forward]
         out, lse = fwd(q, k, v, ranges, scale=scale, return_lse=True)
+        if forward == "tokens" and "dq_tokens" not in tune:  # the same locality serves the dq kernel
+            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3], max_rows(q.device)) or None}
         ctx.save_for_backward(q, k, v, ranges, out, lse)
         ctx.scale, ctx.tune = scale, tune
         return out
