@@ -16,6 +16,7 @@ compares every contender's gradients with an fp32 packed-SDPA reference on a sma
 (a wrong layout convention shows up as an error near 1).  ``--sweep`` first times the backward's
 launch configurations (``train_sweep.py``) and adds an ``ours-tuned`` row with the best.
 The packed-SDPA path runs where it fits (``--sdpa-max-T``, default 8192; about 36 GiB there).
+``--tune JSON`` adds the ``ours-tuned`` row from a previous sweep's result without sweeping.
 ``--dry-run`` runs a tiny problem on the CPU (Triton interpreter) to check the plumbing.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 import time
@@ -53,6 +55,8 @@ def parse_args(argv=None):
     ap.add_argument("--sdpa-max-T", type=int, default=8192)
     ap.add_argument("--sweep", action="store_true", help="tune the backward's launch config first")
     ap.add_argument("--check", action="store_true", help="compare every contender's gradients first")
+    ap.add_argument("--tune", help="JSON dict of sel_attn_backward keywords for an ours-tuned row (e.g. a "
+                                   "previous --sweep's result); --sweep overrides it")
     ap.add_argument("--csv", help="write the rows here")
     ap.add_argument("--rep-ms", type=int, default=200, help="do_bench rep (ms) per timing")
     ap.add_argument("--dry-run", action="store_true", help="tiny CPU run under the Triton interpreter")
@@ -71,6 +75,12 @@ def parse_args(argv=None):
             ap.error(f"--contenders accepts ours, sdpa, fla, xunhaolai; got {c!r}")
     if a.dry_run:
         a.Ts = [min(t, 64) for t in a.Ts][:1]
+    try:
+        a.tuned = json.loads(a.tune) if a.tune else None
+    except json.JSONDecodeError as exc:
+        ap.error(f"--tune must be a JSON object of sel_attn_backward keywords: {exc}")
+    if a.tuned is not None and not isinstance(a.tuned, dict):
+        ap.error("--tune must be a JSON object, e.g. '{\"kv_warps\": 4}'")
     return a
 
 
@@ -214,11 +224,12 @@ def main(argv=None) -> int:
     bench = make_bench(args.rep_ms, dry)
     if args.check:
         check(args, bench)
-    tuned = None
+    tuned = args.tuned
     if args.sweep and not dry:
         import train_sweep
 
-        tuned = train_sweep.sweep(TC.make_problem(8192, "random"), bench, log)
+        tuned = train_sweep.sweep(TC.make_problem(8192, "random"), bench, log, local=TC.make_problem(8192, "local"))
+        log(f"reuse with: --tune '{json.dumps(tuned)}'")
     rows = []
     for T in args.Ts:
         for sel in args.sels:

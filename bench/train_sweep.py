@@ -2,7 +2,8 @@
 
 On one problem (the forward's output, LSE and an upstream gradient computed once) it times:
 
-- the dq kernel (which also computes delta) for each (BLOCK_N, warps, stages) in ``DQ_CONFIGS``;
+- the dq kernel (which also computes delta) for each (BLOCK_N, warps, stages) in ``DQ_CONFIGS``,
+  and on local selections the multi-token dq kernel for each config in ``TOK_CONFIGS``;
 - the reader CSR (count, entry count to the host, fill) for each key tile size;
 - the dk/dv kernel plus the reduction of split tiles for each (BLOCK_N, ROWS, warps, stages)
   in ``KV_CONFIGS``, and for the best of those a few chunk sizes (``programs_per_sm``);
@@ -23,13 +24,17 @@ KV_CONFIGS = [  # (kv_block_n, rows, kv_warps, kv_stages)
     (64, 64, 8, 2), (64, 64, 4, 2), (64, 128, 8, 2), (64, 32, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2),
     (64, 64, 8, 3), (128, 64, 8, 2), (64, 64, 8, 1),
 ]
+TOK_CONFIGS = [  # (tok_block_n, tok_warps, tok_stages) of the multi-token dq kernel, on local selections
+    (32, 4, 2), (64, 4, 2), (32, 8, 2), (64, 8, 2), (32, 4, 3), (16, 4, 2), (32, 2, 2),
+]
 PROGRAMS_PER_SM = (4, 16, 32)  # against the default (backward_meta.CHUNK_PROGRAMS_PER_SM)
 
 
 def _time(fn, bench) -> float | str:
     try:
         fn()
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         return bench(fn)
     except Exception as exc:  # noqa: BLE001 - a config that does not compile is a result
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
@@ -39,8 +44,41 @@ def _fmt(x) -> str:
     return f"{x:8.3f} ms" if isinstance(x, float) else f"failed ({x})"
 
 
-def sweep(p, bench, log) -> dict:
-    """Time the configurations on problem ``p``; returns the best keywords for ``sel_attn_backward``."""
+def sweep_tok(p, bench, log) -> dict:
+    """The multi-token dq kernel's configurations on (local) problem ``p``, against the
+    single-token dq kernel; returns the best ``tok_*`` keywords."""
+    from nsa_triton_sel.kernels import grad, launch
+    from nsa_triton_sel.kernels.backward_meta import backward_meta, dq_tokens_per_program
+
+    q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
+    B, S, Gn, h, Dk = q.shape
+    cap = launch.max_rows(q.device)
+    tok = dq_tokens_per_program(h, cap)
+    if not tok:
+        return {}
+    out, lse = launch.sel_attn_tokens(q, k, v, ranges, return_lse=True)
+    dq = torch.empty_like(q)
+    delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
+    sc = Dk ** -0.5
+    single = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap)
+    t = _time(lambda: grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, single, sc), bench)
+    log(f"sweep on T={p.T} {p.sel}: dq kernel one token per program (default config): {_fmt(t)}")
+    times = {}
+    for bn, w, st in TOK_CONFIGS:
+        meta = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap, dq_tokens=tok,
+                             tok_block_n=bn, tok_warps=w, tok_stages=st)
+        times[(bn, w, st)] = _time(lambda: grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, meta, sc), bench)
+        log(f"  dq {tok} tokens/program BLOCK_N={bn:3d} warps={w} stages={st}: {_fmt(times[(bn, w, st)])}")
+    ok = {c: t for c, t in times.items() if isinstance(t, float)}
+    if not ok:
+        return {}
+    bn, w, st = min(ok, key=ok.get)
+    return {"tok_block_n": bn, "tok_warps": w, "tok_stages": st}
+
+
+def sweep(p, bench, log, local=None) -> dict:
+    """Time the configurations on problem ``p`` (and the multi-token dq kernel on ``local``);
+    returns the best keywords for ``sel_attn_backward``."""
     from nsa_triton_sel.kernels import grad, launch
     from nsa_triton_sel.kernels.backward_meta import CHUNK_PROGRAMS_PER_SM, backward_meta
 
@@ -101,5 +139,7 @@ def sweep(p, bench, log) -> dict:
     log(f"  whole backward: default {_fmt(t_default)}, best {_fmt(t_best)}, best + streams=2 {_fmt(t_two)}")
     if isinstance(t_two, float) and isinstance(t_best, float) and t_two < t_best * 0.97:
         best["streams"] = 2
+    if local is not None:
+        best.update(sweep_tok(local, bench, log))
     log(f"sweep best: {best}")
     return best

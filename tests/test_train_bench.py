@@ -51,10 +51,17 @@ def test_problem_counts_selected_keys_and_flops():
     assert p.flops() == p.keys * 2 * 7 * 2 * 16 and p.flops(backward_only=True) == p.keys * 2 * 5 * 2 * 16
 
 
+def test_tune_is_parsed():
+    assert train_nsa.parse_args(["--tune", '{"kv_warps": 4, "rows": 128}']).tuned == {"kv_warps": 4, "rows": 128}
+    assert train_nsa.parse_args([]).tuned is None
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--sel", "causal"], "--sel accepts random, local"),
     (["--contenders", "ours,flash"], "--contenders accepts"),
     (["--T", "8k"], "--T must be a comma list"),
+    (["--tune", "{kv_warps: 4}"], "--tune must be a JSON object"),
+    (["--tune", "[4]"], "--tune must be a JSON object"),
 ])
 def test_bad_arguments(argv, needle, capsys):
     with pytest.raises(SystemExit):
