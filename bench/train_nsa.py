@@ -128,12 +128,14 @@ def measure(c: TC.Contender, p: TC.Problem, bench, dry: bool) -> dict:
         torch.autograd.backward(c.forward(), c.grad_out)
 
     row = {}
+    fwdbwd()  # compiles / autotunes (whose scratch memory must not count)
+    for x in c.leaves:
+        x.grad = None
     if not dry:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-    fwdbwd()  # also compiles / autotunes
-    if not dry:
+        fwdbwd()
         torch.cuda.synchronize()
         row["extra_peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
     for x in c.leaves:
