@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-DQ_CONFIGS = [  # (dq_block_n, dq_warps, dq_stages)
-    (32, 1, 3), (32, 2, 3), (32, 4, 3), (64, 2, 3), (64, 4, 3), (16, 1, 3), (32, 2, 2), (64, 4, 2),
+DQ_CONFIGS = [  # (dq_block_n, dq_warps, dq_stages); the first is the default for h = 16, D = 128
+    (32, 2, 3), (32, 1, 3), (32, 4, 3), (64, 2, 3), (64, 4, 3), (16, 1, 3), (32, 2, 2), (64, 4, 2),
 ]
-KV_CONFIGS = [  # (kv_block_n, rows, kv_warps, kv_stages)
-    (64, 64, 8, 2), (64, 64, 4, 2), (64, 128, 8, 2), (64, 32, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2),
-    (64, 64, 8, 3), (128, 64, 8, 2), (64, 64, 8, 1),
+KV_CONFIGS = [  # (kv_block_n, rows, kv_warps, kv_stages); the first is the default
+    (64, 64, 8, 3), (64, 64, 8, 2), (64, 64, 4, 3), (64, 128, 8, 3), (64, 32, 4, 3), (32, 64, 4, 3),
+    (32, 128, 4, 3), (128, 64, 8, 3), (64, 64, 8, 4),
 ]
 TOK_CONFIGS = [  # (tok_block_n, tok_warps, tok_stages) of the multi-token dq kernel, on local selections
     (32, 4, 2), (64, 4, 2), (32, 8, 2), (64, 8, 2), (32, 4, 3), (16, 4, 2), (32, 2, 2),

@@ -16,7 +16,10 @@ the alternatives on a GPU and prints the best):
 - dk/dv kernel: M = BLOCK_N keys, N = ROWS (entry, head) pairs.  Its accumulators are
   ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
   loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
-  MMA operands, the gathered q/dO rows stream through shared memory (2 stages of 32 KiB).
+  MMA operands, the gathered q/dO rows stream through shared memory.  3 stages, because the
+  q/dO addresses come from the entry list: with 3 the pipeliner also copies the entries
+  asynchronously, two steps ahead (16 ``cp.async`` against 10 with 2 stages on Triton 3.6/3.9,
+  7 against 3 on 3.0; no spill, same shared memory; ``bench/bwd_aot_report.py``).
 - multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
   forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
   accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
@@ -102,7 +105,7 @@ def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, in
     pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
     bn = min(32 if dk + block_dv > 256 else 64, max_rows)
     warps = 8 if bn * (dk + block_dv) > 64 * 128 else 4
-    return bn, 64, warps, 2
+    return bn, 64, warps, 3
 
 
 def backward_meta(
