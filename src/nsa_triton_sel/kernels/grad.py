@@ -23,6 +23,7 @@ from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_me
                             dq_tokens_per_program)
 from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
 
+
 @dataclass
 class ReaderCSR:
     """The readers of every key tile, in launch form (see ``sel_bwd_dkdv_kernel``).
