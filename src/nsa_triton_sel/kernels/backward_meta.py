@@ -1,0 +1,274 @@
+"""Launch configuration of the backward kernels (``backward.py``), and their compile-smoke variants.
+
+Pure Python (no torch, no triton), like ``meta.py``: the launcher, the compile-smoke
+registry and the tests read the same numbers from here.
+
+The defaults were chosen by reasoning, not yet measured (``bench/train_nsa.py --sweep`` times
+the alternatives on a GPU and prints the best):
+
+- dq kernel: the forward's program shape (one program per token and group, the h heads as
+  M), so the forward's measured best for h = 16, D = 128 on the H100 (1 warp, 32-key tiles,
+  3 stages: kernels/meta.py) is the starting point.  The dq loop holds more (the dq
+  accumulator, q and dO as MMA operands, 3 dots per tile): with 1 warp it sits at 255
+  registers and spills 128-200 bytes on sm_90 with Triton 3.0 and 3.9 (AOT compile with the
+  launch's specialisations); 2 warps take 168-230 registers, no spill, at the same number of
+  programs per SM (shared memory allows 5), so 2 warps is the default and 1 is in the sweep.
+- dk/dv kernel: M = BLOCK_N keys, N = ROWS (entry, head) pairs.  Its accumulators are
+  ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
+  loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
+  MMA operands, the gathered q/dO rows stream through shared memory.  3 stages, because the
+  q/dO addresses come from the entry list: with 3 the pipeliner also copies the entries
+  asynchronously, two steps ahead (16 ``cp.async`` against 10 with 2 stages on Triton 3.6/3.9,
+  7 against 3 on 3.0; no spill, same shared memory; ``bench/bwd_aot_report.py``).
+- multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
+  forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
+  accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
+  bytes of spill on sm_80/sm_90 with Triton 3.6; 64-key tiles spill 96-136 bytes).
+- chunks: a tile read by more than ``chunk`` entries is split; by default ``chunk`` is sized
+  so the launch has about ``CHUNK_PROGRAMS_PER_SM`` programs per SM, and the longest
+  program is then a small fraction of the whole (NSA's block 0 is read by every token: at
+  T = 8K one unsplit program would do 64x the average tile's work).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .meta import MAX_HEAD_DIM, MIN_DOT, next_pow2, split_head_dim
+
+CHUNK_PROGRAMS_PER_SM = 8
+CHUNK_MIN = 64
+CHUNK_MAX = 8192
+DELTA_WARPS = 4
+REDUCE_WARPS = 4
+MAX_BLOCK_N = 128  # entry bounds are packed as lo | hi << 16 (any BLOCK_N < 2^15 would do)
+
+
+@dataclass(frozen=True)
+class BackwardMeta:
+    """Constexprs and launch options of the three backward kernels for one call."""
+
+    BLOCK_H: int      # dq: heads per program (M), >= 16
+    DQ_BLOCK_N: int   # dq: keys per tile
+    DK1: int
+    DK2: int
+    BLOCK_DV: int
+    BLOCK_S: int      # dq: spans per row, padded to a power of two
+    DOT_F32: bool
+    dq_warps: int
+    dq_stages: int
+    KV_BLOCK_N: int   # dk/dv: keys per tile (M); also the CSR's tile size
+    ROWS: int         # dk/dv: (entry, head) pairs per MMA step (N)
+    kv_warps: int
+    kv_stages: int
+    chunk: int | None  # entries per dk/dv program; None: entries / (programs_per_sm x SMs)
+    programs_per_sm: int = CHUNK_PROGRAMS_PER_SM
+    streams: int = 1  # 2: delta first, then dq on a side stream beside the CSR and dk/dv (CUDA only)
+    TOK: int = 0      # > 0: the multi-token dq kernel, TOK tokens x HP padded heads per program
+    HP: int = 16
+    TOK_BLOCK_N: int = 64
+    tok_warps: int = 4
+    tok_stages: int = 2
+
+    def dq_constexprs(self) -> dict:
+        return {"BLOCK_H": self.BLOCK_H, "BLOCK_N": self.DQ_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "DOT_F32": self.DOT_F32}
+
+    def dq_tok_constexprs(self) -> dict:
+        return {"TOK": self.TOK, "HP": self.HP, "BLOCK_N": self.TOK_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "DOT_F32": self.DOT_F32}
+
+    def delta_constexprs(self) -> dict:
+        return {"BLOCK_H": self.BLOCK_H, "BLOCK_DV": self.BLOCK_DV}
+
+    def dkdv_constexprs(self) -> dict:
+        return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
+
+    def reduce_constexprs(self) -> dict:
+        return {"BLOCK_N": self.KV_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2, "BLOCK_DV": self.BLOCK_DV}
+
+
+def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
+    """(BLOCK_N, warps, stages) of the dq kernel."""
+    if dk + block_dv > 256:  # Dk = 192 or 256, Dv = 256: wider rows, fewer keys per tile
+        return 32, (4 if block_h >= 64 else 2), 2
+    if block_h >= 64:
+        return 32, 4, 2
+    return 32, 2, 3
+
+
+def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, int]:
+    """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel: 8 warps once the two accumulators
+    pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
+    bn = min(32 if dk + block_dv > 256 else 64, max_rows)
+    warps = 8 if bn * (dk + block_dv) > 64 * 128 else 4
+    return bn, 64, warps, 3
+
+
+def backward_meta(
+    *,
+    h: int,
+    Dk: int,
+    Dv: int,
+    n_spans: int = 1,
+    dot_f32: bool = False,
+    max_rows: int = 64,
+    dq_block_n: int | None = None,
+    dq_warps: int | None = None,
+    dq_stages: int | None = None,
+    kv_block_n: int | None = None,
+    rows: int | None = None,
+    kv_warps: int | None = None,
+    kv_stages: int | None = None,
+    chunk: int | None = None,
+    programs_per_sm: int | None = None,
+    streams: int | None = None,
+    dq_tokens: int | None = None,
+    tok_block_n: int | None = None,
+    tok_warps: int | None = None,
+    tok_stages: int | None = None,
+) -> BackwardMeta:
+    """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
+
+    ``max_rows`` caps the M dimension of every dot (``launch.max_rows``: 32 on Triton 3.0 +
+    Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.
+    """
+    for name, d in (("Dk", Dk), ("Dv", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name}={d} is not supported by the backward kernels; accepted: 1..{MAX_HEAD_DIM}")
+    if h < 1:
+        raise ValueError(f"h={h}: need at least one query head per group")
+    dk1, dk2 = split_head_dim(Dk)
+    block_dv = max(MIN_DOT, next_pow2(Dv))
+    block_h = min(max_rows, max(MIN_DOT, next_pow2(h)))
+    bn, dw, ds = _dq_launch(block_h, dk1 + dk2, block_dv)
+    kbn, kr, kw, ks = _kv_launch(dk1 + dk2, block_dv, max_rows)
+    kbn = min(kv_block_n or kbn, max_rows)
+    kr = rows or kr
+    for name, x in (("rows", kr), ("kv_block_n", kbn), ("dq_block_n", dq_block_n or bn)):
+        if x < MIN_DOT or x & (x - 1):
+            raise ValueError(f"{name}={x}: need a power of two >= {MIN_DOT}")
+    if kbn > MAX_BLOCK_N:
+        raise ValueError(f"kv_block_n={kbn}: at most {MAX_BLOCK_N}")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
+    if streams not in (None, 1, 2):
+        raise ValueError(f"streams={streams!r}: accepted 1 (one stream) or 2 (dq beside dk/dv)")
+    if programs_per_sm is not None and programs_per_sm < 1:
+        raise ValueError(f"programs_per_sm={programs_per_sm}: need at least 1")
+    hp = next_pow2(h)
+    tok = dq_tokens or 0
+    if tok and (tok < 2 or tok & (tok - 1) or tok * hp < MIN_DOT or tok * hp > max(max_rows, MIN_DOT)):
+        raise ValueError(f"dq_tokens={tok} with h={h}: need a power of two >= 2 with 16 <= tokens * "
+                         f"next_pow2(h) <= {max_rows}")
+    return BackwardMeta(
+        TOK=tok, HP=hp, TOK_BLOCK_N=tok_block_n or 32, tok_warps=tok_warps or 4, tok_stages=tok_stages or 2,
+        BLOCK_H=block_h, DQ_BLOCK_N=dq_block_n or bn, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
+        BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
+        dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
+        KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
+        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, streams=streams or 1,
+    )
+
+
+def dq_tokens_per_program(h: int, max_rows: int = 64) -> int:
+    """Tokens per program of the multi-token dq kernel (as the forward's: M = tokens x padded
+    heads = 64, or ``max_rows``); 0 where h is too large for two tokens to share a program."""
+    tok = min(64, max_rows) // next_pow2(h)
+    return tok if tok >= 2 else 0
+
+
+def chunk_size(entries: int, programs: int, rows_per_step: int, h: int) -> int:
+    """Entries per dk/dv program: about ``entries / programs``, within [CHUNK_MIN, CHUNK_MAX],
+    rounded up so a chunk is a whole number of ``rows_per_step`` steps when h divides it."""
+    c = -(-max(entries, 1) // max(programs, 1))
+    c = min(CHUNK_MAX, max(CHUNK_MIN, c))
+    step = max(1, rows_per_step // h) if rows_per_step % h == 0 else 1
+    return -(-c // step) * step
+
+
+# ----------------------------------------------------------------- compile-smoke variants
+
+BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
+# Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
+BACKWARD_TYPES = {
+    "LSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
+    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
+    "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
+}
+# Dots of 64 rows abort Triton 3.0's compiler on sm_90 (launch.max_rows caps M at 32 there).
+WIDE_M_SKIP = {"<3.1": (90,)}
+
+
+def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, wide: bool) -> dict:
+    return {
+        "name": name, "kernel": f"{BACKWARD_MODULE}:{kernel}", "constexprs": constexprs,
+        "num_warps": warps, "num_stages": stages, "dtype": dtype, "types": dict(BACKWARD_TYPES),
+        "skip": dict(WIDE_M_SKIP) if wide else None,
+    }
+
+
+# A representative subset for the compile smoke's default run (it must stay short on a
+# 2-core CI box): every kernel, both dtypes, the wide (64-row) and capped (32-row) tiles,
+# Dk = 192 (two slices) and Dk = Dv = 256 (the largest).
+SMOKE_SUBSET = frozenset({
+    "sel_bwd_dq/fp16/dk128-dv128/h16", "sel_bwd_dq/bf16/dk192-dv128/h16", "sel_bwd_dq/fp16/dk128-dv128/h64",
+    "sel_bwd_dq/fp16/dk128-dv128/h64+m32", "sel_bwd_dq/fp16/dk256-dv256/h16",
+    "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
+    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
+    "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
+    "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_delta/bf16/dv128/h16",
+})
+
+
+def backward_variants(full: bool = False) -> list[dict]:
+    """The configuration classes the backward launcher can pick, as compile-smoke specs.
+
+    ``full=False`` gives :data:`SMOKE_SUBSET` (14 variants), ``full=True`` every class (46).
+
+    Each dict has the keys of ``compat.specs.CompileSpec`` (``name``, ``kernel``,
+    ``constexprs``, ``num_warps``, ``num_stages``, ``dtype``, ``types``, ``skip``), so
+    ``[CompileSpec(**d) for d in backward_variants()]`` registers them.  The dk/dv and reduce
+    kernels do not depend on h; the dq kernel's M does (h = 16 and h = 64).  Variants whose
+    dots have 64 rows are skipped on Triton < 3.1 for sm_90, where the launcher caps M at 32
+    (and the capped variants are listed too).
+    """
+    out = []
+    head_dims = ((64, 64), (128, 128), (192, 128), (256, 256), (128, 64))
+    for dtype in ("fp16", "bf16"):
+        for Dk, Dv in head_dims:
+            if dtype == "bf16" and (Dk, Dv) not in ((128, 128), (192, 128)):
+                continue  # bf16 changes only the element type of loads and dots
+            for h in (16, 64):
+                if h == 64 and (Dk, Dv) not in ((128, 128), (192, 128)):
+                    continue
+                wide = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16)
+                for m, tag in ((wide, ""), (backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                    if tag and m.dq_constexprs() == wide.dq_constexprs():
+                        continue  # the cap changes nothing here
+                    out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk{Dk}-dv{Dv}/h{h}{tag}",
+                                        m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H > 32))
+            wide = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16)
+            for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
+                    continue
+                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
+                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N > 32))
+                out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
+                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, False))
+    for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
+                                  ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
+        m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
+        tag = "" if cap == 64 else "+m32"
+        out.append(_variant("sel_bwd_dq_tok_kernel", f"sel_bwd_dq_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{m.TOK}{tag}",
+                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP > 32))
+    m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
+    for dtype in ("fp16", "bf16"):
+        out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
+                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, False))
+        out.append(_variant("sel_bwd_delta_kernel", f"sel_bwd_delta/{dtype}/dv128/h16", m.delta_constexprs(),
+                            DELTA_WARPS, 1, dtype, False))
+    return out if full else [d for d in out if d["name"] in SMOKE_SUBSET]
