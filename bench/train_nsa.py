@@ -32,10 +32,7 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import train_contenders as TC  # noqa: E402
+from bench import train_contenders as TC
 
 COLUMNS = ["T", "sel", "contender", "fwd_ms", "fwdbwd_ms", "bwd_ms", "tflops", "pct_mm", "bwd_tflops",
            "extra_peak_gib", "status", "config", "mm_tflops", "gpu", "cc", "triton", "torch", "cuda", "driver",
@@ -228,7 +225,7 @@ def main(argv=None) -> int:
         check(args, bench)
     tuned = args.tuned
     if args.sweep and not dry:
-        import train_sweep
+        from bench import train_sweep
 
         tuned = train_sweep.sweep(TC.make_problem(8192, "random"), bench, log, local=TC.make_problem(8192, "local"))
         log(f"reuse with: --tune '{json.dumps(tuned)}'")

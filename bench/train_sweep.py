@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from nsa_triton_sel import plan as P
+
 DQ_CONFIGS = [  # (dq_block_n, dq_warps, dq_stages); the first is the default for h = 16, D = 128
     (32, 2, 3), (32, 1, 3), (32, 4, 3), (64, 2, 3), (64, 4, 3), (16, 1, 3), (32, 2, 2), (64, 4, 2),
 ]
@@ -52,7 +54,7 @@ def sweep_tok(p, bench, log) -> dict:
 
     q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
     B, S, Gn, h, Dk = q.shape
-    cap = launch.max_rows(q.device)
+    cap = P.device_of(q.device).max_rows
     tok = dq_tokens_per_program(h, cap)
     if not tok:
         return {}
@@ -87,11 +89,11 @@ def sweep(p, bench, log, local=None) -> dict:
     T, Dv = k.shape[2], v.shape[3]
     out, lse = launch.sel_attn_ranges(q, k, v, ranges, return_lse=True)
     sc = Dk ** -0.5
-    cap = launch.max_rows(q.device)
+    cap = P.device_of(q.device).max_rows
     dq = torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
-    programs = CHUNK_PROGRAMS_PER_SM * launch.sm_count(q.device)
+    programs = CHUNK_PROGRAMS_PER_SM * P.device_of(q.device).sm_count
     log(f"sweep on T={p.T} {p.sel}: dq kernel")
     dq_times = {}
     for bn, w, s in DQ_CONFIGS:
@@ -128,7 +130,7 @@ def sweep(p, bench, log, local=None) -> dict:
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap, kv_block_n=bn, rows=rows, kv_warps=w, kv_stages=s)
         best_t = ok_kv[(bn, rows, w, s)]
         for pps in PROGRAMS_PER_SM:
-            csr = grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=pps * launch.sm_count(q.device))
+            csr = grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=pps * P.device_of(q.device).sm_count)
             t = _time(lambda: grad._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
             log(f"  dkdv programs_per_sm={pps} (chunk {csr.chunk}, {csr.chunks.shape[0]} programs): {_fmt(t)}")
             if isinstance(t, float) and t < best_t * 0.97:

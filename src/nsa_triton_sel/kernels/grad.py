@@ -21,7 +21,10 @@ import torch
 from . import backward
 from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size,
                             dq_tokens_per_program)
-from .launch import LOG2E, _check_kernel_inputs, _interpreter_dot_f32, _scale, max_rows, sm_count, triton_cdiv
+from .. import plan as P
+from ..contract import resolve_scale
+from .launch import _check_kernel_inputs, _interpreter_dot_f32
+from .meta import LOG2E
 
 
 @dataclass
@@ -74,7 +77,7 @@ def count_readers(ranges: torch.Tensor, T: int, block_n: int) -> ReaderCounts:
     """How many reader entries each ``block_n``-key tile of each ``(b, g)`` has (device ops only)."""
     B, S, G, n, _ = ranges.shape
     dev = ranges.device
-    nt = triton_cdiv(T, block_n)
+    nt = P.cdiv(T, block_n)
     n_tiles = B * G * nt
     t_lo, count, start, end = _span_tiles(ranges, block_n)
     bg = (torch.arange(B, device=dev).view(B, 1, 1, 1) * G + torch.arange(G, device=dev).view(1, 1, G, 1))
@@ -220,20 +223,21 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     n = ranges.shape[3]
-    tune.setdefault("max_rows", max_rows(q.device))
-    meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype), **tune)
+    dev = P.device_of(q.device)
+    tune.setdefault("max_rows", dev.max_rows)
+    meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype, dev), **tune)
     dq = torch.empty((B, S, G, h, Dk), dtype=q.dtype, device=q.device)
     dk = torch.empty((B, G, T, Dk), dtype=k.dtype, device=q.device)
     dv = torch.empty((B, G, T, Dv), dtype=v.dtype, device=q.device)
     if n == 0 or T == 0 or B * S * G == 0:  # no key is read: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
-    sc = _scale(scale, Dk)
+    sc = resolve_scale(scale, Dk)
     delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
     # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
     # enqueued behind it, so the GPU never waits for the host.
     counts = count_readers(ranges, T, meta.KV_BLOCK_N)
     n_entries = _host_int_later(counts.offsets[-1:])
-    programs = meta.programs_per_sm * sm_count(q.device)
+    programs = meta.programs_per_sm * dev.sm_count
     if meta.streams > 1 and q.is_cuda:
         # dq (L2-bound on K/V tiles) on a side stream beside the CSR and dk/dv (which gather
         # q and dO rows), once delta is ready; joined before returning.
@@ -266,7 +270,7 @@ def _side_stream(device: torch.device):
 
 def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
     B, S, G = out.shape[:3]
-    backward.sel_bwd_delta_kernel[(B * S, G * triton_cdiv(h, meta.BLOCK_H))](
+    backward.sel_bwd_delta_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
         out, grad_out, delta, S, G, h, out.shape[4], *out.stride(), *grad_out.stride(),
         num_warps=DELTA_WARPS, num_stages=1, **meta.delta_constexprs(),
     )
@@ -279,10 +283,10 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMet
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
             *ranges.stride())
     if meta.TOK:
-        backward.sel_bwd_dq_tok_kernel[(B * triton_cdiv(S, meta.TOK), G)](
+        backward.sel_bwd_dq_tok_kernel[(B * P.cdiv(S, meta.TOK), G)](
             *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
         return
-    backward.sel_bwd_dq_kernel[(B * S, G * triton_cdiv(h, meta.BLOCK_H))](
+    backward.sel_bwd_dq_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
         *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
@@ -314,7 +318,7 @@ class SelectionAttentionFn(torch.autograd.Function):
         fwd = {"ranges": launch.sel_attn_ranges, "tokens": launch.sel_attn_tokens}[forward]
         out, lse = fwd(q, k, v, ranges, scale=scale, return_lse=True)
         if forward == "tokens" and "dq_tokens" not in tune:  # the same locality serves the dq kernel
-            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3], max_rows(q.device)) or None}
+            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3], P.device_of(q.device).max_rows) or None}
         ctx.save_for_backward(q, k, v, ranges, out, lse)
         ctx.scale, ctx.tune = scale, tune
         return out

@@ -3,16 +3,11 @@ bench/train_contenders.py); the timings themselves need a GPU."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-
-import train_contenders as TC  # noqa: E402
-import train_nsa  # noqa: E402
+from bench import train_contenders as TC
+from bench import train_nsa
 
 
 @pytest.mark.parametrize("local", [False, True])
