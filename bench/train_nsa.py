@@ -215,7 +215,7 @@ def main(argv=None) -> int:
         return 2
     if dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    import common
+    from bench import accounting as common
 
     env = common.env_columns()
     mm = common.measure_ceilings(dry_run=dry)["mm_tflops"]

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from nsa_triton_sel.compat.specs import CompileSpec, derive_signature, load_object, uncovered_kernels
+from nsa_triton_sel.compat.specs import SPECS, backward_specs, derive_signature, load_object, uncovered_kernels
 from nsa_triton_sel.kernels.backward_meta import (BACKWARD_MODULE, backward_meta, backward_variants,
                                                   dq_tokens_per_program)
 
 
 @pytest.mark.parametrize("full", [False, True])
 def test_every_backward_kernel_is_registered(full):
-    specs = [CompileSpec(**d) for d in backward_variants(full)]
+    specs = backward_specs(full)
     assert uncovered_kernels(BACKWARD_MODULE, specs) == []
     assert len({s.name for s in specs}) == len(specs)
     if not full:
@@ -51,8 +51,24 @@ def test_launcher_choices_are_among_the_variants(Dk, Dv):
 def test_one_variant_compiles_for_sm80():
     from nsa_triton_sel.compat import smoke
 
-    d = next(d for d in backward_variants(full=True) if d["name"] == "sel_bwd_dkdv/fp16/dk64-dv64")
-    report = smoke.run_smoke([CompileSpec(**d)], archs=(80,), jobs=1, timeout=300, progress=False)
+    spec = next(s for s in backward_specs(full=True) if s.name == "sel_bwd_dkdv/fp16/dk64-dv64")
+    report = smoke.run_smoke([spec], archs=(80,), jobs=1, timeout=300, progress=False)
     (result,) = report.results
     assert result.verdict == "ok", result.message
     assert result.metrics["mma"] == "mma.sync"
+
+
+def test_the_package_registry_holds_the_backward_subset_with_data_driven_skips():
+    from nsa_triton_sel import known_bad
+
+    names = {s.name for s in SPECS}
+    subset = {s.name for s in backward_specs()}
+    assert subset <= names
+    capped = [w for w in known_bad.load() if w.max_rows is not None]
+    assert capped, "the row-cap window is data (data/known_bad.toml)"
+    for spec in backward_specs(full=True):
+        rows = int(spec.note.split("=")[1])
+        for w in capped:
+            for arch in w.arch:
+                version = str(next(iter(w.triton)).version)  # the window's lower bound is inside it
+                assert spec.skipped(version, arch) == (rows > w.max_rows), spec.name

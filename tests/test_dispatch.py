@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 
 import pytest
 import torch
@@ -219,16 +220,56 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
     assert calls == [1, 1]
 
 
-def test_requires_grad_goes_to_differentiable_sdpa(monkeypatch, spy, caplog):
+def test_requires_grad_goes_through_the_kernels_and_their_backward(monkeypatch, spy, caplog):
+    """Training inputs take the kernel path (its autograd is the backward kernels), not packed SDPA."""
+    from nsa_triton_sel import op
+    from nsa_triton_sel.kernels import grad
+
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     monkeypatch.setenv("NSA_DEBUG_SHAPES", "1")
-    p = problem(dtype=torch.float32)
+    calls = []
+    real = grad.sel_attn_backward
+    monkeypatch.setattr(grad, "sel_attn_backward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = problem()
     q = p.q.clone().requires_grad_(True)
     with caplog.at_level(logging.INFO, logger="nsa_triton_sel"):
         out = selection_attention(q, p.k, p.v, p.ranges)
-    out.sum().backward()
-    assert spy == [] and q.grad is not None and torch.isfinite(q.grad).all()
-    assert "require grad" in caplog.text
+    assert out.grad_fn is not None and "-> triton" in caplog.text
+    out.float().sum().backward()
+    assert calls == [1] and q.grad is not None and torch.isfinite(q.grad).all()
+    assert op.backward is op.kernel_backward
+
+
+def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
+    from nsa_triton_sel import op
+    from nsa_triton_sel.kernels import grad
+
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
+    monkeypatch.setattr(op, "_BWD_FAILED", {})
+    calls = []
+
+    def boom(*a, **k):
+        calls.append(1)
+        raise RuntimeError("simulated backward kernel failure")
+
+    monkeypatch.setattr(grad, "sel_attn_backward", boom)
+    p = problem()
+
+    def grads():
+        xs = [x.clone().requires_grad_(True) for x in (p.q, p.k, p.v)]
+        selection_attention(*xs, p.ranges).float().sum().backward()
+        return [x.grad for x in xs]
+
+    with pytest.warns(RuntimeWarning, match="backward kernels failed.*simulated"):
+        first = grads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = grads()  # remembered: no retry, no second warning
+    assert calls == [1]
+    want = op.reference_backward(p.q, p.k, p.v, p.ranges, None, None, torch.ones(p.q.shape[:4] + (p.v.shape[-1],),
+                                 dtype=p.q.dtype), 1.0 / p.q.shape[-1] ** 0.5)
+    for a, b, c in zip(first, second, want):
+        assert torch.equal(a, b) and torch.allclose(a.float(), c.float(), atol=1e-3)
 
 
 def test_explicit_backends(monkeypatch):

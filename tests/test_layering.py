@@ -18,7 +18,7 @@ SRC = PKG.parent
 ROOT = SRC.parent
 TOOLKIT = "nsa_triton_sel.compat"
 MAX_LINES = 450
-KERNEL_SOURCE = {"nsa_triton_sel.kernels.forward"}
+KERNEL_SOURCE = {"nsa_triton_sel.kernels.forward", "nsa_triton_sel.kernels.backward"}  # Triton kernel source
 
 
 def _name(path: Path) -> str:

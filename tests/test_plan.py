@@ -110,14 +110,15 @@ def test_smoke_cases_cover_everything_the_planner_picks():
 
 def test_registry_is_the_smoke_cases_with_window_skips():
     cases = plan.smoke_cases()
-    assert [s.name for s in SPECS] == [c.name for c in cases]
-    wide = [s for s, c in zip(SPECS, cases) if c.rows > 32]
+    forward = [s for s in SPECS if not s.name.startswith("sel_bwd")]  # the backward's: test_backward_variants
+    assert [s.name for s in forward] == [c.name for c in cases]
+    wide = [s for s, c in zip(forward, cases) if c.rows > 32]
     assert wide, "no 64-row variant in the registry"
     for window in known_bad.load():
         if window.max_rows is None:
             continue
         version = next(v for v in ("3.0.0", "3.1.0", "3.2.0", "3.6.0") if window.triton.contains(v))
-        for s, c in zip(SPECS, cases):
+        for s, c in zip(forward, cases):
             rows = c.rows or c.constexprs.get("BLOCK_H", 0)
             assert s.skipped(version, window.arch[0]) == (rows > window.max_rows), s.name
             assert not s.skipped(version, 80) or 80 in window.arch

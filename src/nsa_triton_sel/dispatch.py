@@ -6,13 +6,15 @@ Following ``q`` through one call:
 2. :func:`route`, cached per signature (backend, grad, device, dtype, shapes) until
    ``config.refresh()``: the ``backend`` argument (``"triton"``, ``"sdpa"``, ``"reference"`` =
    packed SDPA in float32, ``"oracle"`` = float64; ``"auto"`` goes on), ``NSA_FORCE_PARITY=1``,
-   ``NSA_USE_TRITON_SEL=0``, inputs that require grad (packed SDPA in eager), whether Triton can
-   take the inputs (device, dtype, head dims, an earlier kernel failure), then
+   ``NSA_USE_TRITON_SEL=0``, whether Triton can take the inputs (device, dtype, head dims, an earlier kernel failure), then
    ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else ``data/thresholds.json``; None = Triton
    off).  For Triton it also fixes per-head programs and tokens per program (``plan``);
 3. with ``validate``, the value checks: one host sync, which also reads the multi-token switch;
 4. the path: Triton through the operator (``op.sel_fwd``; a plain eager call without autograd
    runs its implementation directly), rows under ``sel_triton_min_L`` through packed SDPA.
+   Inputs that require grad take the operator, whose backward is the Triton backward kernels
+   (``op.kernel_backward``); every row goes through the kernels then (the row split writes
+   into the output in place, which autograd cannot differentiate).
 
 A Triton failure in an eager call is reported once with its reason, remembered for that
 (device, dtype, Dk, Dv, h) and answered by the packed-SDPA path.  Only the kernel call is
@@ -23,8 +25,7 @@ decisions that would need the host are fixed when the graph is traced: no value 
 (``validate`` is ignored: validate a producer eagerly once), no ``sel_triton_min_L`` row split
 (every row goes through the kernel, which is exact for any row; a GPU whose thresholds entry is
 null still routes to packed SDPA, which breaks the graph), no fallback on a kernel failure (the
-error propagates), and inputs that require grad take the operator (its registered backward)
-rather than packed SDPA.  The route itself (flags, thresholds, device) is computed once at trace
+error propagates).  The route itself (flags, thresholds, device) is computed once at trace
 time.  The multi-token switch is taken at run time without a sync (see ``share``), and frozen
 into a captured CUDA graph.
 """
@@ -142,8 +143,6 @@ def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
             return Route("reference", "NSA_FORCE_PARITY=1")
         if flags.use_triton is False:
             return Route("sdpa", "NSA_USE_TRITON_SEL=0")
-        if grad and not traced:
-            return Route("sdpa", "inputs require grad: the differentiable packed-SDPA path")
     dev = plan.device_of(device)
     blocker = _triton_blocker(dev, device, dtype, Dk, Dv, h)
     if blocker:
@@ -329,7 +328,10 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eag
     if not eager:  # traced, captured or meta: no host decision, no fallback
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, False), r
     try:
-        if r.min_L is not None and r.min_L > 1:
+        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        # The row split writes the small rows into the operator's output in place, which autograd
+        # cannot differentiate: inputs that require grad send every row through the kernels.
+        if r.min_L is not None and r.min_L > 1 and not grad:
             return _split_rows(q, k, v, spans, positions, block_size, scale, r, tokens), r
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True), r
     except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per config

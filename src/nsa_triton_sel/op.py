@@ -10,10 +10,14 @@ Everything else (decode split, head blocks, tiles) is planned from the shapes (:
   FakeTensors and ``torch.compile`` propagate shapes; ``torch.library.opcheck`` passes.
 - Autograd: gradients flow to q, k and v through ``sel_bwd``, whose implementation calls
   :data:`backward` - ONE replaceable function ``(q, k, v, ranges, out, lse, grad_out, scale)
-  -> (dq, dk, dv)``.  For now it recomputes through the packed-SDPA gather in
-  float32 (written out, no autograd: an operator's implementation runs below autograd); the
-  backward kernels replace it with ``op.backward = their_function``.  ``lse`` is not
-  differentiable; ``spans`` and ``positions`` are integers.
+  -> (dq, dk, dv)``, by default :func:`kernel_backward`: the Triton backward kernels
+  (``kernels/grad.py``; deterministic, no atomics), with the multi-token dq kernel where the
+  forward's switch (:mod:`.share`) says neighbouring tokens share their spans.  A kernel failure
+  is reported once (a warning with the reason), remembered for that configuration and answered
+  by :func:`reference_backward` (the packed-SDPA gradients in float32, written out: an
+  operator's implementation runs below autograd).  ``lse`` is not differentiable; ``spans``
+  and ``positions`` are integers.  ``sel_bwd`` syncs with the host once (the reader-list size
+  of the dk/dv kernel), so a captured CUDA graph can hold the forward, not the backward.
 - Implementation per device: CUDA tensors, and CPU tensors under ``TRITON_INTERPRET=1``, run the
   Triton kernels; other CPU tensors run the packed-SDPA path in float32 (the reference the
   kernels are checked against), so the op is defined, and opcheck-able, everywhere.
@@ -35,8 +39,10 @@ from typing import Optional
 import torch
 from packaging.version import Version
 
+import warnings
+
 from . import plan, reference, share
-from .contract import block_indices_to_ranges
+from .contract import KERNEL_DTYPES, block_indices_to_ranges
 
 try:
     from .kernels import launch
@@ -72,13 +78,50 @@ def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens
 
 
 def reference_backward(q, k, v, ranges, out, lse, grad_out, scale):
-    """Gradients from the packed reference in float32 (``reference.packed_backward``): the placeholder
-    until the backward kernels exist.  ``out`` and ``lse`` are unused here; kernels will use them."""
+    """Gradients from the packed reference in float32 (``reference.packed_backward``): the fallback of
+    :func:`kernel_backward`.  ``out`` and ``lse`` are unused here (the kernels use them)."""
     dq, dk, dv = reference.packed_backward(q, k, v, ranges, grad_out, scale=scale)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-backward = reference_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replace me
+_BWD_FAILED: dict[tuple, str] = {}  # (device, dtype, Dk, Dv, h) -> reason of the first backward kernel failure
+
+
+def _backward_blocker(q, v, dev: plan.Device) -> str | None:
+    """Why the backward kernels cannot take these inputs (the reference gradients then), or None."""
+    if launch is None:
+        return "triton is not importable"
+    if q.device.type != "cuda" and not dev.interpreter:
+        return f"tensors are on {q.device}"
+    if q.dtype not in KERNEL_DTYPES or max(q.shape[-1], v.shape[-1]) > 256:
+        return f"dtype {q.dtype}, Dk={q.shape[-1]}, Dv={v.shape[-1]}"
+    return _BWD_FAILED.get((str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3]))
+
+
+def kernel_backward(q, k, v, ranges, out, lse, grad_out, scale):
+    """``(dq, dk, dv)`` from the Triton backward kernels; the reference gradients where they cannot run."""
+    dev = plan.device_of(q.device)
+    if _backward_blocker(q, v, dev):
+        return reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
+    from .kernels import grad
+    from .kernels.backward_meta import dq_tokens_per_program
+
+    tune = {}
+    if share.choose_tokens(ranges, q.shape[3], dev) > 1:  # the forward took the multi-token kernel
+        tune["dq_tokens"] = dq_tokens_per_program(q.shape[3], dev.max_rows) or None
+    try:
+        return grad.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, scale=scale, **tune)
+    except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per configuration
+        key = (str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        _BWD_FAILED[key] = reason
+        warnings.warn(f"nsa_triton_sel: the Triton backward kernels failed for device={key[0]}, dtype={key[1]}, "
+                      f"Dk={key[2]}, Dv={key[3]}, h={key[4]} ({reason}); using the packed-SDPA gradients for this "
+                      f"configuration from now on", RuntimeWarning, stacklevel=2)
+        return reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
+
+
+backward = kernel_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replaceable
 
 
 def _backward_impl(q, k, v, spans, positions, block_size, out, lse, grad_out, scale):

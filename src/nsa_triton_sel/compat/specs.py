@@ -321,7 +321,22 @@ def registry() -> list[CompileSpec]:
             types={**SEL_TYPES, **dict(case.types)}, num_warps=case.num_warps, num_stages=case.num_stages,
             skip=_skips(rows), note=", ".join(f"{k}={v}" for k, v in case.constexprs.items()),
         ))
+    specs += backward_specs()
     check_unique(specs)
+    return specs
+
+
+def backward_specs(full: bool = False) -> list[CompileSpec]:
+    """The backward kernels' variant classes (``kernels.backward_meta.backward_variants``), with the
+    same data-driven skips as the forward's: a variant whose dot is wider than a known-bad row cap is
+    never launched there."""
+    from ..kernels.backward_meta import backward_variants
+
+    specs = []
+    for d in backward_variants(full):
+        d = dict(d)
+        rows = d.pop("rows")
+        specs.append(CompileSpec(**d, skip=_skips(rows), note=f"rows={rows}"))
     return specs
 
 

@@ -3,8 +3,12 @@
 Pure Python (no torch, no triton), like ``meta.py``: the launcher, the compile-smoke
 registry and the tests read the same numbers from here.
 
-The defaults were chosen by reasoning, not yet measured (``bench/train_nsa.py --sweep`` times
-the alternatives on a GPU and prints the best):
+The defaults for h = 16, Dk = Dv <= 128 are the best of ``bench/train_nsa.py --sweep`` on the
+H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K; bench/results/h100-train/sweep8k.log):
+dq 16-key tiles, 1 warp, 3 stages (1.93 ms; the reasoned default below, 32 keys / 2 warps,
+took 2.07 ms); dk/dv 64-key tiles, 32 (entry, head) pairs per step, 4 warps, 3 stages
+(2.94 ms, against 5.32 ms for 64 pairs and 8 warps); multi-token dq 64-key tiles (1.23 ms
+against 1.29 ms for 32).  Wider head dims keep the reasoned choices below:
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
   M), so the forward's measured best for h = 16, D = 128 on the H100 (1 warp, 32-key tiles,
@@ -97,6 +101,8 @@ def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
         return 32, (4 if block_h >= 64 else 2), 2
     if block_h >= 64:
         return 32, 4, 2
+    if block_h <= 16:
+        return 16, 1, 3  # measured best at h = 16, D = 128 (see the module docstring)
     return 32, 2, 3
 
 
@@ -104,8 +110,8 @@ def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, in
     """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel: 8 warps once the two accumulators
     pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
     bn = min(32 if dk + block_dv > 256 else 64, max_rows)
-    warps = 8 if bn * (dk + block_dv) > 64 * 128 else 4
-    return bn, 64, warps, 3
+    warps = 8 if bn * (dk + block_dv) > 64 * 256 else 4
+    return bn, 32, warps, 3  # 32 pairs, 4 warps: measured best at D = 128 (module docstring)
 
 
 def backward_meta(
@@ -165,7 +171,7 @@ def backward_meta(
         raise ValueError(f"dq_tokens={tok} with h={h}: need a power of two >= 2 with 16 <= tokens * "
                          f"next_pow2(h) <= {max_rows}")
     return BackwardMeta(
-        TOK=tok, HP=hp, TOK_BLOCK_N=tok_block_n or 32, tok_warps=tok_warps or 4, tok_stages=tok_stages or 2,
+        TOK=tok, HP=hp, TOK_BLOCK_N=tok_block_n or (32 if dk1 + dk2 + block_dv > 256 else 64), tok_warps=tok_warps or 4, tok_stages=tok_stages or 2,
         BLOCK_H=block_h, DQ_BLOCK_N=dq_block_n or bn, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
@@ -199,15 +205,12 @@ BACKWARD_TYPES = {
     "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
     "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
 }
-# Dots of 64 rows abort Triton 3.0's compiler on sm_90 (launch.max_rows caps M at 32 there).
-WIDE_M_SKIP = {"<3.1": (90,)}
-
-
-def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, wide: bool) -> dict:
+def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:
+    """A compile-smoke variant; ``rows`` is the widest dot M, which the known-bad row caps
+    (``data/known_bad.toml``, read by the registry) compare against, as for the forward."""
     return {
         "name": name, "kernel": f"{BACKWARD_MODULE}:{kernel}", "constexprs": constexprs,
-        "num_warps": warps, "num_stages": stages, "dtype": dtype, "types": dict(BACKWARD_TYPES),
-        "skip": dict(WIDE_M_SKIP) if wide else None,
+        "num_warps": warps, "num_stages": stages, "dtype": dtype, "types": dict(BACKWARD_TYPES), "rows": rows,
     }
 
 
@@ -229,12 +232,11 @@ def backward_variants(full: bool = False) -> list[dict]:
 
     ``full=False`` gives :data:`SMOKE_SUBSET` (14 variants), ``full=True`` every class (46).
 
-    Each dict has the keys of ``compat.specs.CompileSpec`` (``name``, ``kernel``,
-    ``constexprs``, ``num_warps``, ``num_stages``, ``dtype``, ``types``, ``skip``), so
-    ``[CompileSpec(**d) for d in backward_variants()]`` registers them.  The dk/dv and reduce
-    kernels do not depend on h; the dq kernel's M does (h = 16 and h = 64).  Variants whose
-    dots have 64 rows are skipped on Triton < 3.1 for sm_90, where the launcher caps M at 32
-    (and the capped variants are listed too).
+    Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
+    ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
+    ``compat.specs.registry()`` turns it into the skips of the known-bad row caps (where the
+    launcher, reading the same windows through ``plan``, caps M, the capped variants are listed
+    too).  The dk/dv and reduce kernels do not depend on h; the dq kernel's M does (h = 16, 64).
     """
     out = []
     head_dims = ((64, 64), (128, 128), (192, 128), (256, 256), (128, 64))
@@ -250,25 +252,25 @@ def backward_variants(full: bool = False) -> list[dict]:
                     if tag and m.dq_constexprs() == wide.dq_constexprs():
                         continue  # the cap changes nothing here
                     out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk{Dk}-dv{Dv}/h{h}{tag}",
-                                        m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H > 32))
+                                        m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
             wide = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16)
             for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
                 if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
                     continue
                 out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N > 32))
+                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, False))
+                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, 0))
     for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
                                   ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
         m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
         tag = "" if cap == 64 else "+m32"
         out.append(_variant("sel_bwd_dq_tok_kernel", f"sel_bwd_dq_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{m.TOK}{tag}",
-                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP > 32))
+                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP))
     m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
     for dtype in ("fp16", "bf16"):
         out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
-                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, False))
+                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
         out.append(_variant("sel_bwd_delta_kernel", f"sel_bwd_delta/{dtype}/dv128/h16", m.delta_constexprs(),
-                            DELTA_WARPS, 1, dtype, False))
+                            DELTA_WARPS, 1, dtype, 0))
     return out if full else [d for d in out if d["name"] in SMOKE_SUBSET]
