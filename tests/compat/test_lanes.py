@@ -29,7 +29,7 @@ def test_committed_table_has_ten_lanes_in_version_order():
     table = lanes.load_table()
     assert table.labels == ["3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9"]
     assert [lane.triton for lane in table.lanes][3::2] == ["3.3.1", "3.5.1", "3.7.1", "3.9.0"]
-    assert set(table.required) == {"compile", "parity"}
+    assert set(table.required) == {"compile", "parity", "backward"}
 
 
 def test_committed_constraint_files_match_the_table():
@@ -69,7 +69,7 @@ def test_label_must_be_the_minor_of_the_release(tmp_path):
 
 
 @pytest.mark.parametrize("matrix, expect", [
-    ('required = ["compile", "parit"]', "`required` has unknown check(s) ['parit']; accepted: compile, parity, bench"),
+    ('required = ["compile", "parit"]', "`required` has unknown check(s) ['parit']; accepted: compile, parity, bench, backward"),
     ('archs = ["eighty"]', "`archs` must be a non-empty list of compute capabilities"),
     ("archs = []", "`archs` must be a non-empty list"),
     ('other_releases = ["3.3.0"]', "unknown field(s) ['other_releases']"),

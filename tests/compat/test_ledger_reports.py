@@ -117,3 +117,34 @@ def test_junit_records_carry_what_the_pytest_process_imported():
     imported = {"triton": "3.1.0", "numpy": "1.26.4", "torch": "2.13.0+cpu"}
     rec = ledger.records_from_junit(xml, F.base("3.1", "parity"), [], imported=imported)[0]
     assert (rec["triton_imported"], rec["numpy_imported"], rec["torch_imported"]) == ("3.1.0", "1.26.4", "2.13.0+cpu")
+
+
+def test_backward_compiles_and_gradient_tests_are_the_backward_check():
+    """The backward kernels' evidence has a check of its own: the matrix's backward column."""
+    report = {"results": [
+        {"spec": "sel_fwd/ranges/fp16/dk128-dv128/h16/prefill", "arch": 90, "verdict": "ok", "canary": False},
+        {"spec": "sel_bwd_dkdv/fp16/dk128-dv128", "arch": 80, "verdict": "crash", "message": "rc=-6", "canary": False},
+    ], "skipped": [{"spec": "sel_bwd_dq/fp16/dk128-dv128/h64", "arch": 90, "why": "row cap"}]}
+    recs = ledger.records_from_smoke(report, F.base("3.1", "compile"))
+    assert [(r["check"], r["verdict"]) for r in recs] == [("compile", "pass"), ("backward", "crash"),
+                                                          ("backward", "skip")]
+    xml = """<testsuite>
+      <testcase classname="tests.test_kernels_interp" name="test_a"/>
+      <testcase classname="tests.test_backward_interp" name="test_b"><failure message="dq off"/></testcase>
+    </testsuite>"""
+    recs = ledger.records_from_junit(xml, F.base("3.9", "parity"))
+    assert [(r["check"], r["verdict"]) for r in recs] == [("parity", "pass"), ("backward", "fail")]
+
+
+def test_known_good_requires_the_backward_check_when_the_table_does():
+    from nsa_triton_sel.compat.ledger.cells import release_verdicts
+
+    table = F.TABLE.__class__(**{**F.TABLE.__dict__, "required": ("compile", "parity", "backward")})
+    good = F.all_pass("3.9") + F.recs("3.9", "backward", ["pass", "pass"], mode="aot")
+    missing = F.all_pass("3.5")
+    broken = F.all_pass("3.1") + F.recs("3.1", "backward", ["pass", "fail"], mode="interp")
+    verdicts = release_verdicts(table, good + missing + broken, [])
+    assert verdicts["3.9.0"] == (True, [])
+    assert verdicts["3.5.1"] == (False, ["backward not run (no evidence in the ledger)"])
+    ok, why = verdicts["3.1.0"]
+    assert not ok and len(why) == 1 and why[0].startswith("backward fail")

@@ -72,7 +72,7 @@ def compile_body(session, lane, base, results, rest, m):
     records = ledger.records_from_smoke(report, base)
     session.log(f"compile-{lane.name}: the compile children imported triton "
                 f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {summary(records)}")
-    bad = [r for r in records if r["check"] == "compile" and r["verdict"] in BAD]
+    bad = [r for r in records if r["check"] in ("compile", "backward") and r["verdict"] in BAD]
     return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
 
 

@@ -30,9 +30,27 @@ BAD_ORDER = (INTERRUPTED, CRASH, TIMEOUT, ERROR, FAIL)
 NEUTRAL = (XFAIL, SKIP, UNSUPPORTED)
 FROM_COMPILE = {OK: PASS, COMPILE_ERROR: FAIL, CRASH: CRASH, TIMEOUT: TIMEOUT, UNSUPPORTED: UNSUPPORTED}
 
-# The checks a record belongs to; a lanes table may require only the first three.
-CHECKS = ("compile", "parity", "bench", "compile-canary", "compile-static")
-REQUIRABLE = ("compile", "parity", "bench")
+# The checks a record belongs to; a lanes table may require only the first four.  "backward" holds the
+# backward kernels' evidence (their compiles and the gradient-parity tests), so the matrix shows the
+# training path in a column of its own and known-good can require it.
+CHECKS = ("compile", "parity", "bench", "backward", "compile-canary", "compile-static")
+REQUIRABLE = ("compile", "parity", "bench", "backward")
+BACKWARD_SPEC_PREFIX = "sel_bwd"            # compile specs of kernels/backward.py
+BACKWARD_TEST_MODULE_PREFIX = "test_backward"  # the gradient-parity test modules
+
+
+def backward_check(check: str, name: str) -> str:
+    """``"backward"`` for a compile spec of the backward kernels or a gradient-parity test case, else ``check``.
+
+    ``name`` is a compile spec's name (``sel_bwd_dq/fp16/...``) or a test case's
+    ``classname::name`` (``tests.test_backward_interp::test_...``).
+    """
+    if check == "compile" and name.startswith(BACKWARD_SPEC_PREFIX):
+        return "backward"
+    module = name.partition("::")[0].rpartition(".")[2]
+    if check == "parity" and module.startswith(BACKWARD_TEST_MODULE_PREFIX):
+        return "backward"
+    return check
 
 # -- check-upgrade ------------------------------------------------------------------------------
 SAFE = "safe"                # every required check passed; nothing regressed

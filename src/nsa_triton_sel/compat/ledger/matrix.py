@@ -14,7 +14,8 @@ from .cells import NOT_RUN, by_release_check, cell, reasons
 from .store import run_key
 
 MATRIX_COLUMNS = (("compile", None, "compile (AOT)"), ("parity", "interp", "parity (interpreter)"),
-                  ("parity", "gpu", "parity (GPU)"), ("bench", None, "bench"), ("compile-canary", None, "canaries"),
+                  ("parity", "gpu", "parity (GPU)"), ("backward", None, "backward (AOT + gradient parity)"),
+                  ("bench", None, "bench"), ("compile-canary", None, "canaries"),
                   ("compile-static", None, "static API range"))
 
 

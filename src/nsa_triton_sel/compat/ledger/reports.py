@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 
 from ... import known_bad
 from .. import project
-from ..verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL
+from ..verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL, backward_check
 from .records import record
 
 
@@ -31,24 +31,27 @@ def records_from_smoke(report: dict, base: dict, windows: list | None = None) ->
     out = []
     for r in report.get("results", []):
         verdict = FROM_COMPILE.get(r.get("verdict"), ERROR)
+        name = r.get("spec") or r.get("kernel", "?")
         check = "compile"
         if r.get("canary"):
             check = "compile-canary"
             if r.get("as_expected") is not None:
                 verdict = PASS if r["as_expected"] else FAIL
         message = r.get("message") or ""
-        if check == "compile" and verdict in BAD:
+        check = backward_check(check, name)
+        if check in ("compile", "backward") and verdict in BAD:
             why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows, base.get("mode"))
             if why:
                 verdict, message = XFAIL, f"known-bad {why} | {message}"
         metrics = dict(r.get("metrics") or {})
         if r.get("seconds") is not None:
             metrics["seconds"] = r["seconds"]
-        out.append(record({**base, "check": check, "knobs": knobs}, kernel=r.get("spec") or r.get("kernel", "?"),
+        out.append(record({**base, "check": check, "knobs": knobs}, kernel=name,
                           verdict=verdict, message=message, arch=r.get("arch"), metrics=metrics,
                           imported=r.get("imported") or {}))
     for s in report.get("skipped", []):  # variants the launchers never use on this Triton/arch
-        out.append(record({**base, "check": "compile", "knobs": knobs}, kernel=s.get("spec", "?"),
+        out.append(record({**base, "check": backward_check("compile", s.get("spec", "?")), "knobs": knobs},
+                          kernel=s.get("spec", "?"),
                           verdict=SKIP, message=s.get("why", "not launched there"), arch=s.get("arch"), imported={}))
     results = report.get("results", [])
     canaries = {r.get("kernel") for r in results if r.get("canary")} - {r.get("kernel") for r in results
@@ -95,7 +98,9 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None,
             verdict, message = XFAIL, f"known-bad {why} | {message}"
         name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
         metrics = {"seconds": float(case.get("time") or 0.0), **_junit_properties(case)}
-        out.append(record(base, kernel=name, verdict=verdict, message=message, metrics=metrics, imported=imported))
+        check = backward_check(base["check"], name)  # gradient parity: the backward column
+        out.append(record({**base, "check": check}, kernel=name, verdict=verdict, message=message, metrics=metrics,
+                          imported=imported))
     return out
 
 
