@@ -241,3 +241,23 @@ def test_block_mode_huge_positions_and_block_size():
         ranges = torch.tensor([0, 100], dtype=torch.int32).expand(1, 2, 1, 2, 2).contiguous()
         ranges[..., 1, :] = 0
         check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"block_size={bs}")
+
+
+def test_kernels_clamp_spans_outside_the_keys():
+    """Out-of-range spans read no key outside [0, T): the dispatcher enqueues the kernel before its value
+    checks answer (they raise afterwards), so the kernel itself must stay in bounds whatever it is given."""
+    p = make_problem(B=1, S=4, G=1, h=4, Dk=32, Dv=32, T=90, n=3, seed=21, empty_frac=0.0)
+    bad = p.ranges.clone()
+    bad[0, :, 0, 0] = torch.tensor([-7, 10], dtype=bad.dtype)  # start < 0
+    bad[0, :, 0, 1] = torch.tensor([80, 500], dtype=bad.dtype)  # end > T
+    bad[0, :, 0, 2] = torch.tensor([30, 20], dtype=bad.dtype)  # start > end: empty
+    clamped = bad.clone()
+    clamped[0, :, 0, 0, 0] = 0
+    clamped[0, :, 0, 1, 1] = 90
+    clamped[0, :, 0, 2] = 0
+    for run in (lambda r: launch.sel_attn_ranges(p.q, p.k, p.v, r, return_lse=True),
+                lambda r: launch.sel_attn_tokens(p.q, p.k, p.v, r, return_lse=True, tokens=4)):
+        out, lse = run(bad)
+        ref_out, ref_lse = run(clamped)
+        assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+        check_against_oracle(ref_out, ref_lse, p.q, p.k, p.v, clamped, what="clamped spans")

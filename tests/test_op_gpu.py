@@ -175,3 +175,26 @@ def test_dk192_h64_through_selection_attention(dtype):
     out, lse = selection_attention(q, k, v1, block_indices=p1["blocks"], block_size=64, positions=pos,
                                    return_lse=True)
     check_against_oracle(out, lse, q, k, v1, p1["ranges"], what=f"dk192 h64 decode {dtype}")
+
+
+def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good():
+    """validate=True on the Triton path: the checks run on a side stream beside the kernel, the call
+    waits for them and raises; good input gives the same result as validate=False."""
+    from nsa_triton_sel import checks, dispatch
+
+    p = nsa_problem(512, device="cuda", seed=7)
+    q, k, v, ranges = p["q"], p["k"], p["v"], p["ranges"]
+    r = dispatch.route(q, k, v)
+    assert checks.beside_the_kernel(r, q.device), r
+    good = selection_attention(q, k, v, ranges)
+    assert torch.equal(good, selection_attention(q, k, v, ranges, validate=False))
+    bad = ranges.clone()
+    bad[0, 100, 1, 0] = torch.tensor([5, 10_000], device="cuda", dtype=bad.dtype)
+    with pytest.raises(ValueError, match=r"ranges\[b=0, s=100, g=1, span=0\].*end > T"):
+        selection_attention(q, k, v, bad)
+    blocks = p["blocks"].clone()
+    blocks[0, 7, 2, 3] = 10_000
+    with pytest.raises(ValueError, match=r"block_indices\[b=0, s=7, g=2, slot=3\].*out of range"):
+        selection_attention(q, k, v, block_indices=blocks, block_size=p["bs"])
+    torch.cuda.synchronize()  # the kernels that ran beside the checks stayed in bounds
+    assert torch.equal(good, selection_attention(q, k, v, ranges))

@@ -9,7 +9,10 @@ Following ``q`` through one call:
    ``NSA_USE_TRITON_SEL=0``, whether Triton can take the inputs (device, dtype, head dims, an earlier kernel failure), then
    ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else ``data/thresholds.json``; None = Triton
    off).  For Triton it also fixes per-head programs and tokens per program (``plan``);
-3. with ``validate``, the value checks: one host sync, which also reads the multi-token switch;
+3. with ``validate``, the value checks: one host sync.  On the Triton path (CUDA, no row split) they
+   run on a side stream beside the kernel and the call waits for them only, after enqueueing the
+   kernel (the kernels clamp spans, so bad values cannot make them read out of bounds); elsewhere
+   they run first, and that sync also reads the multi-token switch;
 4. the path: Triton through the operator (``op.sel_fwd``; a plain eager call without autograd
    runs its implementation directly), rows under ``sel_triton_min_L`` through packed SDPA.
    Inputs that require grad take the operator, whose backward is the Triton backward kernels
@@ -40,19 +43,15 @@ from dataclasses import dataclass
 
 import torch
 
+from . import checks as value_checks
 from . import config, contract, known_bad, op, plan, reference, share
 from .contract import (
-    block_flags,
     block_indices_to_ranges,
     check_block_indices,
     check_block_size,
     check_positions,
     check_qkv,
     check_ranges,
-    n_blocks,
-    raise_block_errors,
-    raise_range_errors,
-    range_flags,
     resolve_scale,
 )
 
@@ -254,27 +253,6 @@ def _structure(q, k, v, ranges, block_indices, block_size, positions, eager: boo
     return dims, spans, block_size
 
 
-def _validate(spans, positions, block_size, dims, r: Route, device) -> int | None:
-    """The value checks, with one host sync; returns the tokens per program (read in the same sync)."""
-    if spans.dim() == 5:
-        flags = range_flags(spans, dims.T)
-    else:
-        flags = block_flags(spans, n_blocks(dims.T, block_size), positions)
-    dev = plan.device_of(device) if r.path == "triton" else None
-    tok = plan.auto_tokens(dims.h, dims.S, dev) if r.path == "triton" and r.tokens is None else 1
-    if tok > 1:
-        values = torch.cat([flags.float(), share.share_fraction(spans).reshape(1)]).tolist()
-    else:
-        values = flags.tolist()
-    if spans.dim() == 5:
-        raise_range_errors(spans, dims.T, values)
-    else:
-        raise_block_errors(spans, n_blocks(dims.T, block_size), positions, values)
-    if tok > 1:
-        return tok if share.remember(spans, values[-1]) else 1
-    return r.tokens
-
-
 def _as_ranges(spans, positions, block_size, T):
     return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)
 
@@ -322,7 +300,7 @@ def _split_rows(q, k, v, spans, positions, block_size, scale, r: Route, tokens):
     return out, lse
 
 
-def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool):
+def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool, checks=None):
     if r.path != "triton":
         return _reference_path(r.path, q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), r
     if not eager:  # traced, captured or meta: no host decision, no fallback
@@ -346,6 +324,8 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eag
             RuntimeWarning,
             stacklevel=4,
         )
+        if checks is not None:
+            checks()  # the fallback gathers by index: bad values must raise before it runs
         ranges = _as_ranges(spans, positions, block_size, k.shape[2])
         return _reference_path("sdpa", q, k, v, ranges, scale), Route("sdpa", f"Triton failed: {reason}")
 
@@ -394,13 +374,19 @@ def selection_attention(
         if r.tokens is not None and r.tokens > 1 and dims.S == 1:
             r = dataclasses.replace(r, tokens=1)  # one query position: no multi-token program
     tokens = r.tokens
+    checks = None
     if validate and eager and spans.numel():
-        tokens = _validate(spans, positions, block_size, dims, r, q.device)
+        if value_checks.beside_the_kernel(r, q.device):
+            checks = value_checks.start_beside(spans, positions, block_size, dims, q.device)
+        else:
+            tokens = value_checks.before_the_kernel(spans, positions, block_size, dims, r, q.device)
     debug = flags.debug_shapes or flags.debug_timing or flags.debug_compare
     if debug:
         _debug(flags, "route", q, k, v, spans, positions, block_size, scale, r, None, 0.0)
     t0 = time.perf_counter() if debug else 0.0
-    (out, lse), r = _compute(q, k, v, spans, positions, block_size, scale, r, tokens, eager)
+    (out, lse), r = _compute(q, k, v, spans, positions, block_size, scale, r, tokens, eager, checks)
+    if checks is not None:
+        checks()  # waits for the value checks only; the kernel keeps running
     if debug:
         _debug(flags, "done", q, k, v, spans, positions, block_size, scale, r, out, t0)
     return (out, lse) if return_lse else out

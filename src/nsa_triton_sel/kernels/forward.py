@@ -189,6 +189,15 @@ def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, D
 
 
 @triton.jit
+def _clamp_spans(start, end, seq_len):
+    """Spans clamped into ``[0, seq_len]`` with ``end >= start``: whatever the values, no key outside
+    ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before its value checks have
+    answered (they run beside it and raise afterwards); valid spans pass through unchanged."""
+    start = tl.minimum(tl.maximum(start, 0), seq_len)
+    return start, tl.minimum(tl.maximum(end, start), seq_len)
+
+
+@triton.jit
 def _block_spans(blk, qpos, seq_len, block_size):
     """Spans ``[start, end)`` (int32) of block indices ``blk`` for a query at position ``qpos``.
 
@@ -273,6 +282,7 @@ def sel_fwd_kernel(
         if SPAN_MODE == 0:
             starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
             ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
+            starts, ends = _clamp_spans(starts, ends, seq_len)
         else:
             blk = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=-1).to(tl.int64)  # [BLOCK_S]
             if HAS_POS:
@@ -403,7 +413,7 @@ def merge_splits_kernel(
 @triton.jit
 def sel_fwd_tok_kernel(
     Q, K, V, O, LSE, SPANS,
-    S, G, h, Dk, Dv, n_spans, qk_scale,
+    S, G, h, Dk, Dv, n_spans, seq_len, qk_scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
     sv_b, sv_g, sv_t, sv_d,
@@ -455,15 +465,15 @@ def sel_fwd_tok_kernel(
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
     sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)  # [TOK, BLOCK_S]
-    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)  # [TOK, BLOCK_S]
+    st2, en2 = _clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
+                            tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), seq_len)
 
     # -- the leader's spans and their flattened tiles --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
     l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)  # [BLOCK_S]
-    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)  # [BLOCK_S]
+    stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
+                            tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), seq_len)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
     cumL = _cumsum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
@@ -499,8 +509,8 @@ def sel_fwd_tok_kernel(
     e_tok = offs_e // BLOCK_S  # [E]
     e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
     e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)  # [E]
-    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)  # [E]
+    st1, en1 = _clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
+                            tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), seq_len)
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]

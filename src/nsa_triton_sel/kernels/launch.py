@@ -95,7 +95,7 @@ def run_tokens(plan: P.Plan, q, k, v, o, lse, ranges, *, qk_scale: float, wrap=N
     sl = lse.stride() if lse is not None else NO_STRIDES
     _kernel(forward.sel_fwd_tok_kernel, wrap)[plan.grid](
         q, k, v, o, lse if lse is not None else o, ranges,
-        S, G, h, Dk, v.shape[3], ranges.shape[3], qk_scale,
+        S, G, h, Dk, v.shape[3], ranges.shape[3], k.shape[2], qk_scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride(),
         num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
     )
