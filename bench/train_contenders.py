@@ -5,8 +5,11 @@ D = 128, blocks of 64, top-16 blocks per token: block 0, the two local blocks an
 drawn at random; or "local": the tokens of one 64-token chunk share their picks) is built
 once, as block indices, and handed to every contender in its own convention:
 
+- ``ours-api``: the public ``selection_attention`` from the block indices on inputs that require
+  grad (the operator, its forward kernel and the backward kernels), q ``[B, T, G, h, D]``, k/v
+  ``[B, G, T, D]``: the row the targets are judged on;
 - ``ours``: ``grad.sel_attn_train`` (forward kernel + the backward kernels) on
-  ``ranges = block_indices_to_ranges(blocks)``, q ``[B, T, G, h, D]``, k/v ``[B, G, T, D]``;
+  ``ranges = block_indices_to_ranges(blocks)``, the kernels without the operator;
 - ``sdpa``: ``reference.packed_sdpa`` (the dispatcher's fallback, differentiable);
 - ``fla``: fla-core's ``ParallelNSAFunction`` (q ``[B, T, HQ, D]``, k/v ``[B, T, H, D]``,
   block indices ``[B, T, H, S]`` padded with -1);
@@ -118,6 +121,16 @@ def ours(p: Problem, tune: dict | None = None, name: str = "ours") -> Contender:
     tune = {"forward": "tokens" if p.sel == "local" else "ranges", **(tune or {})}
     return Contender(name, [q, k, v], lambda: grad.sel_attn_train(q, k, v, p.ranges, **tune), p.grad_out,
                      note=" ".join(f"{a}={b}" for a, b in sorted(tune.items())))
+
+
+def ours_api(p: Problem) -> Contender:
+    """What a user gets: ``selection_attention`` from block indices (``validate=False``) on inputs that
+    require grad; the operator's autograd runs the backward kernels (``op.kernel_backward``)."""
+    from nsa_triton_sel import selection_attention
+
+    q, k, v = _leaf(p.q), _leaf(p.k), _leaf(p.v)
+    fwd = lambda: selection_attention(q, k, v, block_indices=p.blocks, block_size=BS, validate=False)  # noqa: E731
+    return Contender("ours-api", [q, k, v], fwd, p.grad_out, note="selection_attention(block_indices=...)")
 
 
 def sdpa(p: Problem) -> Contender:

@@ -48,7 +48,7 @@ def parse_args(argv=None):
     ap.add_argument("--peers", help="folder with fla_core/, xunhaolai/, einops_pkg/")
     ap.add_argument("--T", default="8192,32768,65536", help="comma list of sequence lengths")
     ap.add_argument("--sel", default="random,local", help="comma list: random, local")
-    ap.add_argument("--contenders", default="ours,sdpa,fla,xunhaolai")
+    ap.add_argument("--contenders", default="ours-api,ours,sdpa,fla,xunhaolai")
     ap.add_argument("--sdpa-max-T", type=int, default=8192)
     ap.add_argument("--sweep", action="store_true", help="tune the backward's launch config first")
     ap.add_argument("--check", action="store_true", help="compare every contender's gradients first")
@@ -68,8 +68,8 @@ def parse_args(argv=None):
         if s not in ("random", "local"):
             ap.error(f"--sel accepts random, local; got {s!r}")
     for c in a.names:
-        if c not in ("ours", "sdpa", "fla", "xunhaolai"):
-            ap.error(f"--contenders accepts ours, sdpa, fla, xunhaolai; got {c!r}")
+        if c not in ("ours-api", "ours", "sdpa", "fla", "xunhaolai"):
+            ap.error(f"--contenders accepts ours-api, ours, sdpa, fla, xunhaolai; got {c!r}")
     if a.dry_run:
         a.Ts = [min(t, 64) for t in a.Ts][:1]
     try:
@@ -154,7 +154,9 @@ def measure(c: TC.Contender, p: TC.Problem, bench, dry: bool) -> dict:
 def contenders(p: TC.Problem, names, args, tuned) -> list:
     out = []
     for name in names:
-        if name == "ours":
+        if name == "ours-api":
+            out.append(("ours-api", lambda: TC.ours_api(p)))
+        elif name == "ours":
             out.append(("ours", lambda: TC.ours(p)))
             if tuned:
                 out.append(("ours-tuned", lambda: TC.ours(p, tuned, name="ours-tuned")))
