@@ -1,319 +1,295 @@
-"""H100 contender table for the NSA selection forward (issue 7).
+"""The NSA selection forward against the public peers, through the public API (issues 7 and 18).
 
-One call runs every contender on the same inputs and prints ms, TFLOP/s or GB/s and ratios:
+One call runs every contender on the same inputs and prints, per row, ms, TFLOP/s (against the
+measured bf16 matmul ceiling) and the ratio to the best peer:
 
-- canonical NSA shape: one sequence of T tokens, 64 query heads in 4 groups (h = 16), D = Dv = 128,
-  block 64, top-16 blocks per token (block 0, the two local blocks, the rest drawn at random, or
-  "local": tokens of one 64-token chunk share their selection, as real NSA selections mostly do);
-- group sizes the peers handle badly: h = 4 and h = 8;
-- decode: B = 64 sequences, one query each, T = 32K, 4 groups of 16, D = 128, top-16;
-- the seeds' packed microbenchmark (N = 1024, H = 8, D = 128, one span of L keys) against SDPA.
+- ``ours-api``: ``selection_attention(q, k, v, block_indices=..., block_size=..., validate=False)``,
+  what a user calls (the kernel reads the block indices itself; the route and the multi-token
+  switch are part of the timed call);
+- ``ours-kernel``: the kernel the dispatcher picks, launched directly (no dispatcher);
+- ``fla``: fla-core's ``parallel_nsa_fwd`` (skipped where h is not a power of two >= 16);
+- ``xunhaolai``: XunhaoLai's ``_topk_sparse_attention_fwd`` (block pointers: Triton < 3.9 only).
 
-Contenders: this package's ranges kernel (ranges precomputed; the block-index conversion is timed
-separately), fla-core's ``parallel_nsa_fwd`` when importable, the packed-SDPA path (T = 8K only).
-Timing: ``triton.testing.do_bench`` (CUDA events, L2 flushed before every run, median) for the
-millisecond-scale prefill cases; CUDA-graph replay (``bench.timers.GraphTimer``: same flush and events,
-no host launch cost) for decode and the seeds' microbenchmark, whose kernels are shorter than a
-Python launch, with the eager do_bench figure beside it.
-Errors: float64 oracle on a sample of 64 tokens.
+Rows: the issue-18 table (canonical NSA shape at T = 8K / 32K / 64K, random and local; HQ = 128 in
+8 groups with D = 96, blocks of 32, top-24; HQ = 64 in 2 groups (h = 32) with D = 192, top-8, local),
+then decode (B = 64, T = 32K, one query each, CUDA-graph replay, L2 flushed by a read so the timed
+kernel does not also write back the flush's dirty lines; the write-flush figure is printed beside it).
+Same block indices for every contender, converted to each one's convention (``bench.train_contenders``);
+``triton.testing.do_bench`` medians with the L2 flushed; each contender's output is checked against
+ours, and ours against the float64 oracle on sampled tokens.  Guard: a contender whose time does not
+grow with T over the canonical random rows is flagged.
 
-Usage:  python -m bench.perf_nsa [--out DIR] [--quick] [--sweep]
+Usage:  python -m bench.perf_nsa --peers DIR [--out DIR] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from nsa_triton_sel import reference
-from nsa_triton_sel.contract import block_indices_to_ranges
-from nsa_triton_sel.kernels import launch
+from bench import accounting, train_contenders as TC
 
-BS, TOPK = 64, 16
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    T: int
+    G: int
+    h: int
+    D: int
+    bs: int
+    topk: int
+    local: bool
+
+
+CASES = [
+    Case("canonical T=8K random", 8192, 4, 16, 128, 64, 16, False),
+    Case("canonical T=8K local", 8192, 4, 16, 128, 64, 16, True),
+    Case("canonical T=32K random", 32768, 4, 16, 128, 64, 16, False),
+    Case("canonical T=32K local", 32768, 4, 16, 128, 64, 16, True),
+    Case("canonical T=64K random", 65536, 4, 16, 128, 64, 16, False),
+    Case("canonical T=64K local", 65536, 4, 16, 128, 64, 16, True),
+    Case("HQ=128 H=8 D=96 block 32 top-24 T=16K random", 16384, 8, 16, 96, 32, 24, False),
+    Case("HQ=64 H=2 (h=32) D=192 top-8 T=16K local", 16384, 2, 32, 192, 64, 8, True),
+]
+DECODE = dict(B=64, T=32768, G=4, h=16, D=128, bs=64, topk=16)
+PEERS = ("fla", "xunhaolai")
 
 
 def log(*a):
     print(*a, flush=True)
 
 
-def ceilings():
+def bench_ms(fn) -> float:
     import triton.testing as tt
 
-    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # 1 GiB
-    y = torch.empty_like(x)
-    ms = tt.do_bench(lambda: y.copy_(x), warmup=25, rep=200, return_mode="median")
-    copy_gbs = 2 * x.numel() / ms / 1e6
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = tt.do_bench(lambda: a @ a, warmup=25, rep=200, return_mode="median")
-    tflops = 2 * 8192**3 / ms / 1e9
-    del x, y, a
-    return {"copy_GBps": copy_gbs, "bf16_mm_TFLOPs": tflops}
+    return float(tt.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def select_blocks(T, G, *, local: bool, gen, positions=None):
-    """Top-16 block indices ``[1, S, G, 16]`` (int32, -1 = none) for tokens at ``positions``."""
-    pos = torch.arange(T, device="cuda") if positions is None else positions
-    S = pos.numel()
-    nb = math.ceil(T / BS)
-    cur = (pos // BS)[:, None, None]
-    if local:  # tokens of one 64-token chunk share one score vector
-        chunk_scores = torch.rand(nb, G, nb, device="cuda", generator=gen)
-        scores = chunk_scores[pos // BS]
-    else:
-        scores = torch.rand(S, G, nb, device="cuda", generator=gen)
-    blk = torch.arange(nb, device="cuda")[None, None, :]
-    scores = torch.where(blk > cur, float("-inf"), scores)
-    forced = (blk == 0) | (blk == cur) | (blk == cur - 1)
-    scores = torch.where(forced & (blk <= cur), float("inf"), scores)
-    top = scores.topk(TOPK, dim=-1)
-    idx = torch.where(torch.isneginf(top.values), -1, top.indices)
-    return idx.to(torch.int32)[None], pos
+def inputs(c: Case, seed: int = 0) -> dict:
+    gen = torch.Generator(device="cuda").manual_seed(seed + c.T + c.D + c.local)
+    blocks = TC.select_blocks(c.T, c.G, local=c.local, gen=gen, device="cuda", bs=c.bs, topk=c.topk)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda").to(torch.bfloat16)
+
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    ranges = block_indices_to_ranges(blocks, c.bs, c.T, validate=False)
+    keys = int((ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum())
+    return {"q": randn(1, c.T, c.G, c.h, c.D), "k": randn(1, c.G, c.T, c.D), "v": randn(1, c.G, c.T, c.D),
+            "blocks": blocks, "ranges": ranges, "keys": keys, "B": 1, "S": c.T, "T": c.T, "G": c.G, "h": c.h,
+            "D": c.D, "bs": c.bs, "topn": c.topk}
 
 
-def bench(fn, rep=100):
-    import triton.testing as tt
+def ours_kernel(p: dict):
+    """The kernel the dispatcher picks for these inputs, launched without the dispatcher."""
+    from nsa_triton_sel import plan, share
+    from nsa_triton_sel.kernels import launch
 
-    return tt.do_bench(fn, warmup=25, rep=rep, return_mode="median")
-
-
-_GRAPH_TIMER = []
-
-
-def gbench(fn, graph=True):
-    """Median GPU time of one CUDA-graph replay (L2 flushed before each): the kernel without
-    the host's launch cost, which do_bench times for kernels shorter than a launch."""
-    if not _GRAPH_TIMER:
-        from bench.timers import GraphTimer
-
-        _GRAPH_TIMER.append(GraphTimer(iters=100, warmup=10))
-    return _GRAPH_TIMER[0](fn, graph=graph).median_ms
+    tokens = share.choose_tokens(p["blocks"], p["h"], plan.device_of(p["q"].device))
+    if tokens > 1:
+        return "tokens", lambda: launch.sel_attn_tokens(p["q"], p["k"], p["v"], p["ranges"], tokens=tokens)
+    return "blocks", lambda: launch.sel_attn_blocks(p["q"], p["k"], p["v"], p["blocks"], p["bs"])
 
 
-def sample_error(out, q, k, v, ranges, rows):
-    """mean abs and relative error vs the float64 oracle on sampled token positions."""
-    sub = (q[:, rows], k, v, ranges[:, rows])
-    ref = reference.oracle(*sub)
+def peer(name: str, p: dict):
+    """A zero-argument forward of peer ``name`` on ``p`` (output as ``[T, G*h, D]`` or ``[1, T, G*h, D]``),
+    or a string saying why it cannot run."""
+    why = TC.peer_status(name)
+    if why:
+        return why
+    if name == "fla":
+        if p["h"] < 16 or p["h"] & (p["h"] - 1):
+            return f"fla-core needs a power-of-two group of at least 16 query heads (h={p['h']})"
+        from bench.problems import fla_contender
+
+        fn = fla_contender(p)
+        return lambda: fn()[0]
+    from native_sparse_attention.ops.triton.topk_sparse_attention import _topk_sparse_attention_fwd
+
+    T, G, h, D = p["T"], p["G"], p["h"], p["D"]
+    q = p["q"].reshape(T, G * h, D)
+    k, v = p["k"][0].transpose(0, 1).contiguous(), p["v"][0].transpose(0, 1).contiguous()
+    idx = TC.xunhaolai_topk(p["blocks"])
+    cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+    return lambda: _topk_sparse_attention_fwd(q, k, v, idx, p["bs"], cu, cu, T, T, D ** -0.5)[0]
+
+
+def oracle_rel_err(out, p: dict, n: int = 48) -> float:
+    from nsa_triton_sel import reference
+
+    rows = torch.cat([torch.arange(3), torch.randperm(p["T"], generator=torch.Generator().manual_seed(1))[:n]]).unique()
+    rows = rows.to(p["q"].device)
+    ref = reference.oracle(p["q"][:, rows], p["k"], p["v"], p["ranges"][:, rows])
     got = out[:, rows].double().cpu()
-    return float((got - ref).abs().mean()), float((got - ref).norm() / ref.norm())
+    return float((got - ref).norm() / ref.norm())
 
 
-def fla_fwd():
-    try:
-        from fla.ops.nsa.parallel import parallel_nsa_fwd
-    except Exception as exc:  # noqa: BLE001
-        log(f"fla-core not available: {type(exc).__name__}: {exc}")
-        return None
-    return parallel_nsa_fwd
-
-
-def launch_tokens_ok(h):
-    from nsa_triton_sel.kernels.meta import tokens_per_program
-
-    return tokens_per_program(h) > 1
-
-
-def nsa_case(T, h, local, fla, *, with_sdpa, dtype=torch.bfloat16, tune=None, tok_tune=None):
-    G, D = 4, 128
-    gen = torch.Generator(device="cuda").manual_seed(T + h + local)
-    q = torch.randn(1, T, G, h, D, device="cuda", dtype=dtype, generator=gen)
-    k = torch.randn(1, G, T, D, device="cuda", dtype=dtype, generator=gen)
-    v = torch.randn(1, G, T, D, device="cuda", dtype=dtype, generator=gen)
-    bi, _ = select_blocks(T, G, local=local, gen=gen)
-    ranges = block_indices_to_ranges(bi, BS, T, validate=False)
-    L = (ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum(-1)  # [1, T, G]
-    flops = float(L.sum()) * h * 2 * (D + D)
-    row = {"case": f"T={T} h={h} {'local' if local else 'random'}", "T": T, "h": h,
-           "sel": "local" if local else "random", "flops": flops}
-    tune = tune or {}
-    ours = lambda: launch.sel_attn_ranges(q, k, v, ranges, **tune)  # noqa: E731
-    row["ours_ms"] = bench(ours)
-    row["convert_ms"] = bench(lambda: block_indices_to_ranges(bi, BS, T, validate=False))
-    # 64 random tokens plus the first four (under sel_triton_min_L: the dispatcher sends them to SDPA)
-    rows = torch.cat([torch.arange(4), torch.randperm(T, generator=torch.Generator().manual_seed(T))[:64]]).unique()
-    row["ours_mae"], row["ours_rel"] = sample_error(ours(), q, k, v, ranges, rows)
-    if launch_tokens_ok(h):
-        tok = lambda: launch.sel_attn_tokens(q, k, v, ranges, **(tok_tune or {}))  # noqa: E731
-        row["tok_ms"] = bench(tok)
-        row["tok_mae"], row["tok_rel"] = sample_error(tok(), q, k, v, ranges, rows)
+def run_case(c: Case, mm_tflops: float) -> dict:
     from nsa_triton_sel import selection_attention
 
-    auto = lambda: selection_attention(q, k, v, ranges, validate=False)  # noqa: E731
-    row["auto_ms"] = bench(auto)
-    row["auto_mae"], row["auto_rel"] = sample_error(auto(), q, k, v, ranges, rows)
-    if fla is not None and h >= 16 and (h & (h - 1)) == 0:
-        qf = q.reshape(1, T, G * h, D)
-        kf, vf = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-        bif = bi[0][None].contiguous()  # [1, T, G, 16]
-        call = lambda: fla(qf, kf, vf, bif, TOPK, BS, 1 / math.sqrt(D))  # noqa: E731
-        o_f = call()[0].reshape(1, T, G, h, D)
-        row["fla_mae"], row["fla_rel"] = sample_error(o_f, q, k, v, ranges, rows)
-        row["fla_ms"] = bench(call)
-    if with_sdpa:
-        row["sdpa_ms"] = bench(lambda: reference.packed_sdpa(q, k, v, ranges, validate=False), rep=20)
+    p = inputs(c)
+    flops = 4.0 * p["keys"] * c.h * c.D
+    row = {"case": c.name, "T": c.T, "G": c.G, "h": c.h, "D": c.D, "block": c.bs, "topk": c.topk,
+           "sel": "local" if c.local else "random", "flops": flops}
+    api = lambda: selection_attention(p["q"], p["k"], p["v"], block_indices=p["blocks"], block_size=c.bs,  # noqa: E731
+                                      validate=False)
+    want = api().float()
+    row["ours_rel_err"] = oracle_rel_err(want, p)
+    kind, kern = ours_kernel(p)
+    row["ours_kernel_variant"] = kind
+    contenders = {"ours-api": api, "ours-kernel": kern}
+    for name in PEERS:
+        fn = peer(name, p)
+        if isinstance(fn, str):
+            row[f"{name}_status"] = f"skipped: {fn}"
+            continue
+        got = fn().float().reshape(want.shape)
+        err = float((got - want).norm() / want.norm())
+        row[f"{name}_vs_ours_rel"] = err
+        if err > 2e-2:  # a wrong convention gives errors near 1
+            row[f"{name}_status"] = f"WRONG: differs from ours by {err:.2e} (relative)"
+            continue
+        contenders[name] = fn
+    for name, fn in contenders.items():
+        ms = bench_ms(fn)
+        row[f"{name}_ms"] = ms
+        row[f"{name}_tflops"] = flops / ms / 1e9
+        row[f"{name}_pct_mm"] = 100 * flops / ms / 1e9 / mm_tflops
+    peers = [row[f"{n}_ms"] for n in PEERS if f"{n}_ms" in row]
+    if peers:
+        row["best_peer_ms"] = min(peers)
+        row["api_vs_best_peer"] = min(peers) / row["ours-api_ms"]
+    contenders.clear()  # the inputs go with the closures: the next case needs the memory
+    torch.cuda.empty_cache()
     return row
 
 
-def decode_case(fla, dtype=torch.bfloat16):
-    B, T, G, h, D = 64, 32768, 4, 16, 128
+def decode_row(copy_gbs: float) -> dict:
+    """One decode step of B sequences (one query each at position T - 1), CUDA-graph replays."""
+    from bench.timers import GraphTimer
+    from nsa_triton_sel import selection_attention
+    from nsa_triton_sel.contract import block_indices_to_ranges
+    from nsa_triton_sel.kernels import launch
+
+    d = DECODE
+    B, T, G, h, D, bs = d["B"], d["T"], d["G"], d["h"], d["D"], d["bs"]
     gen = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn(B, 1, G, h, D, device="cuda", dtype=dtype, generator=gen)
-    k = torch.randn(B, G, T, D, device="cuda", dtype=dtype, generator=gen)
-    v = torch.randn(B, G, T, D, device="cuda", dtype=dtype, generator=gen)
-    bis = [select_blocks(T, G, local=False, gen=gen, positions=torch.tensor([T - 1], device="cuda"))[0]
-           for _ in range(B)]
-    bi = torch.cat(bis)  # [B, 1, G, 16]
+    # each sequence's query sits at T - 1: its selection is the last row of a T-token selection
+    blocks = torch.cat([TC.select_blocks(T, G, local=False, gen=gen, device="cuda", bs=bs, topk=d["topk"])[:, -1:]
+                        for _ in range(B)])  # [B, 1, G, topk]
     pos = torch.full((B, 1), T - 1, device="cuda", dtype=torch.int64)
-    ranges = block_indices_to_ranges(bi, BS, T, pos, validate=False)
-    L = (ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum(-1)
-    nbytes = (q.numel() * 2 + float(L.sum()) * D * 2 * 2 + B * G * h * D * 2)
-    from nsa_triton_sel.dispatch import decide
+    q = torch.randn(B, 1, G, h, D, device="cuda", generator=gen).to(torch.bfloat16)
+    k = torch.randn(B, G, T, D, device="cuda", generator=gen).to(torch.bfloat16)
+    v = torch.randn(B, G, T, D, device="cuda", generator=gen).to(torch.bfloat16)
+    ranges = block_indices_to_ranges(blocks, bs, T, pos, validate=False)
+    keys = int((ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum())
+    nbytes = keys * 2 * D * 2 + 2 * q.numel() * 2  # selected K and V once, q and o
+    row = {"case": f"decode B={B} T={T // 1024}K", "B": B, "T": T, "bytes": nbytes,
+           "floor_us": nbytes / copy_gbs / 1e3}
+    calls = {"ours-api": lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs, positions=pos,
+                                                     validate=False),
+             "ours-api-ranges": lambda: selection_attention(q, k, v, ranges, validate=False),
+             "ours-kernel": lambda: launch.sel_attn_blocks(q, k, v, blocks, bs, pos)}
+    why = TC.peer_status("fla")
+    if why is None:
+        from fla.ops.nsa.parallel import parallel_nsa_fwd
 
-    d = decide(q, k, v)
-    row = {"case": "decode B=64 T=32K", "bytes": nbytes, "dispatch": f"{d.path}, {'split' if d.decode else 'no-split'}"}
-    ours = lambda: launch.sel_attn_decode(q, k, v, ranges)  # noqa: E731
-    row["ours_ms"] = gbench(ours)
-    row["ours_eager_ms"] = bench(ours)
-    row["ours_nosplit_ms"] = gbench(lambda: launch.sel_attn_ranges(q, k, v, ranges))
-    for sp in (2, 4, 8):
-        row[f"split{sp}_ms"] = gbench(lambda: launch.sel_attn_decode(q, k, v, ranges, num_splits=sp))
+        qf, kf, vf = q.reshape(B, 1, G * h, D), k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        bf = torch.where(blocks < 0, torch.full_like(blocks, T), blocks).long().contiguous()
+        calls["fla"] = lambda: parallel_nsa_fwd(qf, kf, vf, bf, d["topk"], bs, D ** -0.5)[0]
+    else:
+        row["fla_status"] = f"skipped: {why}"
+    want = calls["ours-api"]().float()
+    if "fla" in calls:  # a convention mismatch (fla's query position with TQ != TK) must not be timed
+        err = float((calls["fla"]().float().reshape(want.shape) - want).norm() / want.norm())
+        row["fla_vs_ours_rel"] = err
+        if err > 2e-2:
+            row["fla_status"] = f"WRONG: differs from ours by {err:.2e} (relative): not timed"
+            del calls["fla"]
+    from nsa_triton_sel import reference
+
     ref = reference.oracle(q[:4], k[:4], v[:4], ranges[:4])
-    got = ours()[:4].double().cpu()
-    row["ours_mae"], row["ours_rel"] = float((got - ref).abs().mean()), float((got - ref).norm() / ref.norm())
-    if fla is not None:
-        qf = q.reshape(B, 1, G * h, D)
-        kf, vf = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-        bic = bi.contiguous()
-        row["fla_ms"] = gbench(lambda: fla(qf, kf, vf, bic, TOPK, BS, 1 / math.sqrt(D)))
-        row["fla_timer"] = _GRAPH_TIMER[0].last
+    row["ours_rel_err"] = float((want[:4].double().cpu() - ref).norm() / ref.norm())
+    for flush in ("read", "zero"):
+        timer = GraphTimer(iters=60, warmup=10, flush=flush)
+        for name, fn in calls.items():
+            us = timer(fn).median_ms * 1e3
+            row[f"{name}_us" + ("" if flush == "read" else "_write_flush")] = us
+    row["api_pct_floor"] = 100 * row["floor_us"] / row["ours-api_us"]
     return row
 
 
-def seeds_packed(dtype=torch.bfloat16):
-    N, H, D = 1024, 8, 128
+def growth_flags(rows: list[dict]) -> list[str]:
+    """Contenders whose time does not grow with T over the canonical random rows (a broken timing)."""
+    seq = sorted((r for r in rows if r["case"].startswith("canonical") and r["sel"] == "random"),
+                 key=lambda r: r["T"])
     out = []
-    for L in (16, 32, 64, 128, 256, 512, 1024):
-        gen = torch.Generator(device="cuda").manual_seed(L)
-        # Enough copies that one pass over them exceeds the L2 is not needed: do_bench flushes it.
-        q = torch.randn(N, H, D, device="cuda", dtype=dtype, generator=gen)
-        k = torch.randn(N, L, D, device="cuda", dtype=dtype, generator=gen)
-        v = torch.randn(N, L, D, device="cuda", dtype=dtype, generator=gen)
-        t = gbench(lambda: launch.sel_attn_fwd_dense(q, k, v))
-        r = gbench(lambda: reference.sdpa_rows(q, k, v))
-        out.append({"case": f"seeds few N=1024 H=8 L={L}", "L": L, "ours_ms": t, "sdpa_ms": r,
-                    "ours_eager_ms": bench(lambda: launch.sel_attn_fwd_dense(q, k, v)),
-                    "sdpa_eager_ms": bench(lambda: reference.sdpa_rows(q, k, v)),
-                    "bytes": (q.numel() * 2 + k.numel() * 2 * 2 + q.numel() * 2)})
+    for name in ("ours-api", "ours-kernel") + PEERS:
+        ts = [r.get(f"{name}_ms") for r in seq]
+        if all(t is not None for t in ts) and any(b <= a for a, b in zip(ts, ts[1:])):
+            out.append(f"{name}: time does not grow with T ({', '.join(f'{t:.3f}' for t in ts)} ms)")
     return out
 
 
-def _try(label, fn, res, **cfg):
-    try:
-        ms = fn()
-        res.append(dict(cfg, label=label, ms=ms))
-        log(f"  sweep {label} {cfg}: {ms:.3f} ms")
-    except Exception as exc:  # noqa: BLE001
-        log(f"  sweep {label} {cfg}: {type(exc).__name__}: {str(exc)[:80]}")
+def print_table(rows: list[dict]) -> None:
+    log(f"{'case':48} {'ours-api':>9} {'kernel':>9} {'fla':>9} {'xunhaolai':>10} {'vs best':>8} {'TFLOP/s':>8}")
+    for r in rows:
+        if "floor_us" in r:
+            log(f"{r['case']:48} {r['ours-api_us']:>7.1f}us {r['ours-kernel_us']:>7.1f}us "
+                f"{r.get('fla_us', float('nan')):>7.1f}us {'-':>10} {'':>8} floor {r['floor_us']:.1f} us "
+                f"({r['api_pct_floor']:.0f}% of it; write-flush {r['ours-api_us_write_flush']:.1f} us)")
+            continue
+        cols = [f"{r.get(f'{n}_ms', float('nan')):>9.3f}" for n in ("ours-api", "ours-kernel", "fla")]
+        cols.append(f"{r.get('xunhaolai_ms', float('nan')):>10.3f}")
+        log(f"{r['case']:48} {' '.join(cols)} {r.get('api_vs_best_peer', float('nan')):>7.2f}x "
+            f"{r['ours-api_tflops']:>8.0f}")
 
 
-def sweep(fla):
-    """Launch configs: single-token and multi-token kernels at T = 8K, dense rows at L = 64 and 256."""
-    res = []
-    for nw in (1, 2):
-        for ns in (2, 3, 4):
-            _try("single T=8K random", lambda: nsa_case(8192, 16, False, None, with_sdpa=False,
-                 tune=dict(block_n=32, num_warps=nw, num_stages=ns))["ours_ms"], res, block_n=32,
-                 num_warps=nw, num_stages=ns)
-    for bn in (32, 64):
-        for nw in (2, 4, 8):
-            for ns in (1, 2, 3):
-                _try("tokens T=8K local", lambda: nsa_case(8192, 16, True, None, with_sdpa=False,
-                     tok_tune=dict(block_n=bn, num_warps=nw, num_stages=ns))["tok_ms"], res, block_n=bn,
-                     num_warps=nw, num_stages=ns)
-    for L in (64, 256):
-        N, H, D = 1024, 8, 128
-        q = torch.randn(N, H, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(N, L, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(N, L, D, device="cuda", dtype=torch.bfloat16)
-        for bn in (16, 32, 64):
-            for nw in (1, 2, 4):
-                for ns in (1, 2, 3):
-                    _try(f"dense L={L}", lambda: bench(lambda: launch.sel_attn_fwd_dense(
-                         q, k, v, block_n=bn, num_warps=nw, num_stages=ns)), res, block_n=bn,
-                         num_warps=nw, num_stages=ns)
-    return res
-
-
-def main(argv=None):
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="directory for perf_nsa.json")
-    ap.add_argument("--quick", action="store_true", help="T = 8K only")
-    ap.add_argument("--sweep", action="store_true", help="also sweep launch configs at T = 8K")
-    args = ap.parse_args(argv)
+    ap.add_argument("--peers", help="folder with fla_core/, xunhaolai/, einops_pkg/ (never committed)")
+    ap.add_argument("--out", help="directory for perf_nsa.json")
+    ap.add_argument("--quick", action="store_true", help="the T = 8K rows and decode only")
+    a = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("perf_nsa.py needs a CUDA device", file=sys.stderr)
+        print("perf_nsa needs a CUDA device", file=sys.stderr)
         return 2
-    import triton
+    if a.peers:
+        from bench.train_nsa import add_peers
 
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    log(env)
-    ceil = ceilings()
-    log(f"ceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['bf16_mm_TFLOPs']:.0f} TFLOP/s")
-    fla = fla_fwd()
+        add_peers(a.peers)
+    env = accounting.env_columns()
+    ceil = accounting.measure_ceilings()
+    log(f"environment: {env}")
+    log(f"ceilings: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul {ceil['mm_tflops']:.0f} TFLOP/s (measured)")
+    for name in PEERS:
+        log(f"peer {name}: {TC.peer_status(name) or 'importable'}")
     rows = []
-    Ts = (8192,) if args.quick else (8192, 32768, 65536)
-    for T in Ts:
-        for local in (False, True):
-            r = nsa_case(T, 16, local, fla, with_sdpa=(T == 8192 and not local))
-            rows.append(r)
-            log(fmt_nsa(r))
-    for h in (4, 8):
-        r = nsa_case(32768 if not args.quick else 8192, h, False, fla, with_sdpa=False)
-        rows.append(r)
-        log(fmt_nsa(r))
-    d = decode_case(fla)
-    log(f"{d['case']} (dispatcher picks: {d['dispatch']}): split {d['ours_ms']*1e3:.1f} us = {d['bytes']/d['ours_ms']/1e6:.0f} GB/s "
-        f"({100*d['bytes']/d['ours_ms']/1e6/ceil['copy_GBps']:.0f}% of copy), no-split {d['ours_nosplit_ms']*1e3:.1f} us "
-        f"({100*d['bytes']/d['ours_nosplit_ms']/1e6/ceil['copy_GBps']:.0f}%), splits 2/4/8: "
-        f"{d['split2_ms']*1e3:.1f}/{d['split4_ms']*1e3:.1f}/{d['split8_ms']*1e3:.1f} us (graph replay; eager do_bench "
-        f"{d['ours_eager_ms']*1e3:.1f} us)"
-        + (f", fla {d['fla_ms']*1e3:.1f} us ({d['fla_timer']})" if "fla_ms" in d else "") + f", rel err {d['ours_rel']:.2e}")
-    rows.append(d)
-    for r in seeds_packed():
-        rows.append(r)
-        log(f"{r['case']}: ours {r['ours_ms']*1e3:.1f} us, sdpa {r['sdpa_ms']*1e3:.1f} us, "
-            f"speedup {r['sdpa_ms']/r['ours_ms']:.2f}x, ours {r['bytes']/r['ours_ms']/1e6:.0f} GB/s, "
-            f"sdpa {r['bytes']/r['sdpa_ms']/1e6:.0f} GB/s (graph replay; eager do_bench ours "
-            f"{r['ours_eager_ms']*1e3:.1f} us, sdpa {r['sdpa_eager_ms']*1e3:.1f} us)")
-    sw = sweep(fla) if args.sweep else []
-    for label in sorted({r["label"] for r in sw}):
-        best = sorted((r for r in sw if r["label"] == label), key=lambda r: r["ms"])[:3]
-        log(f"best {label}: " + "; ".join(
-            f"BN={r['block_n']} w={r['num_warps']} s={r['num_stages']} {r['ms']:.3f}" for r in best))
-    if args.out:
-        with open(f"{args.out}/perf_nsa.json", "w") as fh:
-            json.dump({"env": env, "ceilings": ceil, "rows": rows, "sweep": sw}, fh, indent=1)
+    for c in CASES:
+        if a.quick and c.T != 8192:
+            continue
+        t0 = time.perf_counter()
+        rows.append(run_case(c, ceil["mm_tflops"]))
+        log(f"  {c.name}: done in {time.perf_counter() - t0:.0f} s")
+    rows.append(decode_row(ceil["copy_gbs"]))
+    print_table(rows)
+    flags = growth_flags(rows)
+    for f in flags:
+        log(f"SUSPECT: {f}")
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(a.out) / "perf_nsa.json", "w") as fh:
+            json.dump({"env": env, "ceilings": ceil, "rows": rows, "suspect": flags,
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S")}, fh, indent=1)
     return 0
-
-
-def fmt_nsa(r):
-    tf = r["flops"] / r["ours_ms"] / 1e9
-    s = f"{r['case']}: ours {r['ours_ms']:.3f} ms ({tf:.0f} TFLOP/s, rel {r['ours_rel']:.2e})"
-    if "fla_ms" in r:
-        s += f", fla {r['fla_ms']:.3f} ms (rel {r['fla_rel']:.2e}) -> {r['fla_ms']/r['ours_ms']:.2f}x"
-    if "tok_ms" in r:
-        s += f", tokens {r['tok_ms']:.3f} ms (rel {r['tok_rel']:.2e})"
-        if "fla_ms" in r:
-            s += f" -> {r['fla_ms']/r['tok_ms']:.2f}x fla"
-    s += f", auto {r['auto_ms']:.3f} ms (rel {r['auto_rel']:.2e})"
-    if "sdpa_ms" in r:
-        s += f", packed-sdpa {r['sdpa_ms']:.2f} ms -> {r['sdpa_ms']/r['ours_ms']:.1f}x"
-    return s + f", convert {r['convert_ms']:.3f} ms"
 
 
 if __name__ == "__main__":

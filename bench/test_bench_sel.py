@@ -8,9 +8,14 @@ Run (GPU only; skipped with a reason elsewhere)::
 Groups (``benchmark.group``): the seeds' packed shapes (``dense``/``varlen``/``decode``,
 Triton vs ``sdpa_rows`` on the same packed tensors) and NSA-shaped ranges-native inputs
 (``nsa-*``: Triton ``sel_attn_ranges`` vs ``packed_sdpa``, plus fla-core's
-``parallel_nsa_fwd`` and FlexAttention when they are usable).  Before timing, every
+``parallel_nsa_fwd``, XunhaoLai's ``_topk_sparse_attention_fwd`` and FlexAttention when they
+are usable), and the training step (``train-*``: forward + backward of the public
+``selection_attention`` on inputs that require grad, against the packed-SDPA path, fla-core's
+``ParallelNSAFunction`` and XunhaoLai's ``topk_sparse_attention``).  Before timing, every
 contender is checked against the first one's output (``torch.testing.assert_close``).
-Set ``NSA_BENCH_FLEX=0`` to leave FlexAttention out (its first call compiles).
+Set ``NSA_BENCH_FLEX=0`` to leave FlexAttention out (its first call compiles).  The peers are
+imported from ``NSA_BENCH_PEERS`` (a folder with ``fla_core/``, ``xunhaolai/``, ``einops_pkg/``)
+or the environment, and skipped with the reason where they do not import.
 """
 
 from __future__ import annotations
@@ -95,11 +100,13 @@ def _nsa_fn(impl, p):
         return lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"], backend="triton", validate=False)
     if impl == "sdpa":
         return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
-    if impl == "fla":
-        try:
-            return problems.fla_contender(p)
-        except (ImportError, TypeError) as exc:
-            pytest.skip(f"fla-core parallel_nsa_fwd not usable here: {exc}")
+    if impl in ("fla", "xunhaolai"):
+        from bench import perf_nsa
+
+        fn = perf_nsa.peer(impl, p)
+        if isinstance(fn, str):
+            pytest.skip(f"{impl} not usable here: {fn}")
+        return fn
     if impl == "flex":
         if os.environ.get("NSA_BENCH_FLEX", "1") == "0":
             pytest.skip("FlexAttention disabled by NSA_BENCH_FLEX=0")
@@ -120,7 +127,7 @@ def _as_tokens(o, p):
     return o.reshape(B, S, G, h, D).float()
 
 
-@pytest.mark.parametrize("impl", ["triton", "dispatch", "sdpa", "fla"])
+@pytest.mark.parametrize("impl", ["triton", "dispatch", "sdpa", "fla", "xunhaolai"])
 @pytest.mark.parametrize("shape", NSA, ids=[s[0] for s in NSA])
 def test_nsa(gpu_bench, benchmark, nsa_inputs, shape, impl):
     """Canonical NSA selection (G=4, h=16, D=128, block 64, top-16) on the ranges-native path."""
@@ -149,3 +156,47 @@ def _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, impl):
     # row, locality check), fla and FlexAttention are other projects' code; all run for
     # milliseconds here, where an eager launch gap is noise.
     gpu_bench(fn, nbytes=nbytes, flops=flops, rounds=10 if impl == "sdpa" else 20, graph=impl == "triton")
+
+
+TRAIN = [("train-T4096-random", 4096, "random"), ("train-T4096-local", 4096, "local")]
+if DRY:
+    TRAIN = [(g, 64, s) for g, _, s in TRAIN]
+
+
+@pytest.mark.parametrize("impl", ["ours-api", "sdpa", "fla", "xunhaolai"])
+@pytest.mark.parametrize("shape", TRAIN, ids=[s[0] for s in TRAIN])
+def test_train(gpu_bench, benchmark, shape, impl):
+    """Forward + backward on the canonical NSA shape (issue 17): every contender gets the same block
+    indices and output gradient; its input gradients are checked against ours first."""
+    from bench import train_contenders as TC
+
+    gid, T, sel = shape
+    small = {"h": 4, "d": 32} if DRY else {}
+    p = TC.make_problem(T, sel, device=DEVICE, dtype=torch.float16 if DRY else torch.bfloat16, **small)
+    if impl in TC.PEERS:
+        why = TC.peer_status(impl) if not DRY else "needs a GPU"
+        if why:
+            pytest.skip(f"{impl} not usable here: {why}")
+    make = {"ours-api": TC.ours_api, "sdpa": TC.sdpa, **TC.PEERS}[impl]
+
+    def grads(c):
+        for x in c.leaves:
+            x.grad = None
+        torch.autograd.backward(c.forward(), c.grad_out)
+        return c.to_ours([x.grad for x in c.leaves])
+
+    c = make(p)
+    if impl != "ours-api":
+        for got, want in zip(grads(c), grads(TC.ours_api(p))):
+            torch.testing.assert_close(got.float(), want.float(), atol=5e-2, rtol=5e-2)
+
+    def step():
+        for x in c.leaves:
+            x.grad = None
+        torch.autograd.backward(c.forward(), c.grad_out)
+
+    benchmark.group = gid
+    benchmark.extra_info.update({"T": T, "sel": sel, "impl": impl, "G": TC.G, "h": p.q.shape[3], "D": p.q.shape[4],
+                                 "block": TC.BS, "topn": TC.TOPK})
+    # The backward's reader list syncs with the host once: timed eagerly (its host work is part of it).
+    gpu_bench(step, nbytes=0, flops=int(p.flops()), rounds=5 if impl == "sdpa" else 15, graph=False)

@@ -32,28 +32,29 @@ import torch
 BS, TOPK, G, H_PER_GROUP, D = 64, 16, 4, 16, 128
 
 
-def select_blocks(T: int, groups: int, *, local: bool, gen: torch.Generator, device) -> torch.Tensor:
-    """Top-16 block indices ``[1, T, groups, 16]`` int32 (-1 = none) of tokens 0..T-1.
+def select_blocks(T: int, groups: int, *, local: bool, gen: torch.Generator, device, bs: int = BS,
+                  topk: int = TOPK) -> torch.Tensor:
+    """Top-``topk`` block indices ``[1, T, groups, topk]`` int32 (-1 = none) of tokens 0..T-1.
 
     Block 0, the token's own block and the one before it are always picked (when they exist
     causally); the other picks are random among earlier blocks, per token (``random``) or
     per 64-token chunk (``local``).
     """
     pos = torch.arange(T, device=device)
-    nb = math.ceil(T / BS)
-    cur = (pos // BS)[:, None, None]
+    nb = math.ceil(T / bs)
+    cur = (pos // bs)[:, None, None]
     if local:
-        scores = torch.rand(nb, groups, nb, device=device, generator=gen)[pos // BS]
+        scores = torch.rand(nb, groups, nb, device=device, generator=gen)[pos // bs]
     else:
         scores = torch.rand(T, groups, nb, device=device, generator=gen)
     blk = torch.arange(nb, device=device)[None, None, :]
     scores = torch.where(blk > cur, float("-inf"), scores)
     forced = (blk == 0) | (blk == cur) | (blk == cur - 1)
     scores = torch.where(forced & (blk <= cur), float("inf"), scores)
-    top = scores.topk(min(TOPK, nb), dim=-1)
+    top = scores.topk(min(topk, nb), dim=-1)
     idx = torch.where(torch.isneginf(top.values), -1, top.indices).to(torch.int32)
-    if idx.shape[-1] < TOPK:
-        idx = torch.cat([idx, idx.new_full((T, groups, TOPK - idx.shape[-1]), -1)], -1)
+    if idx.shape[-1] < topk:
+        idx = torch.cat([idx, idx.new_full((T, groups, topk - idx.shape[-1]), -1)], -1)
     return idx[None]
 
 
