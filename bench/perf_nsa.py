@@ -197,7 +197,10 @@ def decode_row(copy_gbs: float) -> dict:
     calls = {"ours-api": lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs, positions=pos,
                                                      validate=False),
              "ours-api-ranges": lambda: selection_attention(q, k, v, ranges, validate=False),
-             "ours-kernel": lambda: launch.sel_attn_blocks(q, k, v, blocks, bs, pos)}
+             "ours-kernel": lambda: launch.sel_attn_blocks(q, k, v, blocks, bs, pos),
+             # the planner does not split 256 (row, head-block) programs over 132 SMs; measured beside it:
+             "ours-split2": lambda: launch.sel_attn_decode(q, k, v, ranges, num_splits=2),
+             "ours-split4": lambda: launch.sel_attn_decode(q, k, v, ranges, num_splits=4)}
     why = TC.peer_status("fla")
     if why is None:
         from fla.ops.nsa.parallel import parallel_nsa_fwd
