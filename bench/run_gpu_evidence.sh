@@ -43,13 +43,13 @@ need_nox() {
 case "$STAGE" in
     lane)
         need_nox
-        NSA_SEL_GPU=1 NSA_SEL_JOBS="${NSA_SEL_JOBS:-12}" $PY -m nox -s "compile-$LABEL" "parity-$LABEL" --no-venv \
+        NSA_SEL_GPU=1 NSA_SEL_JOBS="${NSA_SEL_JOBS:-12}" timeout -k 10 "${LIMIT:-540}" $PY -m nox -s "compile-$LABEL" "parity-$LABEL" --no-venv \
             -- --results "$OUT/lane-results"
         tar czf "$OUT/lane.tgz" -C "$OUT" lane-results && rm -rf "$OUT/lane-results"
         ;;
     bench)
         need_nox
-        NSA_BENCH_PEERS="$PEERS" NSA_SEL_GPU=1 $PY -m nox -s "bench-$LABEL" --no-venv -- --results "$OUT/bench-results"
+        NSA_BENCH_PEERS="$PEERS" NSA_SEL_GPU=1 timeout -k 10 "${LIMIT:-540}" $PY -m nox -s "bench-$LABEL" --no-venv -- --results "$OUT/bench-results"
         tar czf "$OUT/bench.tgz" -C "$OUT" bench-results && rm -rf "$OUT/bench-results"
         ;;
     perf)
