@@ -215,3 +215,21 @@ def test_noxfile_adds_candidate_lane_only_when_asked():
 
 def test_noxfile_is_a_short_declaration():
     assert len((ROOT / "noxfile.py").read_text().splitlines()) < 200
+
+
+def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
+    """The numpy ranges of lanes.toml are the Triton interpreter's: a GPU lane (compiled kernels) may run
+    with any numpy, an interpreter lane may not."""
+    from nsa_triton_sel.compat import lanes as L
+
+    lane = L.Lane(label="3.6", triton="3.6.0", torch=("2.11.0",), python=">=3.10", numpy="<2.4",
+                  numpy_reason="the 3.2-3.6 interpreter")
+    fp = {"imported": {"triton": "3.6.0", "numpy": "2.5.2", "torch": "2.11.0"}, "origins": {}}
+    assert nox_lanes.environment_problem(fp, lane, True, interpreter=False) is None
+    assert "needs numpy<2.4" in nox_lanes.environment_problem(fp, lane, True, interpreter=True)
+    rec = {"triton": "3.6.0", "triton_imported": "3.6.0", "numpy_imported": "2.5.2", "verdict": "pass",
+           "message": ""}
+    out, problem = nox_lanes.isolate([{**rec, "mode": "gpu"}, {**rec, "mode": "aot"}], lane)
+    assert problem is None and [r["verdict"] for r in out] == ["pass", "pass"]
+    out, problem = nox_lanes.isolate([{**rec, "mode": "interp"}], lane)
+    assert out[0]["verdict"] == "error" and "numpy 2.5.2 outside numpy<2.4" in problem

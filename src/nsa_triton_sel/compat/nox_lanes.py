@@ -171,8 +171,11 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
 
 
 def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | None]:
-    """Records whose process imported another Triton, or a numpy outside the lane's range, become
-    errors; the problem names what was imported (None: the lane was isolated)."""
+    """Records whose process imported another Triton, or (interpreter records) a numpy outside the
+    lane's range, become errors; the problem names what was imported (None: the lane was isolated).
+
+    The numpy range is the Triton interpreter's (lanes.toml ``numpy_reason``): compiled kernels on a
+    GPU do not go through numpy, so GPU and compile records are not held to it."""
     numpy_ok = SpecifierSet(lane.numpy or "")
     out, wrong = [], set()
     for rec in records:
@@ -180,7 +183,7 @@ def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | No
         if checked is not rec:
             wrong.add(f"triton {rec['triton_imported']} instead of {lane.triton}")
         got_np = rec.get("numpy_imported")
-        if checked is rec and got_np and Version(got_np) not in numpy_ok:
+        if checked is rec and got_np and rec.get("mode") == "interp" and Version(got_np) not in numpy_ok:
             why = f"its process imported numpy {got_np}, outside the lane's numpy{lane.numpy} ({lane.numpy_reason})"
             checked = {**rec, "verdict": ERROR, "isolation_error": why, "message": f"{why} | was {rec['verdict']}"}
             wrong.add(f"numpy {got_np} outside numpy{lane.numpy}")
@@ -222,7 +225,7 @@ def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | Non
     if out is None:  # session.run does nothing under --install-only
         return None
     fp = json.loads([ln for ln in out.splitlines() if ln.startswith("NSA_SEL_FP ")][-1][len("NSA_SEL_FP "):])
-    problem = environment_problem(fp, lane, passthrough(session))
+    problem = environment_problem(fp, lane, passthrough(session), interpreter=not m.gpu)
     if problem:
         session.error(problem)
     got, where = fp["imported"], fp["origins"]
@@ -232,14 +235,16 @@ def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | Non
     return fp
 
 
-def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = False) -> str | None:
-    """Why the lane environment does not import the lane's Triton and numpy, or None."""
+def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = False,
+                        interpreter: bool = True) -> str | None:
+    """Why the lane environment does not import the lane's Triton (and, where its checks run the
+    Triton interpreter, the lane's numpy), or None."""
     got, where, errors = fp.get("imported") or {}, fp.get("origins") or {}, fp.get("import_errors") or {}
     hint = " (--no-venv needs the lane's exact Triton installed)" if passthrough_mode else ""
     if not got.get("triton") or Version(got["triton"]) != lane.version:
         return (f"lane {lane.title} needs triton {lane.triton}, the environment imports {got.get('triton')} "
                 f"from {where.get('triton')}{hint} {errors.get('triton', '')}").rstrip()
-    if lane.numpy and (not got.get("numpy") or Version(got["numpy"]) not in SpecifierSet(lane.numpy)):
+    if interpreter and lane.numpy and (not got.get("numpy") or Version(got["numpy"]) not in SpecifierSet(lane.numpy)):
         return (f"lane {lane.title} needs numpy{lane.numpy} ({lane.numpy_reason}), the environment imports "
                 f"{got.get('numpy')} from {where.get('numpy')} {errors.get('numpy', '')}").rstrip()
     return None
