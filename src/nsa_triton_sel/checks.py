@@ -64,7 +64,7 @@ def start_beside(spans, positions, block_size, dims, device):
     current = torch.cuda.current_stream(device)
     side = _SIDE_STREAMS.get(device)
     if side is None:
-        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device, priority=-1)  # ahead of the kernel's blocks
     side.wait_stream(current)  # the caller's spans are written on its stream
     with torch.cuda.stream(side):
         flags = value_flags(spans, positions, block_size, dims)
