@@ -37,6 +37,7 @@ def _fake_timer(monkeypatch, cls, clock, iters, warmup):
     monkeypatch.setattr(torch.cuda, "_sleep", fake_sleep, raising=False)
     timer = cls.__new__(cls)
     timer.iters, timer.warmup, timer.use_do_bench, timer.flush_buf = iters, warmup, False, FlushBuf()
+    timer.flush = "zero"  # the default: the fake buffer counts zeroings
     timer._cycles_per_ms = 1000.0  # instance value: no calibration against fake events
     return timer
 
