@@ -11,6 +11,7 @@
 #   bench     NSA_SEL_GPU=1 nox -s bench-X --no-venv (pytest-benchmark: seeds' shapes, NSA forward and
 #             forward + backward against SDPA and the peers in PEERS_DIR)
 #   perf      python -m bench.perf_nsa (issue 18 table) and python -m bench.host_cost --compiled (issue 16)
+#   host      python -m bench.host_cost (issue 16: host us per call, validate=True's checks both placements)
 #   train     python -m bench.train_nsa --check (issue 17 table; TRAIN_ARGS adds e.g. --sweep)
 #   tests     python -m pytest -m gpu on TESTS (default: kernels, backward, operator, regressions): for a
 #             Triton brought as a tree on PYTHONPATH (an off-pair lane), without the ledger
@@ -56,6 +57,9 @@ case "$STAGE" in
         timeout -k 10 420 $PY -m bench.perf_nsa ${PEERS:+--peers "$PEERS"} --out "$OUT"
         timeout -k 10 150 $PY -m bench.host_cost --compiled --json "$OUT/host_cost.json"
         ;;
+    host)
+        timeout -k 10 300 $PY -m bench.host_cost ${HOST_ARGS:-} --json "$OUT/host_cost.json"
+        ;;
     train)
         timeout -k 10 560 $PY -m bench.train_nsa ${PEERS:+--peers "$PEERS"} --check --csv "$OUT/train.csv" ${TRAIN_ARGS:-}
         ;;
@@ -65,7 +69,7 @@ case "$STAGE" in
             ${TESTS:-tests/test_kernels_gpu.py tests/test_backward_gpu.py tests/test_op_gpu.py tests/test_triton_regressions_gpu.py}
         ;;
     *)
-        echo "unknown stage '$STAGE' (accepted: lane, bench, perf, train, tests)"
+        echo "unknown stage '$STAGE' (accepted: lane, bench, perf, host, train, tests)"
         exit 2
         ;;
 esac

@@ -209,11 +209,14 @@ def test_dk192_h64_through_selection_attention(dtype):
     check_against_oracle(out, lse, q, k, v1, p1["ranges"], what=f"dk192 h64 decode {dtype}")
 
 
-def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good():
-    """validate=True on the Triton path: the checks run on a side stream beside the kernel, the call
-    waits for them and raises; good input gives the same result as validate=False."""
+@pytest.mark.parametrize("placement", ["stream", "side"])
+def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good(placement, monkeypatch):
+    """validate=True on the Triton path: the checks are enqueued with the kernel (on the caller's
+    stream ahead of it, or on a side stream), the call waits for them and raises; good input gives
+    the same result as validate=False."""
     from nsa_triton_sel import checks, dispatch
 
+    monkeypatch.setattr(checks, "PLACEMENT", placement)
     p = nsa_problem(512, device="cuda", seed=7)
     q, k, v, ranges = p["q"], p["k"], p["v"], p["ranges"]
     r = dispatch.route(q, k, v)

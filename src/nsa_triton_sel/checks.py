@@ -2,8 +2,9 @@
 
 ``validate=True`` reads the spans' values (``contract.range_flags`` / ``block_flags``): one host
 sync.  Before the kernel, that sync leaves the GPU idle while the host then launches the kernel;
-on the Triton path the checks can instead run on a side stream while the kernel runs, because
-the kernels clamp every span into ``[0, T)`` and so never read out of bounds, whatever the values.
+on the Triton path the kernel can instead be enqueued right behind the checks before the host waits
+for them, because the kernels clamp every span into ``[0, T)`` and so never read out of bounds,
+whatever the values.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def beside_the_kernel(r, device) -> bool:
 
     The kernels clamp every span into ``[0, T)`` (``forward._clamp_spans``; block indices are
     clamped by construction), so invalid values cannot make them read out of bounds: the checks
-    can run on a side stream while the kernel runs, and raise when they answer.  The packed-SDPA
+    are enqueued with the kernel right behind them, and raise when they answer.  The packed-SDPA
     paths (other routes, the ``sel_triton_min_L`` row split) gather by index and must not see bad
     values: their checks run first.  Measured on the H100 (Triton 3.6, T = 8K prefill): checks
     first cost +16 % (random) and +31 % (local) over ``validate=False``.
@@ -58,28 +59,42 @@ def _landing(device, flags):
     return hit
 
 
+PLACEMENTS = ("stream", "side")
+# Where the checks beside the kernel run: "stream" = on the caller's stream, just before the kernel
+# (the kernel is enqueued behind them before the host waits, so the GPU never idles); "side" = on a
+# high-priority side stream that first waits for the caller's stream, running beside the kernel.
+PLACEMENT = "stream"
+
+
 def start_beside(spans, positions, block_size, dims, device):
-    """Enqueue the value checks on a side stream; returns ``finish()``, which waits for them only
+    """Enqueue the value checks (see ``PLACEMENT``); returns ``finish()``, which waits for them only
     (not for the kernel enqueued meanwhile) and raises what they found."""
     current = torch.cuda.current_stream(device)
-    side = _SIDE_STREAMS.get(device)
-    if side is None:
-        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device, priority=-1)  # ahead of the kernel's blocks
-    side.wait_stream(current)  # the caller's spans are written on its stream
-    with torch.cuda.stream(side):
+    stream = current if PLACEMENT == "stream" else _side_stream(device)
+    if stream is not current:
+        stream.wait_stream(current)  # the caller's spans are written on its stream
+    with torch.cuda.stream(stream):
         flags = value_flags(spans, positions, block_size, dims)
         host, done = _landing(device, flags)
         host.copy_(flags, non_blocking=True)
-        done.record(side)
-    for x in (spans, positions):  # read on the side stream: keep their memory until it is done
-        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
-            x.record_stream(side)
+        done.record(stream)
+    if stream is not current:
+        for x in (spans, positions):  # read on the side stream: keep their memory until it is done
+            if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+                x.record_stream(stream)
 
     def finish():
         done.synchronize()
         raise_value_errors(spans, positions, block_size, dims, host.tolist())
 
     return finish
+
+
+def _side_stream(device):
+    side = _SIDE_STREAMS.get(device)
+    if side is None:
+        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device, priority=-1)  # ahead of the kernel's blocks
+    return side
 
 
 def before_the_kernel(spans, positions, block_size, dims, r, device) -> int | None:
