@@ -13,7 +13,7 @@ def test_base_record_marks_cpu_torch_off_pair_and_drops_cache_path():
     assert b["torch_paired"] is False and "CPU build" in b["off_pair_reason"]
     assert b["knobs"] == {"TRITON_DEFAULT_FP_FUSION": "1"}
     for field in ("triton", "torch", "python", "numpy", "cuda", "driver", "gpu", "arch", "date", "git_commit",
-                  "triton_imported", "numpy_imported", "torch_imported"):
+                  "triton_imported", "process"):
         assert field in b
 
 
@@ -43,7 +43,19 @@ def test_record_rejects_unknown_verdict(verdict):
 def test_record_takes_the_imported_versions_of_its_process():
     rec = ledger.record(F.base("3.1", "compile"), kernel="k", verdict="pass",
                         imported={"triton": "3.1.0", "numpy": None, "torch": None})
-    assert (rec["triton_imported"], rec["numpy_imported"], rec["torch_imported"]) == ("3.1.0", None, None)
+    assert (rec["triton_imported"], rec["process"]) == ("3.1.0", {"numpy": None, "torch": None})
+
+
+def test_a_schema_2_record_is_read_as_schema_3():
+    """Schema 2 kept numpy's and torch's imported versions at the top level; schema 3 keeps only the
+    Triton there (every top-level ``*_imported`` field names a Triton)."""
+    rec = ledger.record(F.base("3.1", "compile"), kernel="k", verdict="pass",
+                        imported={"triton": "3.1.0", "numpy": "1.26.4", "torch": "2.13.0+cpu"})
+    old = {k: v for k, v in rec.items() if k != "process"}
+    old.update(schema=2, numpy_imported="1.26.4", torch_imported="2.13.0+cpu")
+    assert ledger.records.migrate(old) == rec
+    assert ledger.records.problems(old) and not ledger.records.problems(ledger.records.migrate(old))
+    assert ledger.records.migrate({**old, "schema": 1})["schema"] == 1  # schema 1 stays refused
 
 
 def test_a_record_from_a_process_that_imported_another_triton_becomes_an_error():

@@ -26,7 +26,7 @@ def test_load_ledger_rejects_a_torn_line(tmp_path):
 @pytest.mark.parametrize("change, expect", [
     ({"verdict": "failed"}, "unknown verdict 'failed'"),
     ({"verdict": "passed"}, "unknown verdict 'passed'"),
-    ({"schema": 1}, "schema 1, this code reads 2"),
+    ({"schema": 1}, "schema 1, this code reads 3"),
     ({"triton": "three"}, "triton 'three' is not a version"),
 ])
 def test_malformed_ledger_lines_name_file_line_and_what_is_wrong(tmp_path, change, expect):

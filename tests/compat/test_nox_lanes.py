@@ -227,8 +227,8 @@ def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
     fp = {"imported": {"triton": "3.6.0", "numpy": "2.5.2", "torch": "2.11.0"}, "origins": {}}
     assert nox_lanes.environment_problem(fp, lane, True, interpreter=False) is None
     assert "needs numpy<2.4" in nox_lanes.environment_problem(fp, lane, True, interpreter=True)
-    rec = {"triton": "3.6.0", "triton_imported": "3.6.0", "numpy_imported": "2.5.2", "verdict": "pass",
-           "message": ""}
+    rec = {"triton": "3.6.0", "triton_imported": "3.6.0", "process": {"numpy": "2.5.2", "torch": "2.11.0"},
+           "verdict": "pass", "message": ""}
     out, problem = nox_lanes.isolate([{**rec, "mode": "gpu"}, {**rec, "mode": "aot"}], lane)
     assert problem is None and [r["verdict"] for r in out] == ["pass", "pass"]
     out, problem = nox_lanes.isolate([{**rec, "mode": "interp"}], lane)

@@ -182,7 +182,7 @@ def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | No
         checked = ledger.enforce_isolation(rec)
         if checked is not rec:
             wrong.add(f"triton {rec['triton_imported']} instead of {lane.triton}")
-        got_np = rec.get("numpy_imported")
+        got_np = (rec.get("process") or {}).get("numpy")
         if checked is rec and got_np and rec.get("mode") == "interp" and Version(got_np) not in numpy_ok:
             why = f"its process imported numpy {got_np}, outside the lane's numpy{lane.numpy} ({lane.numpy_reason})"
             checked = {**rec, "verdict": ERROR, "isolation_error": why, "message": f"{why} | was {rec['verdict']}"}

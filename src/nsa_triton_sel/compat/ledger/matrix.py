@@ -158,7 +158,7 @@ def _env_table(recs: list[dict]) -> list[str]:
         commit = (r.get("git_commit") or "?")[:12]
         rows.append([r.get("lane"), r.get("check"), r.get("mode"), r.get("machine"), r.get("python"),
                      r.get("torch"), paired, r.get("triton"), _imported(run, "triton_imported"),
-                     _imported(run, "numpy_imported"), r.get("cuda") or "—",
+                     _imported([x.get("process") or {} for x in run], "numpy"), r.get("cuda") or "—",
                      r.get("driver") or "—", knobs, commit, (r.get("date") or "")[:16]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

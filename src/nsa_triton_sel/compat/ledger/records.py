@@ -2,20 +2,22 @@
 
 A *record* is a flat JSON object, one verdict of one kernel/test on one release::
 
-    {"schema": 2, "lane": "3.1", "triton": "3.1.0", "check": "parity", "mode": "interp",
+    {"schema": 3, "lane": "3.1", "triton": "3.1.0", "check": "parity", "mode": "interp",
      "kernel": "tests/test_kernels_interp.py::test_fwd[fp16]", "arch": null, "verdict": "pass",
      "message": "", "metrics": {"seconds": 0.8},
-     "triton_imported": "3.1.0", "numpy_imported": "1.26.4", "torch_imported": "2.13.0+cpu",
+     "triton_imported": "3.1.0", "process": {"numpy": "1.26.4", "torch": "2.13.0+cpu"},
      "torch": "2.13.0+cpu", "torch_paired": false, "off_pair_reason": "...", "python": "3.11.9",
      "numpy": "1.26.4", "cuda": null, "driver": null, "gpu": null, "knobs": {...}, "date": "...",
      "git_commit": "abc123", "session": "parity-3.1", "run_id": "parity-3.1@...", "machine": "cpu"}
 
-``triton`` is the release the lane *declares*; ``*_imported`` are the versions the process that
-produced the verdict actually imported (None: it did not import that package).  A record whose
-process imported another Triton than the one it names is not evidence about that release:
-:func:`enforce_isolation` turns it into an ``error`` naming both versions, and the ledger keeps
-nothing else for it.  Schema 2 added the imported fields (schema-1 records came from lanes that
-were not isolated and were dropped; see ``constraints/HISTORY.md``).
+``triton`` is the release the lane *declares*; ``triton_imported`` is the Triton the process that
+produced the verdict actually imported, and ``process`` the numpy and torch it imported (None: it
+did not import that package).  A record whose process imported another Triton than the one it
+names is not evidence about that release: :func:`enforce_isolation` turns it into an ``error``
+naming both versions, and the ledger keeps nothing else for it.  Schema 2 added the imported
+versions (schema-1 records came from lanes that were not isolated and were dropped; see
+``constraints/HISTORY.md``); schema 3 moved numpy's and torch's into ``process``, so that every
+top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
 
-SCHEMA = 2
-IMPORTED_FIELDS = ("triton_imported", "numpy_imported", "torch_imported")
+SCHEMA = 3
+IMPORTED_FIELDS = ("triton_imported", "process")
 REQUIRED_FIELDS = ("schema", "lane", "triton", "check", "mode", "kernel", "verdict", "run_id") + IMPORTED_FIELDS
 
 
@@ -36,9 +38,21 @@ def now_iso() -> str:
 
 
 def imported_fields(versions: dict | None) -> dict:
-    """``{"triton": "3.1.0", ...}`` (what a process reported) -> the record's ``*_imported`` fields."""
+    """``{"triton": "3.1.0", ...}`` (what a process reported) -> the record's imported fields."""
     versions = versions or {}
-    return {f"{name}_imported": versions.get(name) for name in ("triton", "numpy", "torch")}
+    return {"triton_imported": versions.get("triton"),
+            "process": {"numpy": versions.get("numpy"), "torch": versions.get("torch")}}
+
+
+def migrate(rec):
+    """A schema-2 record in schema 3 (its numpy and torch versions moved into ``process``); any other
+    record unchanged (:func:`problems` reports what is wrong with it)."""
+    if not isinstance(rec, dict) or rec.get("schema") != 2:
+        return rec
+    out = {k: v for k, v in rec.items() if k not in ("numpy_imported", "torch_imported")}
+    out["schema"] = SCHEMA
+    out["process"] = {"numpy": rec.get("numpy_imported"), "torch": rec.get("torch_imported")}
+    return out
 
 
 def base_record(lane, fp: dict, *, check: str, mode: str, session: str, run_id: str,
@@ -104,8 +118,8 @@ def record(base: dict, *, kernel: str, verdict: str, message: str = "", arch: in
     rec.update(kernel=kernel, verdict=verdict, message=clip(message), arch=arch, metrics=metrics or {})
     if imported is not None:
         rec.update(imported_fields(imported))
-    for field in IMPORTED_FIELDS:
-        rec.setdefault(field, None)
+    for field, empty in imported_fields(None).items():
+        rec.setdefault(field, empty)
     rec.update(extra)
     return rec
 
@@ -150,8 +164,8 @@ def problems(rec) -> list[str]:
         return [f"a record must be a JSON object, got {type(rec).__name__}"]
     out = []
     if rec.get("schema") != SCHEMA:
-        out.append(f"schema {rec.get('schema')!r}, this code reads {SCHEMA} (schema-1 records came from lanes "
-                   "that were not isolated; drop them with `nsa-sel pin --reset`)")
+        out.append(f"schema {rec.get('schema')!r}, this code reads {SCHEMA} (and 2, migrated on load; schema-1 "
+                   "records came from lanes that were not isolated: drop them with `nsa-sel pin --reset`)")
     missing = [f for f in REQUIRED_FIELDS if f not in rec]
     if missing:
         out.append(f"missing field(s) {', '.join(missing)}")

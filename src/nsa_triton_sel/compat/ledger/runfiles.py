@@ -19,7 +19,7 @@ from typing import Iterable
 
 from ..atomic import atomic_write_text
 from ..verdicts import ERROR, INTERRUPTED
-from .records import SCHEMA, now_iso, problems, record
+from .records import SCHEMA, migrate, now_iso, problems, record
 
 KIND = "lane-run"
 RUN_FILE_STATES = ("running", "complete", "interrupted", "error")
@@ -101,6 +101,7 @@ def read_run_file(path: Path) -> dict:
         raise RunFileError(f"{path}: status {doc.get('status')!r}, expected one of {RUN_FILE_STATES}")
     if not isinstance(doc.get("records"), list):
         raise RunFileError(f"{path}: \"records\" must be a list")
+    doc["records"] = [migrate(rec) for rec in doc["records"]]
     for i, rec in enumerate(doc["records"]):
         bad = problems(rec)
         if bad:

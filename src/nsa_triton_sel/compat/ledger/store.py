@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .records import problems
+from .records import migrate, problems
 
 
 class LedgerError(ValueError):
@@ -33,6 +33,7 @@ def load_ledger(path: Path) -> list[dict]:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LedgerError(f"{path}:{n}: not a JSON record ({exc.msg} at column {exc.colno})") from None
+        rec = migrate(rec)
         bad = problems(rec)
         if bad:
             raise LedgerError(f"{path}:{n}: {'; '.join(bad)}")
