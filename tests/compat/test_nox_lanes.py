@@ -92,6 +92,14 @@ def test_a_lane_whose_compile_children_imported_another_triton_fails_loudly(tmp_
     assert any("its processes imported triton 3.9.0" in line for line in s.logs)
 
 
+def test_the_lane_log_names_every_version_its_processes_imported():
+    recs = [{"triton_imported": "3.9.0", "process": {"numpy": "2.4.6", "torch": "2.13.0+cpu"}},
+            {"triton_imported": "3.9.0", "process": {"numpy": None, "torch": None}}]
+    assert nox_lanes.imported_summary(recs) == "triton 3.9.0, numpy 2.4.6, torch 2.13.0+cpu"
+    assert nox_lanes.imported_summary([{"triton_imported": None}]) == (
+        "triton (not imported), numpy (not imported), torch (not imported)")
+
+
 def test_an_isolated_compile_lane_records_what_its_children_imported(tmp_path):
     s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
                     posargs=["--results", str(tmp_path / "results")])

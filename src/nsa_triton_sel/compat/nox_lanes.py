@@ -198,7 +198,7 @@ def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | No
 def imported_summary(records: list[dict]) -> str:
     parts = []
     for name in ("triton", "numpy", "torch"):
-        seen = sorted({str(r[f"{name}_imported"]) for r in records if r.get(f"{name}_imported")})
+        seen = sorted({str(v) for r in records if (v := ledger.imported_versions(r)[name])})
         parts.append(f"{name} {' + '.join(seen) or '(not imported)'}")
     return ", ".join(parts)
 

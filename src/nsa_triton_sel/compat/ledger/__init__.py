@@ -13,7 +13,7 @@ from .cells import NOT_RUN, by_release_check, cell, first_line, reasons, release
 from .known_good import known_good_specifier, render_known_good
 from .matrix import gpu_evidence, render_matrix
 from .pinning import PinError, main, pin, verify
-from .records import (IMPORTED_FIELDS, SCHEMA, base_record, enforce_isolation, imported_fields, isolation_problem,
+from .records import (IMPORTED_FIELDS, SCHEMA, base_record, enforce_isolation, imported_fields, imported_versions, isolation_problem,
                       now_iso, off_pair_reason, problems, record)
 from .reports import attach_benchmarks, records_from_junit, records_from_smoke, tidy_message
 from .runfiles import RunFileError, load_run_files, read_run_file, records_of_run, run_file, write_run
@@ -22,7 +22,7 @@ from .store import LedgerError, digest, dump_ledger, load_ledger, merge, run_key
 __all__ = [
     "IMPORTED_FIELDS", "NOT_RUN", "SCHEMA", "LedgerError", "PinError", "RunFileError", "attach_benchmarks",
     "base_record", "by_release_check", "cell", "digest", "dump_ledger", "enforce_isolation", "first_line",
-    "gpu_evidence", "imported_fields", "isolation_problem", "known_good_specifier", "load_ledger", "load_run_files",
+    "gpu_evidence", "imported_fields", "imported_versions", "isolation_problem", "known_good_specifier", "load_ledger", "load_run_files",
     "main", "merge", "now_iso", "off_pair_reason", "pin", "problems", "read_run_file", "reasons", "record",
     "records_from_junit", "records_from_smoke", "records_of_run", "release_verdicts", "render_known_good",
     "render_matrix", "run_file", "run_key", "sort_records", "tidy_message", "verify", "write_run",

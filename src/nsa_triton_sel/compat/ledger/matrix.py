@@ -11,6 +11,7 @@ import statistics
 
 from ..verdicts import BAD, PASS
 from .cells import NOT_RUN, by_release_check, cell, reasons
+from .records import imported_versions
 from .store import run_key
 
 MATRIX_COLUMNS = (("compile", None, "compile (AOT)"), ("parity", "interp", "parity (interpreter)"),
@@ -138,9 +139,9 @@ def _note(lane, check, title, verdict, cell_recs, grouped, required) -> str:
     return f"- **{lane.triton} · {title}**: {body}"
 
 
-def _imported(recs: list[dict], field: str) -> str:
-    """The versions a run's processes imported (several would mean a mixed run); — if none did."""
-    seen = sorted({str(r[field]) for r in recs if r.get(field)})
+def _imported(recs: list[dict], name: str) -> str:
+    """The versions of ``name`` a run's processes imported (several would mean a mixed run); — if none did."""
+    seen = sorted({str(v) for r in recs if (v := imported_versions(r)[name])})
     return " + ".join(seen) or "—"
 
 
@@ -157,8 +158,8 @@ def _env_table(recs: list[dict]) -> list[str]:
         knobs = ", ".join(f"{k}={v}" for k, v in sorted((r.get("knobs") or {}).items())) or "—"
         commit = (r.get("git_commit") or "?")[:12]
         rows.append([r.get("lane"), r.get("check"), r.get("mode"), r.get("machine"), r.get("python"),
-                     r.get("torch"), paired, r.get("triton"), _imported(run, "triton_imported"),
-                     _imported([x.get("process") or {} for x in run], "numpy"), r.get("cuda") or "—",
+                     r.get("torch"), paired, r.get("triton"), _imported(run, "triton"),
+                     _imported(run, "numpy"), r.get("cuda") or "—",
                      r.get("driver") or "—", knobs, commit, (r.get("date") or "")[:16]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

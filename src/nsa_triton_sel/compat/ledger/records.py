@@ -44,6 +44,12 @@ def imported_fields(versions: dict | None) -> dict:
             "process": {"numpy": versions.get("numpy"), "torch": versions.get("torch")}}
 
 
+def imported_versions(rec: dict) -> dict:
+    """``{"triton": ..., "numpy": ..., "torch": ...}``: what the record's process imported."""
+    process = rec.get("process") or {}
+    return {"triton": rec.get("triton_imported"), "numpy": process.get("numpy"), "torch": process.get("torch")}
+
+
 def migrate(rec):
     """A schema-2 record in schema 3 (its numpy and torch versions moved into ``process``); any other
     record unchanged (:func:`problems` reports what is wrong with it)."""
