@@ -267,12 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         import triton  # noqa: F401 - imported for what it says it is
     except Exception:  # noqa: BLE001 - compile_request reports it as a verdict
         pass
-    _write_json(argv[1] + ".imported", imported_versions())
-    _write_json(argv[1], compile_request(req))
+    write_json(argv[1] + ".imported", imported_versions())
+    write_json(argv[1], compile_request(req))
     return 0
 
 
-def _write_json(path: str, doc: dict) -> None:
+def write_json(path: str, doc: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f)

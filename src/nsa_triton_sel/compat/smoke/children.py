@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import site
 import subprocess
@@ -36,6 +37,8 @@ from ..verdicts import CRASH, TIMEOUT
 FP_FUSION_DEFAULT = "1"  # Triton 3.9 warns when unset; 3.10 flips the default to "disabled"
 SHARED_PATH_ENV = "NSA_SEL_SHARED_PATH"
 CHECKED_PACKAGES = ("triton", "numpy", "torch")
+SERVER_START_TIMEOUT = 120.0  # seconds for a compile server to import Triton and say so
+SERVER_REPLY_SLACK = 30.0  # beyond a compile's own timeout (the server kills it at the timeout)
 # Children start through this bootstrap rather than ``python -m``: it appends the directories the
 # parent shares (os.pathsep-separated in NSA_SEL_SHARED_PATH) *after* the child's own
 # site-packages, then runs the module as __main__ with the remaining arguments.
@@ -160,8 +163,12 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
     req_path, res_path = workdir / "request.json", workdir / "result.json"
     req_path.write_text(json.dumps(req))
     rc, seconds = run_module("nsa_triton_sel.compat.aot", [str(req_path), str(res_path)], workdir, timeout, python)
-    tail = stderr_tail(workdir / "stderr.txt")
     imported = _read_imported(Path(f"{res_path}.imported"))  # written before the compile: survives an abort
+    return _outcome(rc, seconds, timeout, res_path, stderr_tail(workdir / "stderr.txt"), imported)
+
+
+def _outcome(rc, seconds, timeout, res_path: Path, tail: str, imported: dict) -> dict:
+    """A compile's result from its exit status: its result file, or a ``crash``/``timeout`` verdict."""
     if rc is None:
         return {"verdict": TIMEOUT, "message": f"no result after {timeout:g} s; killed",
                 "seconds": seconds, "stderr_tail": tail, "imported": imported}
@@ -171,6 +178,95 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
         return result
     return {"verdict": CRASH, "message": crash_message(rc, tail), "seconds": seconds,
             "returncode": rc, "stderr_tail": tail, "imported": imported}
+
+
+class CompileServer:
+    """A compile server child (:mod:`..forkserver`): imports Triton once, forks one process per compile.
+
+    :meth:`compile` returns what :func:`run_child` does.  A server that died (it should not: the
+    compiles crash in their own processes) answers with a ``crash`` and is not used again.
+    """
+
+    def __init__(self, workdir: Path, python: str):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self._err = open(workdir / "server-stderr.txt", "wb")
+        self.proc = subprocess.Popen(child_command(python, "nsa_triton_sel.compat.forkserver"),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                     cwd=os.getcwd(), env=child_env(str(workdir / "cache")),
+                                     start_new_session=True, text=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self.proc)
+        hello = self._reply(SERVER_START_TIMEOUT)
+        self.imported = (hello or {}).get("imported") or {}
+        self.alive = hello is not None
+
+    def _reply(self, timeout: float) -> dict | None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        try:
+            return json.loads(line) if line else None
+        except ValueError:
+            return None
+
+    def compile(self, req: dict, workdir: Path, timeout: float) -> dict:
+        workdir.mkdir(parents=True, exist_ok=True)
+        req_path, res_path, err_path = workdir / "request.json", workdir / "result.json", workdir / "stderr.txt"
+        req_path.write_text(json.dumps(req))
+        job = {"request": str(req_path), "result": str(res_path), "stderr": str(err_path),
+               "cache": str(workdir / "cache"), "timeout": timeout}
+        reply = None
+        if self.alive:
+            try:
+                self.proc.stdin.write(json.dumps(job) + "\n")
+                self.proc.stdin.flush()
+                reply = self._reply(timeout + SERVER_REPLY_SLACK)
+            except (BrokenPipeError, OSError):
+                reply = None
+        if reply is None:
+            self.alive = False
+            tail = stderr_tail(self.workdir / "server-stderr.txt")
+            return {"verdict": CRASH, "message": f"the compile server died: {tail.splitlines()[-1] if tail else '?'}",
+                    "seconds": 0.0, "returncode": None, "stderr_tail": tail, "imported": self.imported}
+        return _outcome(reply["rc"], reply["seconds"], timeout, res_path, stderr_tail(err_path), self.imported)
+
+    def close(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self.proc)
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _kill_group(self.proc)
+        self._err.close()
+
+
+class ServerPool:
+    """One :class:`CompileServer` per worker thread, started on first use, replaced when one dies."""
+
+    def __init__(self, root: Path, python: str):
+        self.root, self.python = root, python
+        self._local = threading.local()
+        self._all: list[CompileServer] = []
+        self._lock = threading.Lock()
+
+    def compile(self, req: dict, workdir: Path, timeout: float) -> dict:
+        server = getattr(self._local, "server", None)
+        if server is None or not server.alive:
+            with self._lock:
+                server = CompileServer(self.root / f"server-{len(self._all)}", self.python)
+                self._all.append(server)
+            self._local.server = server
+        return server.compile(req, workdir, timeout)
+
+    def close(self) -> None:
+        for server in self._all:
+            server.close()
+
+
+def forking() -> bool:
+    """Whether compiles go through compile servers (POSIX; ``NSA_SEL_SMOKE_FORK=0`` turns them off)."""
+    return hasattr(os, "fork") and os.environ.get("NSA_SEL_SMOKE_FORK", "1") != "0"
 
 
 def _read_imported(path: Path) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import static_check
 from ..specs import CompileSpec, check_unique, load_specs
 from ..verdicts import OK, UNSUPPORTED
-from .children import child_env, kill_live_children, recorded_env, run_child
+from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
 DEFAULT_ARCHS = (80, 89, 90)
@@ -155,15 +155,23 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
             else:
                 todo.append((i, spec, arch))
     lock = threading.Lock()
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futs = {pool.submit(run_child, spec.request(arch), root / f"{i:03d}-sm{arch}", timeout, python):
-                (spec, arch) for i, spec, arch in todo}
-        for fut in as_completed(futs):
-            spec, arch = futs[fut]
-            res = make_result(spec, arch, fut.result(), version)
-            with lock:
-                results.append(res)
-            bar.advance(f"{spec.name} sm_{arch}: {res.verdict}")
+    # Compile servers import Triton once per worker and fork a process per compile (forkserver.py);
+    # without fork, one new child per compile.
+    servers = ServerPool(root, python) if forking() else None
+    compile_one = servers.compile if servers else (lambda req, wd, t: run_child(req, wd, t, python))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(compile_one, spec.request(arch), root / f"{i:03d}-sm{arch}", timeout):
+                    (spec, arch) for i, spec, arch in todo}
+            for fut in as_completed(futs):
+                spec, arch = futs[fut]
+                res = make_result(spec, arch, fut.result(), version)
+                with lock:
+                    results.append(res)
+                bar.advance(f"{spec.name} sm_{arch}: {res.verdict}")
+    finally:
+        if servers:
+            servers.close()
     order = {s.name: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: (order[r.spec], r.arch))
     return results, skipped
