@@ -23,11 +23,9 @@ CPU under the Triton interpreter with a modelled clock: it checks the code path 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -193,12 +191,7 @@ def main(argv=None) -> int:
             if device == "cuda":
                 torch.cuda.empty_cache()
     if a.csv:
-        Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
-        with open(a.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=NSA_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({c: csvio.fmt(r.get(c)) for c in NSA_COLUMNS})
+        csvio.write_csv(a.csv, rows, append=False, columns=NSA_COLUMNS)
     return 0
 
 

@@ -66,28 +66,31 @@ def fmt(v) -> str:
     return "" if v is None else str(v)
 
 
-def write_csv(path: str | os.PathLike, rows: Iterable[dict], append: bool = True) -> None:
-    """Write rows with the full COLUMNS header; append keeps existing rows (header once).
+def write_csv(path: str | os.PathLike, rows: Iterable[dict], append: bool = True,
+              columns: list[str] | None = None) -> None:
+    """Write rows with the full ``columns`` header (default: the sweep's COLUMNS); append keeps
+    existing rows (header once).
 
-    Appending to a file whose header differs from COLUMNS is refused, because the
-    threshold script reads columns by name and a mixed file would be misread.
+    Appending to a file whose header differs is refused, because the threshold script reads
+    columns by name and a mixed file would be misread.
     """
+    columns = COLUMNS if columns is None else columns
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     exists = p.exists() and p.stat().st_size > 0
     if exists and append:
         with p.open(newline="") as fh:
             header = next(csv.reader(fh), [])
-        if header != COLUMNS:
+        if header != columns:
             raise ValueError(f"{p} has a different header ({len(header)} columns); "
-                             f"write to a new file or delete it (expected: {','.join(COLUMNS[:6])},...)")
+                             f"write to a new file or delete it (expected: {','.join(columns[:6])},...)")
     mode = "a" if (exists and append) else "w"
     with p.open(mode, newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        w = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
         if mode == "w":
             w.writeheader()
         for r in rows:
-            w.writerow({c: fmt(r.get(c)) for c in COLUMNS})
+            w.writerow({c: fmt(r.get(c)) for c in columns})
 
 
 def read_csv(paths: Iterable[str | os.PathLike]) -> list[dict]:

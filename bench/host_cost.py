@@ -35,6 +35,8 @@ from types import SimpleNamespace
 
 import torch
 
+from bench import timers
+
 from nsa_triton_sel import checks, config, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import launch
@@ -67,16 +69,8 @@ def graph_us(fn, calls: int) -> float | None:
     """GPU microseconds per call from a CUDA-graph replay (None off CUDA, or if the call cannot be captured)."""
     if not CUDA:
         return None
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
-            fn()
+        graph, _ = timers.capture_graph(fn)
     except Exception:  # noqa: BLE001 - a call that syncs cannot be captured
         return None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -23,7 +23,6 @@ The packed-SDPA path runs where it fits (``--sdpa-max-T``, default 8192; about 3
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from bench import csvio
 from bench import train_contenders as TC
 
 COLUMNS = ["T", "sel", "contender", "fwd_ms", "fwdbwd_ms", "bwd_ms", "tflops", "pct_mm", "bwd_tflops",
@@ -257,12 +257,7 @@ def main(argv=None) -> int:
             del p
     print_table(rows)
     if args.csv:
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items() if k in COLUMNS})
+        csvio.write_csv(args.csv, rows, append=False, columns=COLUMNS)
         log(f"wrote {args.csv}")
     return 0
 
