@@ -4,22 +4,22 @@ thresholds file the dispatcher reads.
 
     python -m bench.sel_threshold_from_csv --dense bench/results/X/sel_dense.csv \
         --varlen bench/results/X/sel_varlen.csv --decode bench/results/X/sel_decode.csv \
-        --margin 1.2 --max-mae 1e-3 --out bench/results/X/report.md --write-config
+        --max-mae 1e-3 --out bench/results/X/report.md --write-config
 
-Rule, per (GPU, Triton minor version): the threshold is the smallest tested L such that
+Rule, per (GPU, Triton release): the threshold is the smallest tested L such that
 *every* gating row with L' >= L (every N, H, D, Dv and distribution, streams = 1) has
-Triton at least ``margin`` times faster than SDPA (``speedup`` column), MAE against the
+Triton at least ``margin`` times as fast as SDPA (``speedup`` column; default 1.0: a row
+goes to SDPA only where SDPA was measured faster, issue 26), MAE against the
 float64 oracle at most ``max_mae``, status ok and no suspect flag.  "From which" is
 meant literally: a configuration that loses at a larger L vetoes every smaller
 threshold.  If even the largest L fails, the answer is "keep Triton off" (``null`` in the
 thresholds file).  Dense (few) and varlen (many/mixed) rows gate; decode rows are
 reported, and gate too with ``--gate-decode``.
 
-Baselines (``--baseline``): ``sdpa`` (default, the rule above) compares against SDPA on
-the pre-gathered packed keys, gather not charged: the ``speedup`` column.  ``fallback``
-compares against what the dispatcher actually runs on a row below the threshold,
-``packed_sdpa`` = gather + masked SDPA (the ``ref_gather_ms`` column; rows without it use
-``ref_ms``).  The report always shows both verdicts; the chosen one is written.
+Baselines (``--baseline``): ``fallback`` (default) compares against what the dispatcher
+actually runs on a call below the threshold, ``packed_sdpa`` = gather + masked SDPA (the
+``ref_gather_ms`` column; rows without it use ``ref_ms``); ``sdpa`` compares against SDPA on
+the pre-gathered packed keys, gather not charged: the ``speedup`` column.  The report always shows both verdicts; the chosen one is written.
 
 The report (Markdown) has the verdict and why, a per-L gate table, the suspect rows and
 the full tables; the plot (PNG, needs matplotlib) shows speedup vs L per distribution
@@ -48,16 +48,25 @@ FAKE_TIMERS = ("model", "wall")  # dry runs and CPU runs: never evidence for the
 def update_thresholds(path: Path, entries: list[dict]) -> dict:
     """Insert or replace entries keyed by (gpu, triton) in the thresholds file, atomically.
 
-    Creates the file (schema 1, default_min_L 4096) if it does not exist; keeps every
-    other entry and key as they are.
+    Creates the file (schema 2) if it does not exist; keeps every other entry and key as they
+    are.  Every entry is checked as the dispatcher checks it (``config.entry_problem``): one that
+    could move rows to SDPA without SDPA measured faster is refused.
     """
+    from nsa_triton_sel import config
+
     path = Path(path)
     if path.exists():
         data = json.loads(path.read_text())
-        if data.get("schema") != 1 or not isinstance(data.get("entries"), list):
-            raise ValueError(f"{path}: not a thresholds file (expected schema 1 with an 'entries' list)")
+        if not isinstance(data, dict) or data.get("schema") != config.THRESHOLDS_SCHEMA \
+                or not isinstance(data.get("entries"), list):
+            raise ValueError(f"{path}: not a thresholds file (expected schema {config.THRESHOLDS_SCHEMA} with an "
+                             f"'entries' list)")
     else:
-        data = {"schema": 1, "default_min_L": 4096, "entries": []}
+        data = {"schema": config.THRESHOLDS_SCHEMA, "entries": []}
+    for e in entries:
+        problem = config.entry_problem(e)
+        if problem:
+            raise ValueError(f"refusing the thresholds entry {e.get('gpu')}/{e.get('triton')}: {problem}")
     for e in entries:
         data["entries"] = [x for x in data["entries"] if (x.get("gpu"), x.get("triton")) != (e["gpu"], e["triton"])]
         data["entries"].append(e)
@@ -266,12 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense", nargs="+", default=[], help="CSV(s) of dist few (mode dense)")
     p.add_argument("--varlen", nargs="+", default=[], help="CSV(s) of dist many/mixed (mode varlen)")
     p.add_argument("--decode", nargs="+", default=[], help="CSV(s) of --decode runs (reported; gate with --gate-decode)")
-    p.add_argument("--margin", type=float, default=1.2, help="required speedup (SDPA time / Triton time), default 1.2")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="required speedup (SDPA time / Triton time), default 1.0; --write-config refuses a "
+                        "margin above 1.0 that moves rows to SDPA (SDPA must have been measured faster)")
     p.add_argument("--max-mae", type=float, default=1e-3, help="MAE bound against the float64 oracle, default 1e-3")
     p.add_argument("--streams", type=int, default=1, help="judge rows with this --streams value, default 1")
-    p.add_argument("--baseline", default="sdpa", choices=sorted(BASELINES),
-                   help="what Triton must beat by --margin: sdpa = SDPA on pre-gathered keys (default); "
-                        "fallback = the dispatcher's gather + SDPA path")
+    p.add_argument("--baseline", default="fallback", choices=sorted(BASELINES),
+                   help="what Triton must beat by --margin: fallback = the dispatcher's gather + SDPA path, "
+                        "what a call below the threshold runs (default); sdpa = SDPA on pre-gathered keys")
     p.add_argument("--gate-decode", action="store_true", help="decode rows gate the threshold too")
     p.add_argument("--allow-suspect", action="store_true", help="do not let suspect rows veto (not recommended)")
     p.add_argument("--allow-missing", action="store_true", help="skip CSV paths that do not exist")

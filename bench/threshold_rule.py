@@ -1,6 +1,7 @@
 """The threshold rule of ``python -m bench.sel_threshold_from_csv``: which benchmark rows count as
 evidence, and from which L Triton beats the baseline by the margin within the MAE gate
-(``sel_triton_min_L``), per GPU and Triton minor.
+(``sel_triton_min_L``), per GPU and Triton release (the dispatcher applies an entry only to
+exactly that GPU and release).
 """
 
 from __future__ import annotations
@@ -34,14 +35,19 @@ def load(paths: list[str], kind: str, allow_missing: bool = False) -> list[dict]
     return rows
 
 
-def triton_minor(version: str) -> str:
-    parts = str(version).split(".")
-    return ".".join(parts[:2]) if len(parts) >= 2 else str(version)
+def triton_release(version: str) -> str:
+    """The release a row ran on ("3.6.0"; local and dev parts dropped)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(str(version)).base_version
+    except InvalidVersion:
+        return str(version)
 
 
 def gpu_key(r: dict) -> tuple[str, str]:
-    """Rows are judged per (GPU name, Triton minor version)."""
-    return (r.get("gpu") or "unknown", triton_minor(r.get("triton") or "?"))
+    """Rows are judged per (GPU name, Triton release)."""
+    return (r.get("gpu") or "unknown", triton_release(r.get("triton") or "?"))
 
 
 def config_name(r: dict) -> str:
@@ -122,22 +128,25 @@ def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_s
     if not gates:
         return Verdict(gpu, triton, None, "no gating rows: keep Triton off", [], rows, baseline)
     # Walk down from the largest L while every row passes; the last passing L is the answer.
-    min_L = None
+    first_pass = None
     for g in reversed(gates):
         if g.failures:
             break
-        min_L = g.L
-    if min_L is None:
+        first_pass = g.L
+    if first_pass is None:
         g = gates[-1]
         cfg, why = g.failures[0]
-        reason = (f"keep Triton off: even at the largest tested L={g.L}, {len(g.failures)} of {g.configs} "
-                  f"configurations fail (e.g. {cfg}: {why})")
-    else:
-        below = [g for g in gates if g.L < min_L]
-        reason = f"from L={min_L} every configuration passes"
-        if below:
-            cfg, why = below[-1].failures[0]
-            reason += f"; at L={below[-1].L}: {cfg}: {why}"
+        return Verdict(gpu, triton, None, f"keep Triton off: even at the largest tested L={g.L}, {len(g.failures)} of "
+                       f"{g.configs} configurations fail (e.g. {cfg}: {why})", gates, rows, baseline)
+    below = [g for g in gates if g.L < first_pass]
+    if not below:  # never measured slower: no row may go to SDPA (issue 26)
+        return Verdict(gpu, triton, 1, f"from L={first_pass} (the smallest tested) every configuration passes: "
+                       f"the kernels take every row", gates, rows, baseline)
+    # Only the rows where the baseline was measured faster (up to the largest failing L) go to it;
+    # untested L between that and the first passing L stay with the kernels.
+    cfg, why = below[-1].failures[0]
+    min_L = below[-1].L + 1
+    reason = f"from L={first_pass} every configuration passes; at L={below[-1].L}: {cfg}: {why}; so L < {min_L} to SDPA"
     return Verdict(gpu, triton, min_L, reason, gates, rows, baseline)
 
 

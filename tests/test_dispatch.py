@@ -90,26 +90,17 @@ def test_use_triton_sel_0_forces_sdpa(monkeypatch, spy):
     assert torch.equal(out, reference.packed_sdpa(p.q, p.k, p.v, p.ranges))
 
 
-def test_min_L_splits_rows_between_paths(monkeypatch, spy):
+def test_min_L_gate_sends_a_call_to_sdpa_only_when_every_row_is_below_it(monkeypatch, spy):
     p = problem(S=4, n=4, seed=3)
-    lens = (p.ranges[..., 1] - p.ranges[..., 0]).sum(-1)
-    cut = int(lens.flatten().sort().values[lens.numel() // 2])  # about half the rows each way
-    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", str(cut))
-    sdpa_rows_seen = []
-    real = reference.packed_sdpa
-
-    def packed(*a, **kw):
-        sdpa_rows_seen.append(kw.get("rows"))
-        return real(*a, **kw)
-
-    monkeypatch.setattr(reference, "packed_sdpa", packed)
+    longest = int((p.ranges[..., 1] - p.ranges[..., 0]).sum(-1).max())
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", str(longest))  # one row reaches it: the kernels take all
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
-    sent = spy[0][1][3]  # the ranges the kernel saw
-    sent_lens = (sent[..., 1] - sent[..., 0]).sum(-1)
-    assert torch.equal(sent_lens, torch.where(lens < cut, 0, lens)), "rows below min_L must not reach Triton"
-    # ... and only the rows below min_L go through packed SDPA (not every row, masked).
-    assert len(sdpa_rows_seen) == 1 and torch.equal(sdpa_rows_seen[0], (lens < cut).flatten().nonzero()[:, 0])
-    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="split rows")
+    assert [c[0] for c in spy] == ["sel_attn_ranges"] and torch.equal(spy[0][1][3], p.ranges)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="gate: kernels")
+    monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", str(longest + 1))  # every row below: packed SDPA
+    out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
+    assert len(spy) == 1
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="gate: sdpa")
 
 
 def test_group_flag_selects_per_head_programs(monkeypatch, spy):
@@ -159,37 +150,143 @@ def test_bad_flag_value_is_an_error(monkeypatch):
         selection_attention(p.q, p.k, p.v, p.ranges)
 
 
-def write_thresholds(path, min_L, triton_minor):
-    path.write_text(json.dumps({"schema": 1, "default_min_L": 4096, "entries": [
-        {"gpu": "cpu", "cc": "cpu", "triton": triton_minor, "sel_triton_min_L": min_L, "source": "test"}]}))
+def write_thresholds(path, min_L, release, gpu="cpu", margin=1.0):
+    path.write_text(json.dumps({"schema": 2, "entries": [
+        {"gpu": gpu, "cc": "cpu", "triton": release, "sel_triton_min_L": min_L, "source": "test", "margin": margin}]}))
 
 
-def test_thresholds_file_reaches_the_decision(monkeypatch, tmp_path, spy):
+def installed_release():
     import triton
     from packaging.version import Version
 
-    v = Version(triton.__version__)
+    return Version(triton.__version__).base_version
+
+
+def test_thresholds_file_reaches_the_decision(monkeypatch, tmp_path, spy):
     path = tmp_path / "thresholds.json"
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     p = problem()
-    write_thresholds(path, 0, f"{v.major}.{v.minor}")
+    write_thresholds(path, 1, installed_release())
     d = dispatch.route(p.q, p.k, p.v)
-    assert (d.path, d.min_L) == ("triton", 0)
+    assert (d.path, d.min_L) == ("triton", 1) and "measured for cpu" in d.reason
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
-    write_thresholds(path, None, f"{v.major}.{v.minor}")
+    write_thresholds(path, None, installed_release())
     config.refresh()  # the thresholds file is read once per process
     d = dispatch.route(p.q, p.k, p.v)
-    assert d.path == "sdpa" and "off" in d.reason
+    assert d.path == "sdpa" and "null" in d.reason
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
-    # An entry for another Triton minor does not apply: the file's default does.
-    write_thresholds(path, 0, "2.9")
-    config.refresh()
-    assert dispatch.route(p.q, p.k, p.v).min_L == 4096
     # The environment variable overrides the file.
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "7")
     assert dispatch.route(p.q, p.k, p.v).min_L == 7
+
+
+@pytest.mark.parametrize("gpu, release", [("cpu", "2.9.0"), ("cpu", "OTHER-MINOR"), ("NVIDIA A100-SXM4-80GB", "SAME")])
+def test_another_gpus_or_releases_entry_never_applies(monkeypatch, tmp_path, gpu, release):
+    from packaging.version import Version
+
+    v = Version(installed_release())
+    release = {"SAME": str(v), "OTHER-MINOR": f"{v.major}.{v.minor}.{v.micro + 1}"}.get(release, release)
+    path = tmp_path / "thresholds.json"
+    monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
+    write_thresholds(path, None, release, gpu=gpu)  # "keep Triton off" measured elsewhere
+    p = problem()
+    d = dispatch.route(p.q, p.k, p.v)
+    assert (d.path, d.min_L) == ("triton", config.DEFAULT_MIN_L) == ("triton", 1)
+    assert "default" in d.reason and "no measurement for cpu" in d.reason
+
+
+@pytest.mark.parametrize("entry, problem_text", [
+    ({"sel_triton_min_L": 4096, "margin": 1.2}, "may only do where SDPA was measured faster"),
+    ({"sel_triton_min_L": None}, "margin"),
+    ({"triton": "3.6"}, "not a series"),
+    ({"triton": "three"}, "'triton' must be the release"),
+    ({"sel_triton_min_L": 0}, "integer >= 1 or null"),
+    ({"gpu": ""}, "'gpu' must be a non-empty string"),
+])
+def test_a_thresholds_entry_that_could_move_rows_without_evidence_is_refused(monkeypatch, tmp_path, entry,
+                                                                            problem_text):
+    e = {"gpu": "cpu", "cc": "cpu", "triton": "3.6.0", "sel_triton_min_L": 1, "source": "test"}
+    e.update(entry)
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps({"schema": 2, "entries": [e]}))
+    monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
+    p = problem()
+    with pytest.raises(ValueError, match="entries\\[0\\]: .*" + problem_text.replace("(", "\\(")):
+        dispatch.route(p.q, p.k, p.v)
+
+
+def test_a_schema_1_thresholds_file_is_refused_with_what_to_do(monkeypatch, tmp_path):
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps({"schema": 1, "default_min_L": 4096, "entries": []}))
+    monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
+    p = problem()
+    with pytest.raises(ValueError, match="schema 2 .*found schema 1.*re-measure"):
+        dispatch.route(p.q, p.k, p.v)
+
+
+def test_the_shipped_thresholds_file_loads_and_moves_no_row_anywhere():
+    data = config.load_thresholds()
+    assert data["schema"] == 2 and data["entries"]
+    assert all(e["sel_triton_min_L"] == 1 for e in data["entries"]), "a shipped entry sends rows to SDPA"
+
+
+def test_the_debug_log_names_the_entry_or_default_that_applied(caplog):
+    p = problem()
+    with caplog.at_level(logging.DEBUG, logger="nsa_triton_sel"):
+        dispatch.route(p.q, p.k, p.v)
+    assert "sel_triton_min_L=1" in caplog.text and "default: thresholds.json has no measurement for cpu" in caplog.text
+
+
+UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.1"), ("NVIDIA H100 80GB HBM3", 90, "3.4.0"),
+              ("NVIDIA A100-SXM4-80GB", 80, "3.6.0"), ("NVIDIA GeForce RTX 4090", 89, "3.6.0"),
+              ("NVIDIA H100 80GB HBM3", 90, "3.6.1+git0123abc"), ("NVIDIA B200", 100, "3.9.0")]
+
+
+@pytest.mark.parametrize("gpu, arch, release", UNMEASURED)
+def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, arch, release):
+    """Issue 26: Triton 3.7.1 on the H100 (and every GPU but cc 9.0) got the old default 4096, so
+    every NSA row (16 x 64 = 1024 keys) went through packed SDPA, 400-600x slower."""
+    from nsa_triton_sel import plan
+
+    dev = plan.Device("cpu", arch, 132, gpu, release, True)  # the interpreter runs it, named as that GPU
+    monkeypatch.setattr(plan, "device_of", lambda device: dev)
+    p = problem(B=1, S=2, G=1, h=2, Dk=16, Dv=16, T=1024 + 64, n=16, empty_frac=0.0)
+    blocks = torch.randperm(16, generator=torch.Generator().manual_seed(0))
+    start = (blocks * 64).to(torch.int32)  # an NSA row: 16 blocks of 64 keys, 1024 keys
+    ranges = torch.stack([start, start + 64], -1).expand(1, 2, 1, 16, 2).contiguous()
+    r = dispatch.route(p.q, p.k, p.v)
+    assert (r.path, r.min_L) == ("triton", 1), r
+    assert f"no measurement for {gpu} with Triton {release.split('+')[0]}" in r.reason
+    out = selection_attention(p.q, p.k, p.v, ranges)
+    assert [c[0] for c in spy] == ["sel_attn_ranges"], "an NSA row did not reach the kernel"
+    check_against_oracle(out, None, p.q, p.k, p.v, ranges, what=f"{gpu} {release}")
+
+
+@pytest.mark.parametrize("why, setup, reason", [
+    ("NSA_USE_TRITON_SEL=0", lambda mp, p: mp.setenv("NSA_USE_TRITON_SEL", "0"), "NSA_USE_TRITON_SEL=0"),
+    ("NSA_FORCE_PARITY=1", lambda mp, p: mp.setenv("NSA_FORCE_PARITY", "1"), "NSA_FORCE_PARITY=1"),
+    ("fp32", lambda mp, p: None, "dtype torch.float32"),
+    ("head dims", lambda mp, p: None, "head dims Dk=320"),
+    ("no triton", lambda mp, p: mp.setattr(dispatch.plan, "device_of", lambda d: dispatch.plan.Device(
+        "cpu", None, 1, "cpu", "", True)), "triton is not importable"),
+    ("earlier failure", lambda mp, p: dispatch._FAILED.__setitem__(
+        dispatch._failure_key(p.q.device, p.q.dtype, 32, 32, 3), "boom"), "failed earlier for this configuration"),
+    ("no interpreter", lambda mp, p: mp.setenv("TRITON_INTERPRET", "0"), "Triton needs CUDA"),
+    ("measured null", lambda mp, p: (write_thresholds(p.path, None, installed_release()),
+                                     mp.setenv("NSA_SEL_THRESHOLDS_FILE", str(p.path))), "measured faster at every L"),
+])
+def test_each_fallback_to_sdpa_names_its_reason(monkeypatch, tmp_path, spy, why, setup, reason):
+    kw = {"fp32": dict(dtype=torch.float32), "head dims": dict(Dk=320)}.get(why, {})
+    p = problem(**kw)
+    p.path = tmp_path / "thresholds.json"
+    setup(monkeypatch, p)
+    config.refresh()
+    r = dispatch.route(p.q, p.k, p.v)
+    assert r.path in ("sdpa", "reference") and reason in r.reason, r
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    assert spy == []
 
 
 def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):

@@ -37,7 +37,7 @@ def beside_the_kernel(r, device) -> bool:
     The kernels clamp every span into ``[0, T)`` (``forward._clamp_spans``; block indices are
     clamped by construction), so invalid values cannot make them read out of bounds: the checks
     are enqueued with the kernel right behind them, and raise when they answer.  The packed-SDPA
-    paths (other routes, the ``sel_triton_min_L`` row split) gather by index and must not see bad
+    paths (other routes, the ``sel_triton_min_L`` gate) gather by index and must not see bad
     values: their checks run first.  Measured on the H100 (Triton 3.6, T = 8K prefill): checks
     first cost +16 % (random) and +31 % (local) over ``validate=False``.
     """

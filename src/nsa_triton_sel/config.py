@@ -11,7 +11,7 @@ keep the values they were traced with: ``torch._dynamo.reset()`` retraces them.
 flag                      default  effect
 ========================  =======  =====================================================
 NSA_USE_TRITON_SEL        auto     ``0`` forces the packed-SDPA path, ``1`` asks for Triton
-NSA_SEL_TRITON_MIN_L      file     rows with fewer selected keys go to the packed-SDPA path
+NSA_SEL_TRITON_MIN_L      1        a call whose rows all have fewer keys goes to packed SDPA
 NSA_SEL_TRITON_GROUP      1        ``0``: one program per head instead of per GQA group
 NSA_SEL_TRITON_TOKENS     auto     tokens per program: ``1`` one token, ``N`` force N (power of 2)
 NSA_FORCE_PARITY          0        ``1``: the reference path (packed SDPA in float32)
@@ -22,9 +22,15 @@ NSA_SEL_OP                custom   the operator torch.compile sees: ``custom`` (
                                    or ``triton`` (triton_op: Inductor launches the kernels; torch >= 2.6)
 ========================  =======  =====================================================
 
-``sel_triton_min_L`` defaults come from ``data/thresholds.json``, written from benchmark
-evidence by ``bench/sel_threshold_from_csv.py --write-config``: one entry per
-(GPU, Triton minor version); ``null`` there means "keep Triton off on this GPU".
+``sel_triton_min_L`` is 1 (the kernels take every call) unless ``data/thresholds.json`` has a
+measurement for exactly this GPU (its name) and this Triton release (``"3.6.0"``): a GPU lane's
+``bench-X`` measures where packed SDPA beats the kernels and writes that entry
+(``bench/sel_threshold_from_csv.py --write-config``).  No other GPU's or release's numbers
+ever apply: the measured H100 crossover is L = 1, and packed SDPA loses by orders of magnitude
+at NSA's shapes, so guessing a threshold where nobody measured would send every NSA call
+to the slow path (issue 26: 400-600x slower on Triton 3.7.1).  An entry may only raise the
+threshold where SDPA was measured faster (its ``margin`` is at most 1.0); ``null`` ("keep
+Triton off") only where SDPA was faster at every measured L.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 THRESHOLDS_ENV = "NSA_SEL_THRESHOLDS_FILE"  # points the dispatcher at another thresholds file
-OFF = None  # a min_L of None keeps Triton off
+DEFAULT_MIN_L = 1  # no measurement for this (GPU, Triton release): the kernels take every call
+THRESHOLDS_SCHEMA = 2  # entries keyed by the exact Triton release; schema 1 keyed by minor and guessed a default
 
 
 def _flag(name: str, default: str = "0") -> str:
@@ -153,9 +160,40 @@ def thresholds_path() -> Path:
 def _load(path: str) -> dict:
     with open(path) as fh:
         data = json.load(fh)
-    if data.get("schema") != 1 or not isinstance(data.get("entries"), list):
-        raise ValueError(f"{path}: not a thresholds file (expected schema 1 with an 'entries' list)")
+    if not isinstance(data, dict) or data.get("schema") != THRESHOLDS_SCHEMA or not isinstance(data.get("entries"), list):
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: not a thresholds file of schema {THRESHOLDS_SCHEMA} (found schema {found!r}); "
+                         f"expected {{\"schema\": {THRESHOLDS_SCHEMA}, \"entries\": [...]}} as written by "
+                         f"'python -m bench.sel_threshold_from_csv --write-config' (schema 1 files guessed a "
+                         f"threshold for unmeasured GPUs and releases: re-measure instead)")
+    for n, e in enumerate(data["entries"]):
+        problem = entry_problem(e)
+        if problem:
+            raise ValueError(f"{path}: entries[{n}]: {problem}")
     return data
+
+
+def entry_problem(e) -> str | None:
+    """Why a thresholds entry cannot be used, or None."""
+    if not isinstance(e, dict):
+        return f"an entry must be an object, got {type(e).__name__}"
+    for key in ("gpu", "triton", "source"):
+        if not isinstance(e.get(key), str) or not e[key]:
+            return f"'{key}' must be a non-empty string (got {e.get(key)!r})"
+    try:
+        release = Version(e["triton"])
+    except InvalidVersion:
+        return f"'triton' must be the release the measurement ran on, e.g. '3.6.0' (got {e['triton']!r})"
+    if len(release.release) < 3:
+        return f"'triton' must name a release, e.g. '3.6.0', not a series (got {e['triton']!r})"
+    min_L = e.get("sel_triton_min_L", "missing")
+    if min_L is not None and (type(min_L) is not int or min_L < 1):
+        return f"'sel_triton_min_L' must be an integer >= 1 or null (got {min_L!r})"
+    margin = e.get("margin")
+    if min_L != 1 and not (isinstance(margin, (int, float)) and 0 < margin <= 1.0):
+        return (f"sel_triton_min_L={min_L} moves calls to packed SDPA, which an entry may only do where SDPA was "
+                f"measured faster: its 'margin' must be in (0, 1.0] (got {margin!r})")
+    return None
 
 
 def load_thresholds(path: str | Path | None = None) -> dict:
@@ -163,26 +201,36 @@ def load_thresholds(path: str | Path | None = None) -> dict:
     return _load(str(path if path is not None else thresholds_path()))
 
 
-def _minor(version: str) -> str:
+def release_of(version: str) -> str:
+    """A Triton version as the thresholds file keys it: the release, without local or dev parts."""
     try:
-        v = Version(version)
+        return Version(version).base_version
     except InvalidVersion:
         return version
-    return f"{v.major}.{v.minor}"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The ``sel_triton_min_L`` that applies, and why (``doctor`` and the debug log print it)."""
+
+    min_L: int | None  # None: packed SDPA for every call (only from a measurement)
+    why: str
+
+
+def threshold_for(gpu_name: str, triton_version: str, path: str | Path | None = None) -> Threshold:
+    """``sel_triton_min_L`` for exactly this GPU and Triton release, else :data:`DEFAULT_MIN_L`."""
+    path = thresholds_path() if path is None else Path(path)
+    release = release_of(triton_version)
+    for e in load_thresholds(path)["entries"]:
+        if e["gpu"] == gpu_name and release_of(e["triton"]) == release:
+            return Threshold(e["sel_triton_min_L"],
+                             f"measured for {gpu_name} with Triton {release} ({e['source']}, {e.get('date', 'no date')}) "
+                             f"in {path.name}")
+    return Threshold(DEFAULT_MIN_L, f"default: {path.name} has no measurement for {gpu_name} with Triton "
+                                    f"{release or '(none)'}, so the kernels take every call")
 
 
 def lookup_min_L(gpu_name: str, cc: str, triton_version: str, path: str | Path | None = None) -> int | None:
-    """``sel_triton_min_L`` for this GPU and Triton: exact GPU name first, then compute capability.
-
-    Entries are matched on the Triton minor version (``"3.6"``) or ``"*"``; with no match
-    the file's ``default_min_L`` applies.  ``None`` means keep Triton off.
-    """
-    data = load_thresholds(path)
-    minor = _minor(triton_version)
-    candidates = [e for e in data["entries"] if e.get("triton") in (minor, "*")]
-    for key, want in (("gpu", gpu_name), ("cc", cc)):
-        hits = [e for e in candidates if e.get(key) == want]
-        if hits:
-            hits.sort(key=lambda e: e.get("triton") == "*")  # an exact minor wins over "*"
-            return hits[0]["sel_triton_min_L"]
-    return data.get("default_min_L", 4096)
+    """``sel_triton_min_L`` for this GPU and Triton release (``cc`` is not used for matching: another
+    GPU of the same compute capability is another measurement)."""
+    return threshold_for(gpu_name, triton_version, path).min_L

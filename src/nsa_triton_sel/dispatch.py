@@ -7,17 +7,17 @@ Following ``q`` through one call:
    ``config.refresh()``: the ``backend`` argument (``"triton"``, ``"sdpa"``, ``"reference"`` =
    packed SDPA in float32, ``"oracle"`` = float64; ``"auto"`` goes on), ``NSA_FORCE_PARITY=1``,
    ``NSA_USE_TRITON_SEL=0``, whether Triton can take the inputs (device, dtype, head dims, an earlier kernel failure), then
-   ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else ``data/thresholds.json``; None = Triton
-   off).  For Triton it also fixes per-head programs and tokens per program (``plan``);
-3. with ``validate``, the value checks: one host sync.  On the Triton path (CUDA, no row split) they
+   ``sel_triton_min_L`` (``NSA_SEL_TRITON_MIN_L``, else the ``data/thresholds.json`` entry measured
+   on exactly this GPU and Triton release, else 1: the kernels take every call).  For Triton it also fixes per-head programs and tokens per program (``plan``);
+3. with ``validate``, the value checks: one host sync.  On the Triton path (CUDA, sel_triton_min_L <= 1) they
    run on a side stream beside the kernel and the call waits for them only, after enqueueing the
    kernel (the kernels clamp spans, so bad values cannot make them read out of bounds); elsewhere
    they run first, and that sync also reads the multi-token switch;
 4. the path: Triton through the operator (``op.sel_fwd``; a plain eager call without autograd
-   runs its implementation directly), rows under ``sel_triton_min_L`` through packed SDPA.
+   runs its implementation directly); a call whose rows all select fewer than ``sel_triton_min_L``
+   keys (only where a measurement raised it above 1) goes through packed SDPA instead.
    Inputs that require grad take the operator, whose backward is the Triton backward kernels
-   (``op.kernel_backward``); every row goes through the kernels then (the row split writes
-   into the output in place, which autograd cannot differentiate).
+   (``op.kernel_backward``).
 
 A Triton failure in an eager call is reported once with its reason, remembered for that
 (device, dtype, Dk, Dv, h) and answered by the packed-SDPA path.  Only the kernel call is
@@ -25,7 +25,7 @@ guarded: a bad flag or a bad input raises and is never remembered as a kernel fa
 
 Inside ``torch.compile`` (and during CUDA-graph capture) nothing may wait for the GPU, so the
 decisions that would need the host are fixed when the graph is traced: no value validation
-(``validate`` is ignored: validate a producer eagerly once), no ``sel_triton_min_L`` row split
+(``validate`` is ignored: validate a producer eagerly once), no ``sel_triton_min_L`` gate
 (every row goes through the kernel, which is exact for any row; a GPU whose thresholds entry is
 null still routes to packed SDPA, which breaks the graph), no fallback on a kernel failure (the
 error propagates).  The route itself (flags, thresholds, device) is computed once at trace
@@ -70,7 +70,7 @@ class Route:
 
     path: str  # "triton", "sdpa", "reference" or "oracle"
     reason: str
-    min_L: int | None = None  # rows with fewer keys go to packed SDPA (eager Triton path only)
+    min_L: int | None = None  # a call whose rows all have fewer keys goes to packed SDPA (eager only)
     decode: bool = False  # split-L flash-decoding kernel
     per_head: bool = False  # NSA_SEL_TRITON_GROUP=0
     tokens: int | None = None  # tokens per program: 1, a forced N, or None = decide from the spans
@@ -108,9 +108,11 @@ def _triton_blocker(dev: plan.Device, device, dtype, Dk, Dv, h) -> str | None:
 
 def _min_L(dev: plan.Device, flags: config.Flags) -> tuple[int | None, str]:
     if flags.min_L_override is not None:
-        return flags.min_L_override, "NSA_SEL_TRITON_MIN_L"
-    path = config.thresholds_path()
-    return config.lookup_min_L(dev.name, dev.cc, dev.triton, path), f"{path.name} ({dev.name}, cc {dev.cc})"
+        return flags.min_L_override, f"NSA_SEL_TRITON_MIN_L={flags.min_L_override}"
+    t = config.threshold_for(dev.name, dev.triton)
+    log.debug("selection_attention: sel_triton_min_L=%s on %s (cc %s), Triton %s: %s",
+              t.min_L, dev.name, dev.cc, dev.triton, t.why)
+    return t.min_L, t.why
 
 
 def _tokens(S: int | None, h: int, flags: config.Flags, per_head: bool, decode: bool,
@@ -153,10 +155,10 @@ def _route(backend, grad, traced, device, dtype, shape, Dv, flags) -> Route:
     tokens = _tokens(S, h, flags, per_head, decode, dev)
     if explicit:
         return Route("triton", "backend='triton'", 0, decode, per_head, tokens)
-    min_L, source = _min_L(dev, flags)
+    min_L, why = _min_L(dev, flags)
     if min_L is None:
-        return Route("sdpa", f"sel_triton_min_L is off in {source}")
-    return Route("triton", f"sel_triton_min_L={min_L} from {source}", min_L, decode, per_head, tokens)
+        return Route("sdpa", f"sel_triton_min_L is null (packed SDPA measured faster at every L): {why}")
+    return Route("triton", f"sel_triton_min_L={min_L}: {why}", min_L, decode, per_head, tokens)
 
 
 def _route_traced(backend, grad, device, dtype, G, h, Dk, Dv) -> Route:
@@ -277,27 +279,15 @@ def _kernel_call(q, k, v, spans, positions, block_size, scale, r: Route, tokens,
     return op.operator(config.flags().op)(*args)
 
 
-def _split_rows(q, k, v, spans, positions, block_size, scale, r: Route, tokens):
-    """Rows with at least ``min_L`` keys through Triton, the others through packed SDPA (eager)."""
-    ranges = _as_ranges(spans, positions, block_size, k.shape[2])
+def _below_threshold(spans, positions, block_size, T: int, min_L: int) -> bool:
+    """Whether every row selects fewer than ``min_L`` keys (the seeds' gate: then the whole call
+    goes through packed SDPA).  One host sync; only asked where a measured thresholds entry (or
+    ``NSA_SEL_TRITON_MIN_L``) raised ``min_L`` above 1."""
+    ranges = _as_ranges(spans, positions, block_size, T)
+    if ranges.numel() == 0:
+        return True
     lens = (ranges[..., 1].to(torch.int64) - ranges[..., 0].to(torch.int64)).clamp_min(0).sum(-1)
-    small = lens < r.min_L  # [B, S, G]
-    idx = small.reshape(-1).nonzero()[:, 0]  # one host sync
-    if idx.numel() == 0:
-        return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True)
-    # The kernel sees the small rows as empty (cheap); only those rows go through packed SDPA
-    # (e.g. the first tokens of a sequence), and are written back in place.
-    zero = torch.zeros((), dtype=ranges.dtype, device=ranges.device)
-    out, lse = _kernel_call(q, k, v, torch.where(small[..., None, None], zero, ranges), None, 0, scale, r, tokens,
-                            True)
-    # No sync from here on: the small rows have fewer than min_L keys, so packed SDPA is
-    # told that bound, and its small ops are enqueued while the kernel runs.
-    out_s, lse_s = reference.packed_sdpa(q, k, v, ranges, scale=scale, return_lse=True, validate=False,
-                                         rows=idx, max_len=r.min_L - 1)
-    B, S, G, h, Dv = out.shape
-    out.view(B * S * G, h, Dv)[idx] = out_s.to(out.dtype)
-    lse.view(B * S * G, h)[idx] = lse_s
-    return out, lse
+    return int(lens.max()) < min_L
 
 
 def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool, checks=None):
@@ -305,12 +295,11 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eag
         return _reference_path(r.path, q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), r
     if not eager:  # traced, captured or meta: no host decision, no fallback
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, False), r
+    if r.min_L is not None and r.min_L > 1 and _below_threshold(spans, positions, block_size, k.shape[2], r.min_L):
+        # (the value checks ran before: with min_L > 1 they never run beside the kernel)
+        below = Route("sdpa", f"every row has fewer than sel_triton_min_L={r.min_L} keys ({r.reason})")
+        return _reference_path("sdpa", q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), below
     try:
-        grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-        # The row split writes the small rows into the operator's output in place, which autograd
-        # cannot differentiate: inputs that require grad send every row through the kernels.
-        if r.min_L is not None and r.min_L > 1 and not grad:
-            return _split_rows(q, k, v, spans, positions, block_size, scale, r, tokens), r
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True), r
     except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per config
         key = _failure_key(q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[3])

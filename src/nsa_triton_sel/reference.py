@@ -103,8 +103,6 @@ def packed_sdpa(
     return_lse=False,
     validate=True,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    rows=None,
-    max_len: int | None = None,
 ):
     """Selection attention through a vectorised gather and masked SDPA.
 
@@ -112,34 +110,24 @@ def packed_sdpa(
     LSE ``[B, S, G, h]`` in float32.  A row with no selected key gives zeros (LSE -inf).
     Rows are processed in chunks whose gathered buffers stay under ``chunk_bytes``
     (estimated; at least one row per chunk), so memory does not grow with B * S * G.
-
-    ``rows`` (int64 indices into the ``B * S * G`` rows, in (b, s, g) order) computes
-    only those rows and returns ``[len(rows), h, Dv]`` (and ``[len(rows), h]``): the
-    dispatcher sends just the rows under its threshold here.  ``max_len``, an upper bound
-    on every computed row's key count that the caller knows (the dispatcher: its
-    threshold), replaces the host sync on the longest row, so the work is enqueued
-    without waiting for the GPU.  A bound that is too small would drop keys: internal use.
     """
     dims = check_qkv(q, k, v, allow_fp32=True)
     check_ranges(ranges, dims, q.device, validate=validate)
     B, S, G, h, Dk, T, Dv = dims
     sc = resolve_scale(scale, Dk)
     n = ranges.shape[3]
-    row = torch.arange(dims.rows, device=q.device) if rows is None else rows.to(q.device, torch.int64)
-    R = row.numel()
-    shape_o, shape_l = ((B, S, G, h, Dv), (B, S, G, h)) if rows is None else ((R, h, Dv), (R, h))
-    rows_r = ranges.reshape(dims.rows, n, 2)[row]
+    R = dims.rows
+    row = torch.arange(R, device=q.device)
+    shape_o, shape_l = (B, S, G, h, Dv), (B, S, G, h)
+    rows_r = ranges.reshape(R, n, 2)
     lens = (rows_r[..., 1].to(torch.int64) - rows_r[..., 0].to(torch.int64)).clamp_min(0)
     L_row = lens.sum(-1)
-    if max_len is not None:
-        L_max = int(max_len) if n and R else 0
-    else:
-        L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
+    L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
     if L_max == 0:
         out = torch.zeros(shape_o, dtype=v.dtype, device=q.device)
         lse = torch.full(shape_l, float("-inf"), device=q.device)
         return (out, lse) if return_lse else out
-    q_rows = q.reshape(dims.rows, h, Dk)[row]
+    q_rows = q.reshape(R, h, Dk)
     b_of = row // (S * G)
     g_of = row % G
     chunk = max(1, chunk_bytes // _bytes_per_row(L_max, h, Dk, Dv, v.element_size()))

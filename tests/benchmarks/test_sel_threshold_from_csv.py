@@ -57,7 +57,7 @@ def judge(rows, margin=1.2, max_mae=1e-3, **kw):
 # ----------------------------------------------------------------------------- the rule
 def test_smallest_L_from_which_every_configuration_is_fast_enough():
     v = judge(rows_for(lambda d, N, L: 0.8 if L < 256 else 1.5))
-    assert v.min_L == 256 and "from L=256" in v.reason and "at L=64" in v.reason
+    assert v.min_L == 65 and "from L=256" in v.reason and "at L=64" in v.reason
 
 
 def test_keep_off_when_the_largest_L_fails_somewhere():
@@ -66,22 +66,22 @@ def test_keep_off_when_the_largest_L_fails_somewhere():
 
 
 def test_from_which_means_all_larger_L_too():
-    # Fast at 64, slow at 256 for one config, fast again from 1024: the answer is 1024.
+    # Fast at 64, slow at 256 for one config, fast again from 1024: rows up to 256 go to SDPA.
     v = judge(rows_for(lambda d, N, L: 0.7 if (d == "many" and L == 256) else 1.6))
-    assert v.min_L == 1024
+    assert v.min_L == 257
 
 
 def test_margin_gate():
     rows = rows_for(lambda d, N, L: 1.1)
     assert judge(rows, margin=1.2).min_L is None
-    assert judge(rows_for(lambda d, N, L: 1.1), margin=1.05).min_L == 16
+    assert judge(rows_for(lambda d, N, L: 1.1), margin=1.05).min_L == 1  # never slower: every row to the kernels
 
 
 def test_mae_gate():
     bad_mae = rows_for(lambda d, N, L: 2.0, mae=lambda d, N, L: 5e-3 if L == 64 else 1e-4)
-    assert judge(bad_mae, max_mae=1e-3).min_L == 256
+    assert judge(bad_mae, max_mae=1e-3).min_L == 65
     assert judge(rows_for(lambda d, N, L: 2.0, mae=lambda d, N, L: 5e-3 if L == 64 else 1e-4),
-                 max_mae=1e-2).min_L == 16
+                 max_mae=1e-2).min_L == 1
     nan_mae = rows_for(lambda d, N, L: 2.0, mae=lambda d, N, L: float("nan") if L == 1024 else 1e-4)
     assert judge(nan_mae).min_L is None
 
@@ -89,23 +89,23 @@ def test_mae_gate():
 def test_suspect_and_failed_rows_veto():
     rows = rows_for(lambda d, N, L: 2.0)
     rows[5]["suspect"] = "ref_flat"  # CONFIGS[1], L=64
-    assert judge(rows).min_L == 256
-    assert judge(rows_for(lambda d, N, L: 2.0), allow_suspect=True).min_L == 16
+    assert judge(rows).min_L == 65
+    assert judge(rows_for(lambda d, N, L: 2.0), allow_suspect=True).min_L == 1
     rows = rows_for(lambda d, N, L: 2.0)
     rows[-1]["status"] = "error: OutOfMemoryError"
     assert judge(rows).min_L is None
 
 
-def test_verdicts_per_gpu_and_triton_minor_streams_and_decode():
+def test_verdicts_per_gpu_and_triton_release_streams_and_decode():
     rows = rows_for(lambda d, N, L: 2.0) + rows_for(lambda d, N, L: 0.5, gpu="NVIDIA A100-SXM4-80GB")
     rows += rows_for(lambda d, N, L: 0.5, triton="3.5.1")
     rows += [dict(r, streams=2) for r in rows_for(lambda d, N, L: 0.1)]  # concurrency rows do not gate
     dec = [dict(r, mode="decode", dist="decode") for r in rows_for(lambda d, N, L: 0.5)]
     vs = {(v.gpu, v.triton): v.min_L for v in threshold_rule.verdicts(tag(rows + dec), 1.2, 1e-3)}
-    assert vs == {("NVIDIA A100-SXM4-80GB", "3.6"): None, ("NVIDIA H100 80GB HBM3", "3.5"): None,
-                  ("NVIDIA H100 80GB HBM3", "3.6"): 16}
+    assert vs == {("NVIDIA A100-SXM4-80GB", "3.6.0"): None, ("NVIDIA H100 80GB HBM3", "3.5.1"): None,
+                  ("NVIDIA H100 80GB HBM3", "3.6.0"): 1}
     gated = {(v.gpu, v.triton): v.min_L for v in threshold_rule.verdicts(tag(rows + dec), 1.2, 1e-3, gate_decode=True)}
-    assert gated[("NVIDIA H100 80GB HBM3", "3.6")] is None
+    assert gated[("NVIDIA H100 80GB HBM3", "3.6.0")] is None
 
 
 def test_fallback_baseline_judges_against_gather_plus_sdpa():
@@ -117,25 +117,25 @@ def test_fallback_baseline_judges_against_gather_plus_sdpa():
     rows[0]["ref_gather_ms"] = ""  # a row without the column falls back to ref_ms: 1.0x
     assert judge(rows).min_L is None
     v = judge(rows, baseline="fallback")
-    assert v.min_L == 64 and v.baseline == "fallback"
+    assert v.min_L == 17 and v.baseline == "fallback"  # measured slower at L=16 only
     assert threshold_rule.row_speedup(rows[1], "fallback") == pytest.approx(3.0) and threshold_rule.row_speedup(rows[0], "fallback") == 1.0
     with pytest.raises(ValueError, match="baseline must be one of"):
         threshold_rule.row_speedup(rows[0], "flash")
 
 
 def test_report_shows_both_baselines_and_speedup_ranges(tmp_path):
-    rows = rows_for(lambda d, N, L: 1.0)
+    rows = rows_for(lambda d, N, L: 0.9)
     for r in rows:
-        r["ref_gather_ms"] = 3.0
+        r["ref_gather_ms"] = 3.0 / 0.9  # 3x the Triton time (1 / 0.9 ms)
     dense, varlen = split_write(tmp_path, rows)
     cfg = tmp_path / "t.json"
     assert S.main(["--dense", str(dense), "--varlen", str(varlen), "--out", str(tmp_path / "r.md"), "--no-plot",
                    "--baseline", "fallback", "--write-config", str(cfg)]) == 0
     text = (tmp_path / "r.md").read_text()
-    assert "**Recommended sel_triton_min_L: 16** against the dispatcher's fallback" in text
+    assert "**Recommended sel_triton_min_L: 1** against the dispatcher's fallback" in text
     assert "For comparison, against SDPA on the pre-gathered packed keys (gather not timed): " \
            "sel_triton_min_L would be **null (keep Triton off)**" in text
-    assert "| few | 8 | 1.00x – 1.00x – 1.00x | 3.00x – 3.00x – 3.00x |" in text
+    assert "| few | 8 | 0.90x – 0.90x – 0.90x | 3.00x – 3.00x – 3.00x |" in text
     assert json.loads(cfg.read_text())["entries"][0]["baseline"] == "fallback"
 
 
@@ -160,29 +160,42 @@ def test_bad_gates_are_refused():
 def test_cli_report_plot_and_config_round_trip(tmp_path, capsys):
     dense, varlen = split_write(tmp_path, rows_for(lambda d, N, L: 0.8 if L < 64 else 1.4))
     cfg = tmp_path / "thresholds.json"
-    cfg.write_text(json.dumps({"schema": 1, "default_min_L": 4096, "entries": [
-        {"gpu": "NVIDIA A100-SXM4-80GB", "cc": "8.0", "triton": "3.6", "sel_triton_min_L": None,
-         "source": "old", "date": "2026-01-01", "margin": 1.2, "max_mae": 0.001},
-        {"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "triton": "3.6", "sel_triton_min_L": 4096,
-         "source": "stale", "date": "2026-01-01", "margin": 1.2, "max_mae": 0.001}]}))
+    cfg.write_text(json.dumps({"schema": 2, "entries": [
+        {"gpu": "NVIDIA A100-SXM4-80GB", "cc": "8.0", "triton": "3.6.0", "sel_triton_min_L": None,
+         "source": "old", "date": "2026-01-01", "margin": 1.0, "max_mae": 0.001},
+        {"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "triton": "3.6.0", "sel_triton_min_L": 4096,
+         "source": "stale", "date": "2026-01-01", "margin": 1.0, "max_mae": 0.001}]}))
     out = tmp_path / "rep" / "report.md"
-    rc = S.main(["--dense", str(dense), "--varlen", str(varlen), "--margin", "1.2", "--max-mae", "1e-3",
+    rc = S.main(["--dense", str(dense), "--varlen", str(varlen), "--max-mae", "1e-3",
                  "--out", str(out), "--write-config", str(cfg), "--source", "bench/results/h100/sel_dense.csv"])
     assert rc == 0
     text = out.read_text()
-    assert "**Recommended sel_triton_min_L: 64**" in text and "| 16 | 4 |" in text
+    assert "**Recommended sel_triton_min_L: 17**" in text and "| 16 | 4 |" in text
     assert "## Dense (few: one span)" in text and "## Varlen (many / mixed spans)" in text
     assert "None: no guard fired." in text
     pytest.importorskip("matplotlib")
     assert (tmp_path / "rep" / "report.png").stat().st_size > 1000 and "![speedup vs L](report.png)" in text
     data = json.loads(cfg.read_text())
-    assert data["schema"] == 1 and data["default_min_L"] == 4096 and len(data["entries"]) == 2
+    assert data["schema"] == 2 and "default_min_L" not in data and len(data["entries"]) == 2
     h100 = [e for e in data["entries"] if e["gpu"] == "NVIDIA H100 80GB HBM3"]
-    assert h100 == [{"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "triton": "3.6", "sel_triton_min_L": 64,
-                     "source": "bench/results/h100/sel_dense.csv", "date": "2026-11-22", "margin": 1.2,
-                     "max_mae": 0.001, "baseline": "sdpa"}]
+    assert h100 == [{"gpu": "NVIDIA H100 80GB HBM3", "cc": "9.0", "triton": "3.6.0", "sel_triton_min_L": 17,
+                     "source": "bench/results/h100/sel_dense.csv", "date": "2026-11-22", "margin": 1.0,
+                     "max_mae": 0.001, "baseline": "fallback"}]
     assert any(e["gpu"] == "NVIDIA A100-SXM4-80GB" and e["source"] == "old" for e in data["entries"])
-    assert "NVIDIA H100 80GB HBM3 / Triton 3.6, baseline sdpa: sel_triton_min_L = 64" in capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3 / Triton 3.6.0, baseline fallback: sel_triton_min_L = 17" in capsys.readouterr().out
+
+
+def test_write_config_refuses_a_margin_that_moves_rows_where_triton_was_faster(tmp_path):
+    """Issue 26: with --margin 1.2, rows where Triton was 1.1x faster would be sent to SDPA."""
+    dense, varlen = split_write(tmp_path, rows_for(lambda d, N, L: 1.1 if L < 64 else 1.4))
+    cfg = tmp_path / "t.json"
+    with pytest.raises(ValueError, match="may only do where SDPA was measured faster"):
+        S.main(["--dense", str(dense), "--varlen", str(varlen), "--margin", "1.2", "--out",
+                str(tmp_path / "r.md"), "--no-plot", "--write-config", str(cfg)])
+    assert not cfg.exists()
+    assert S.main(["--dense", str(dense), "--varlen", str(varlen), "--out", str(tmp_path / "r.md"), "--no-plot",
+                   "--write-config", str(cfg)]) == 0
+    assert json.loads(cfg.read_text())["entries"][0]["sel_triton_min_L"] == 1  # Triton faster at every L
 
 
 def test_write_config_creates_the_file_and_writes_null_for_keep_off(tmp_path):
@@ -263,6 +276,6 @@ def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
         return dispatch.route(q, k, v)
 
     d = decide_with(lambda dist, N, L: 0.8 if L < 256 else 1.5, "on")
-    assert d.path == "triton" and d.min_L == 256, d
+    assert d.path == "triton" and d.min_L == 65, d
     d = decide_with(lambda dist, N, L: 0.8, "off")
-    assert d.path == "sdpa" and "off" in d.reason, d
+    assert d.path == "sdpa" and "null" in d.reason, d

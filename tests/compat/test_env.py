@@ -169,3 +169,16 @@ def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
     assert env.main(["--no-interp"]) == 0
     out = capsys.readouterr().out
     assert "nsa-sel doctor" in out and "knobs.TRITON_DEFAULT_FP_FUSION" in out
+
+
+def test_doctor_says_which_threshold_applies_and_why(capsys):
+    """Issue 26: doctor names the thresholds entry (or the default) in force, and why."""
+    from nsa_triton_sel.compat.env import threshold_in_force
+
+    measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
+    assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
+    unmeasured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.7.1")
+    assert unmeasured["value"] == 1 and unmeasured["why"].startswith("default: ")
+    assert "no CUDA GPU" in threshold_in_force(None, "3.9.0")["why"]
+    assert env.main(["--json", "--no-interp"]) == 0
+    assert "sel_triton_min_L" in json.loads(capsys.readouterr().out)

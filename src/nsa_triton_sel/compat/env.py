@@ -323,7 +323,26 @@ def _doctor_report(probe: bool) -> dict:
     # The key knobs shown even when unset, so "unset" is visible, not just absent.
     report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
     report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
+    report["sel_triton_min_L"] = threshold_in_force(report.get("gpu_name"), report.get("triton"))
     return report
+
+
+def threshold_in_force(gpu_name: str | None, triton: str | None) -> dict:
+    """The ``sel_triton_min_L`` the dispatcher applies on this GPU with this Triton, and why (issue 26:
+    which thresholds entry, or the default, and where it comes from)."""
+    if not triton:
+        return {"value": None, "why": "Triton is not installed: every call takes the packed-SDPA path"}
+    if not gpu_name:
+        return {"value": None, "why": "no CUDA GPU: the kernels run only under TRITON_INTERPRET=1 (as for 'cpu')"}
+    try:
+        from nsa_triton_sel import config
+    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not fail
+        return {"value": None, "why": f"nsa_triton_sel not importable: {type(exc).__name__}: {exc}"}
+    try:
+        t = config.threshold_for(gpu_name, triton)
+    except (OSError, ValueError) as exc:
+        return {"value": None, "why": f"the thresholds file cannot be used: {exc}"}
+    return {"value": t.min_L, "why": t.why}
 
 
 # Shown in the text view under "knobs" already; JSON keeps them for the ledger.
