@@ -1,0 +1,63 @@
+"""The crossover of this (GPU, Triton release): where, if anywhere, the dispatcher's packed-SDPA path
+beats the kernels, written as this release's ``sel_triton_min_L`` thresholds entry (issue 26).
+
+A ``bench-X`` lane on a GPU runs it with the rest of the bench suite: a short sweep of
+``python -m bench.bench_sel_triton`` (one span and mixed spans, L from 1 to 1024) judged by
+``python -m bench.sel_threshold_from_csv`` against the fallback the dispatcher would run
+(gather + SDPA), which writes the entry for exactly this GPU and Triton release into
+``NSA_SEL_THRESHOLDS_OUT`` (default: the package's ``data/thresholds.json`` in this checkout, so
+the lane's result is a diff to commit).  The entry's value is recorded as a test property, so the
+ledger shows it beside the lane's other bench records.
+
+``NSA_BENCH_DRYRUN=1`` runs the same steps on the CPU with tiny shapes and a modelled clock
+(``--allow-fake``) into a temporary file: it checks the plumbing, never writes the package's file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench import bench_sel_triton, sel_threshold_from_csv
+
+DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
+OUT_ENV = "NSA_SEL_THRESHOLDS_OUT"
+
+GPU_SWEEP = ["--N", "1024", "--H", "8", "--D", "128", "--L_list", "1,16,64,256,1024", "--iters", "20",
+             "--budget-s", "90"]
+DRY_SWEEP = ["--dry-run", "--N", "8", "--H", "2", "--D", "16", "--L_list", "1,16", "--iters", "2", "--mae-rows", "2"]
+
+
+@pytest.mark.skipif(not DRY and not torch.cuda.is_available(),
+                    reason="the crossover is measured on a GPU (NSA_BENCH_DRYRUN=1 checks the plumbing on a CPU)")
+def test_crossover_writes_this_releases_threshold_entry(tmp_path, record_property):
+    sweep = DRY_SWEEP if DRY else GPU_SWEEP
+    csvs = {}
+    for kind, dist in (("dense", "few"), ("varlen", "mixed")):
+        csvs[kind] = tmp_path / f"crossover_{kind}.csv"
+        assert bench_sel_triton.main(sweep + ["--dist", dist, "--csv", str(csvs[kind])]) == 0
+    target = Path(os.environ.get(OUT_ENV) or "") if os.environ.get(OUT_ENV) else (
+        tmp_path / "thresholds.json" if DRY else sel_threshold_from_csv.DEFAULT_CONFIG)
+    argv = ["--dense", str(csvs["dense"]), "--varlen", str(csvs["varlen"]), "--out", str(tmp_path / "crossover.md"),
+            "--no-plot", "--write-config", str(target), "--source", "bench-X crossover (bench/test_crossover.py)"]
+    assert sel_threshold_from_csv.main(argv + (["--allow-fake"] if DRY else [])) == 0
+    rows = [ln for ln in csvs["dense"].read_text().splitlines()[1:] if ln]
+    assert rows, "the sweep wrote no rows"
+    gpu, release = _measured_on(csvs["dense"])
+    entry = [e for e in json.loads(target.read_text())["entries"] if (e["gpu"], e["triton"]) == (gpu, release)]
+    assert len(entry) == 1, f"no thresholds entry for {gpu} / Triton {release} in {target}"
+    record_property("sel_triton_min_L", entry[0]["sel_triton_min_L"])
+    record_property("thresholds_gpu", gpu)
+    record_property("thresholds_triton", release)
+    print(f"crossover: {gpu} / Triton {release}: sel_triton_min_L = {entry[0]['sel_triton_min_L']} -> {target}")
+
+
+def _measured_on(csv_path: Path) -> tuple[str, str]:
+    from bench import csvio, threshold_rule
+
+    row = csvio.read_csv([str(csv_path)])[0]
+    return threshold_rule.gpu_key(row)
