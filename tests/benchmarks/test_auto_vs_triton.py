@@ -1,0 +1,14 @@
+"""``python -m bench.auto_vs_triton`` (issue 26): it needs a GPU, and says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench import auto_vs_triton
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_without_a_gpu_it_says_what_it_needs(capsys):
+    assert auto_vs_triton.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
