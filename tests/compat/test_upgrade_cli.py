@@ -54,7 +54,7 @@ def test_max_slowdown_must_be_a_finite_positive_number(cand_results, capsys, val
     with pytest.raises(SystemExit) as exc:
         _main(cdir, "3.10.0", "--from-results", str(results), f"--max-slowdown={value}")
     assert exc.value.code == 2
-    _one_line(capsys, "--max-slowdown", "finite positive")
+    _one_line(capsys, "--max-slowdown", "finite positive fraction (0.10 = 10%), got")
 
 
 def test_a_nan_gate_would_have_passed_a_5x_slowdown():

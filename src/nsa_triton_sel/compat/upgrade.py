@@ -248,7 +248,7 @@ def _slowdown(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not math.isfinite(value) or value <= 0:  # nan/inf/negative used to switch the speed gate off
-        raise argparse.ArgumentTypeError(f"must be a finite positive fraction (0.10 = 10%%), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite positive fraction (0.10 = 10%), got {text!r}")
     return value
 
 
