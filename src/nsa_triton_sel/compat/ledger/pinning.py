@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 on success (``--check``: 1 when the files are not one generation); 2 when the input or the
     files are wrong or the arguments are (a one-line message names the file and the problem)."""
     args = _parser().parse_args(argv)
+    paths = None
     try:
         cdir = project.constraints_dir(args.constraints)
         paths = (args.ledger or cdir / "ledger.jsonl", args.matrix or cdir / "MATRIX.md",
@@ -203,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     except (PinError, FileProblem, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
         print(f"nsa-sel pin: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # a read-only filesystem, a full disk: nothing was committed
-        print(f"nsa-sel pin: cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; nothing written",
-              file=sys.stderr)
+    except OSError as exc:  # a read-only filesystem, a full disk: before the commit point, nothing was written
+        after = paths is not None and journal_path(Path(paths[0])).exists()
+        print(f"nsa-sel pin: cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; "
+              + ("the commit is journaled: the next pin finishes it" if after else "nothing written"), file=sys.stderr)
         return 2
     return 0
 
