@@ -305,3 +305,20 @@ def test_a_binary_lanes_toml_is_one_line(pinned, capsys):
     (cdir / "lanes.toml").write_bytes(b"\x00\xff\xfe")
     assert _pin(cdir, results) == 2
     _one_line_error(capsys, "lanes.toml", "not UTF-8 text")
+
+
+@pytest.mark.parametrize("which", ["ledger.jsonl", "known-good.txt"])
+def test_an_unreadable_ledger_or_known_good_is_one_line(pinned, monkeypatch, capsys, which):
+    """Tests run as root, where chmod 000 does not stop a read: the open() is refused instead."""
+    cdir, results = pinned
+    real_open, denied = os.open, str(cdir / which)
+
+    def deny(path, flags, *args, **kwargs):
+        if str(path) == denied:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    rc = _pin(cdir, results, extra=["--check"] if which == "known-good.txt" else [])
+    assert rc == 2
+    _one_line_error(capsys, which, "unreadable (Permission denied)")
