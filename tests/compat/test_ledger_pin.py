@@ -60,20 +60,18 @@ def test_pin_refuses_a_record_whose_process_imported_another_triton(tmp_path):
     assert "# excluded  3.1.0" in _paths(cdir)[2].read_text()
 
 
-def test_pin_handles_an_empty_ledger_and_no_results(tmp_path, capsys):
+def test_pin_refuses_an_empty_ledger_and_no_results(tmp_path, capsys):
+    """Issue 28.2: an empty ledger with nothing to merge used to render known-good.txt as ``triton<0``."""
     cdir = F.constraints_dir(tmp_path)
     (cdir / "ledger.jsonl").write_text("")
-    assert _pin(cdir, extra=["--results", str(tmp_path / "nothing")]) == 1  # a named dir must exist
+    assert _pin(cdir, extra=["--results", str(tmp_path / "nothing")]) == 2  # a named dir must exist
     assert "--results" in capsys.readouterr().err
     empty = tmp_path / "empty-results"
     empty.mkdir()
-    assert _pin(cdir, empty) == 0
+    assert _pin(cdir, empty) == 2
+    assert "nothing to pin" in capsys.readouterr().err
     ledger_path, matrix, kg = _paths(cdir)
-    assert ledger_path.read_text() == ""
-    assert kg.read_text().splitlines()[-1] == "triton<0"
-    assert "excluded  3.1.0" in kg.read_text() and "no evidence in the ledger" in kg.read_text()
-    assert "(0 records" in matrix.read_text()
-    assert _pin(cdir, extra=["--check"]) == 0
+    assert ledger_path.read_text() == "" and not matrix.exists() and not kg.exists()
 
 
 def test_reset_drops_every_previous_record(tmp_path):
@@ -93,7 +91,7 @@ def test_bad_results_file_fails_pin_naming_the_file_and_changes_nothing(tmp_path
     results, cdir = tmp_path / "results", F.constraints_dir(tmp_path)
     F.write_runs(results, F.all_pass("3.1"))
     (results / "parity-3.9.json").write_text(text)
-    assert _pin(cdir, results) == 1
+    assert _pin(cdir, results) == 2
     err = capsys.readouterr().err
     assert f"nsa-sel pin: {results / 'parity-3.9.json'}: " in err and expect in err
     assert not _paths(cdir)[0].exists()  # nothing was written
@@ -105,7 +103,7 @@ def test_unknown_verdicts_fail_pin(tmp_path, capsys, verdict):
     recs = F.all_pass("3.1")
     recs[1]["verdict"] = verdict
     F.write_runs(results, recs)
-    assert _pin(cdir, results) == 1
+    assert _pin(cdir, results) == 2
     assert f"unknown verdict '{verdict}'" in capsys.readouterr().err
 
 
@@ -115,7 +113,7 @@ def test_malformed_ledger_line_fails_pin_with_file_and_line(tmp_path, capsys):
     (cdir / "ledger.jsonl").write_text(good + "\n" + good.replace('"pass"', '"passed"') + "\n")
     empty = tmp_path / "r"
     empty.mkdir()
-    assert _pin(cdir, empty) == 1
+    assert _pin(cdir, empty) == 2
     assert f"{cdir / 'ledger.jsonl'}:2: unknown verdict 'passed'" in capsys.readouterr().err
 
 

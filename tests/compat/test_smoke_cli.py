@@ -101,3 +101,38 @@ def test_bad_json_path_is_reported_before_the_run(tmp_path, capsys, no_run):
 def test_duplicate_spec_names_are_usage_errors(capsys, no_run):
     rc, err = _main(capsys, "--specs", "builtin", "--specs", "builtin")
     assert rc == 2 and "duplicate spec name" in err
+
+
+# ---------------------------------------------------------------- issue 28, item 6
+
+
+def test_a_bad_expect_triton_is_refused_before_the_run(capsys, no_run):
+    rc, err = _main(capsys, "--expect-triton", "garbage", "--arch", "80")
+    assert rc == 2 and "--expect-triton" in err and "not a Triton version: 'garbage'" in err
+
+
+def test_an_empty_spec_list_is_a_usage_error(tmp_path, capsys, no_run):
+    ref = _spec_module(tmp_path, "SPECS = []\n")
+    rc, err = _main(capsys, "--specs", ref, "--arch", "80")
+    assert rc == 2 and "no compile specs to run" in err, err
+
+
+def test_a_json_report_on_a_full_disk_is_one_line_and_never_a_0_byte_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from nsa_triton_sel.compat import atomic
+    from nsa_triton_sel.compat.smoke.report import SmokeReport
+
+    report = SmokeReport(triton="3.9.0", archs=[80], jobs=1, env={}, started="now")
+    monkeypatch.setattr(cli, "run_smoke", lambda *a, **k: report)
+    out = tmp_path / "report.json"
+    out.write_text('{"old": "report"}')
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", full)  # where a full disk shows up at the latest
+    rc, err = _main(capsys, "--arch", "80", "--json", str(out))
+    monkeypatch.undo()
+    assert rc == 2 and "cannot write the report" in err and "No space left" in err, err
+    assert out.read_text() == '{"old": "report"}' and [p.name for p in tmp_path.iterdir()] == ["report.json"]

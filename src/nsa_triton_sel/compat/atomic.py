@@ -10,6 +10,12 @@
   :func:`recover` finishes the renames (roll forward).  Either way the three files end up from
   one generation.
 - :func:`locked` serialises writers across processes (two ``nsa-sel pin`` at once).
+- :func:`read_text` reads a file the toolkit was handed: only a regular file, bounded, UTF-8,
+  never blocking (a FIFO named ``*.json`` or a link to ``/dev/zero`` is an error, not a hang).
+
+A symlinked target keeps being a symlink: the write goes through to the file it points at.
+Recovery renames only the files its caller names (and their temporaries beside them): a
+journal listing anything else is refused, never obeyed.
 
 Standard library only at import; ``filelock`` is imported when a lock is taken.
 """
@@ -19,11 +25,74 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping
 
 LOCK_TIMEOUT_S = 600.0  # a pin takes seconds; a lock held this long belongs to a hung process
+READ_LIMIT = 256 * 2**20  # the real ledger is a few MB; anything this large is not one of our files
+
+
+class FileProblem(ValueError):
+    """A file that cannot be read or replaced as a text file; the message names it and says why."""
+
+
+class JournalError(ValueError):
+    """A commit journal that is not one this code wrote for these files; nothing was renamed."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_text(path: Path | str, limit: int = READ_LIMIT) -> str:
+    """The UTF-8 text of the regular file ``path``; a :class:`FileProblem` naming it otherwise.
+
+    Opened non-blocking and checked with ``fstat`` on the open descriptor (no race with a swap),
+    so a FIFO never hangs the caller and a device (``/dev/zero``) is never read; a file over
+    ``limit`` bytes is refused rather than read into memory.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise FileProblem(f"{path}: unreadable ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileProblem(f"{path}: is {_kind(mode)}, not a regular file")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise FileProblem(f"{path}: larger than {limit >> 20} MiB: not a file this tool wrote")
+    except OSError as exc:
+        raise FileProblem(f"{path}: unreadable ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(f"{path}: not UTF-8 text (a binary file? bad byte at offset {exc.start})") from None
+
+
+def write_target(path: Path | str) -> Path:
+    """Where writing ``path`` must go: the file a symlink points at (so the link stays a link)."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _check_writable(path: Path, need_dir: bool = False) -> None:
+    """Refuse, before anything is written, a target that a rename could not replace."""
+    if path.exists() and not path.is_file():
+        raise FileProblem(f"{path}: is {_kind(path.stat().st_mode)}, not a regular file; nothing was written")
+    if need_dir and not path.parent.is_dir():
+        raise FileProblem(f"{path}: directory {path.parent} does not exist; nothing was written")
 
 
 def _default_mode() -> int:
@@ -57,7 +126,8 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     and is fsynced before the rename; the directory is fsynced after it so the rename survives
     a power loss.  On any failure the temporary file is removed and the original is untouched.
     """
-    path = Path(path)
+    path = write_target(path)
+    _check_writable(path)
     tmp = _stage(path, text)
     try:
         os.replace(tmp, path)
@@ -86,27 +156,69 @@ def journal_path(anchor: Path) -> Path:
 
 
 def commit(files: Mapping[Path, str], journal: Path) -> None:
-    """Replace every ``path: text`` of ``files`` as one unit (see the module docstring)."""
+    """Replace every ``path: text`` of ``files`` as one unit (see the module docstring).
+
+    Every target is checked first (a directory in the way would otherwise fail a rename after
+    the commit point); symlinked targets are written through.
+    """
+    real = {Path(os.path.abspath(write_target(p))): text for p, text in files.items()}
+    for path in real:
+        _check_writable(path, need_dir=True)
     staged: dict[Path, Path] = {}
     try:
-        for path, text in files.items():
-            staged[Path(path)] = _stage(Path(path), text)
+        for path, text in real.items():
+            staged[path] = _stage(path, text)
         doc = {"kind": "nsa-sel-commit", "files": [[str(p), str(t)] for p, t in staged.items()]}
         atomic_write_text(journal, json.dumps(doc) + "\n")  # the commit point
     except BaseException:
         for tmp in staged.values():
             tmp.unlink(missing_ok=True)
         raise
-    _roll_forward(journal)
+    _roll_forward(journal, list(real))
 
 
-def _roll_forward(journal: Path) -> None:
-    doc = json.loads(journal.read_text())
+def _allowed(targets) -> set[Path]:
+    """The paths a journal for ``targets`` may name: each as given and as its symlink's target."""
+    out = set()
+    for t in targets:
+        out |= {Path(os.path.abspath(t)), Path(os.path.realpath(t))}
+    return out
+
+
+def _journal_files(journal: Path, targets) -> list[tuple[Path, Path]]:
+    """The (target, temporary) pairs of a journal, each checked to be one ``targets`` allows.
+
+    A journal is written atomically by :func:`commit`, so one that does not parse, or that names
+    any other file, did not come from here: it is refused, and nothing is renamed.
+    """
+    refuse = f"{journal}: not a commit journal of this tool; nothing was renamed (remove it by hand after checking)"
+    try:
+        doc = json.loads(read_text(journal, limit=1 << 20))
+    except (FileProblem, ValueError, RecursionError):
+        raise JournalError(refuse) from None
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("kind") == "nsa-sel-commit" else None
+    if not isinstance(files, list) or not all(isinstance(f, list) and len(f) == 2 and all(isinstance(x, str) and x
+                                                                                      for x in f) for f in files):
+        raise JournalError(refuse)
+    allowed, pairs = _allowed(targets), []
+    for target, tmp in ((Path(os.path.abspath(a)), Path(os.path.abspath(b))) for a, b in files):
+        if target not in allowed:
+            names = ", ".join(sorted({str(Path(t)) for t in targets}))
+            raise JournalError(f"{journal}: names {target}, which is not one of the files it may replace "
+                               f"({names}); refused, nothing was renamed (remove the journal by hand after checking)")
+        if tmp.parent != target.parent or not (tmp.name.startswith(f".{target.name}.") and tmp.name.endswith(".tmp")):
+            raise JournalError(f"{journal}: its temporary {tmp} is not a temporary of {target}; refused, nothing "
+                               "was renamed (remove the journal by hand after checking)")
+        pairs.append((target, tmp))
+    return pairs
+
+
+def _roll_forward(journal: Path, targets) -> None:
     dirs = set()
-    for target, tmp in doc["files"]:
-        if Path(tmp).exists():  # not renamed yet (a rename either happened or did not)
+    for target, tmp in _journal_files(journal, targets):
+        if tmp.exists():  # not renamed yet (a rename either happened or did not)
             os.replace(tmp, target)
-        dirs.add(Path(target).parent)
+        dirs.add(target.parent)
     for d in dirs:
         fsync_dir(d)
     journal.unlink()
@@ -121,13 +233,10 @@ def recover(journal: Path, targets: list[Path]) -> str | None:
     its commit point).  Returns what it did, or None when there was nothing to do.
     """
     done = []
-    if journal.exists():
-        try:
-            _roll_forward(journal)
-            done.append(f"finished an interrupted commit ({journal})")
-        except (ValueError, KeyError, TypeError):  # a journal is written atomically; this is foreign
-            raise ValueError(f"{journal}: not a commit journal; remove it by hand after checking") from None
-    for target in [*targets, journal]:
+    if journal.exists() or journal.is_symlink():
+        _roll_forward(journal, targets)  # a JournalError when it is not ours: nothing renamed
+        done.append(f"finished an interrupted commit ({journal})")
+    for target in [*targets, *(write_target(t) for t in targets), journal]:
         for stray in Path(target).parent.glob(f".{Path(target).name}.*.tmp"):
             stray.unlink(missing_ok=True)
             done.append(f"removed {stray.name}")

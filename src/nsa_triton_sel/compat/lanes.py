@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import _toml
 from . import project
-from .atomic import atomic_write_text
+from .atomic import FileProblem, atomic_write_text, read_text
 from .verdicts import REQUIRABLE
 
 SCHEMA = 1
@@ -171,10 +171,13 @@ def _lane(raw: dict, where: str) -> tuple[Lane, list[Lane]]:
                 numpy_reason=raw.get("numpy_reason", ""), extras_reason=raw.get("extras_reason", ""))
     v = lane.version
     _need(lane.label == f"{v.major}.{v.minor}", where, f"label must be the minor of triton {lane.triton}")
-    return lane, [_patch(lane, p, where) for p in raw.get("patch", [])]
+    patches = raw.get("patch", [])
+    _need(isinstance(patches, list), where, f"`patch` must be [[lane.patch]] tables, got {patches!r}")
+    return lane, [_patch(lane, p, where) for p in patches]
 
 
 def _patch(lane: Lane, raw: dict, where: str) -> Lane:
+    _need(isinstance(raw, dict), f"{where} [[lane.patch]]", f"each [[lane.patch]] must be a table, got {raw!r}")
     where = f"{where} [[lane.patch]] {raw.get('triton', '?')!r}"
     _need(not (raw.keys() - PATCH_KEYS), where, f"unknown field(s) {sorted(raw.keys() - PATCH_KEYS)}; "
           f"known: {sorted(PATCH_KEYS)}")
@@ -210,7 +213,9 @@ def load_table(path: Path | str | None = None) -> Table:
     """Parse ``lanes.toml`` (default: the project's, see :mod:`.project`); lanes sorted by version."""
     path = Path(path) if path else project.constraints_dir() / project.TABLE_NAME
     try:
-        data = _toml.loads(path.read_text())
+        data = _toml.loads(read_text(path))
+    except FileProblem as exc:  # binary, a directory, unreadable: one line naming it, never a traceback
+        raise TableError(str(exc)) from None
     except _toml.TOMLDecodeError as exc:
         raise TableError(f"{path}: not valid TOML ({exc})") from None
     _need(data.get("schema") == SCHEMA, str(path), f"schema {data.get('schema')!r}, this code reads {SCHEMA}")

@@ -21,18 +21,23 @@ The verdict (:func:`judge`, a pure function of records, tested without running l
 ``--admit`` records a SAFE candidate: its release joins ``constraints/lanes.toml`` (as a patch
 of its minor's lane, or as a new lane), its records enter the ledger under that release, and
 MATRIX.md and known-good.txt are re-rendered, all in one command.  Exit status: 0 safe, 1
-blocked, 3 environment, 2 bad usage.
+blocked, 3 environment, 2 bad usage or unreadable files (one line, checked before the long run:
+a release below the table or not on the package index, a bad ``--max-slowdown``, a missing
+``--from-results`` directory, a broken table or ledger).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +46,8 @@ from packaging.version import InvalidVersion, Version
 from .. import known_bad
 from . import lanes, ledger, project
 from .admit import admit
+from .atomic import FileProblem
+from .ledger.pinning import PinError, normalise_releases
 from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
 EXIT = {SAFE: 0, BLOCKED: 1, ENVIRONMENT: 3}
@@ -103,18 +110,33 @@ def _regressions(cand: list[dict], base: list[dict], check: str) -> list[str]:
     return out
 
 
+# The PTX embeds absolute source paths, so its size moves with the install location: growth is
+# counted, never itemised (97 of 123 notes of one check were such noise, burying the ones below).
+PATH_DEPENDENT_METRICS = ("ptx_bytes",)
+RESOURCE_METRICS = ("spills", "registers", "stack", "local", "shared")  # listed first, in this order
+
+
 def _metric_notes(cand: list[dict], base: list[dict], grow_limit: float = 0.10) -> list[str]:
-    """Compile metrics that grew by more than ``grow_limit`` (e.g. shared memory bytes)."""
+    """Compile metrics that grew by more than ``grow_limit``: register, spill, stack and shared-memory
+    growth first, path-dependent sizes only counted."""
     c = _index([r for r in cand if r["check"] == "compile"])
-    notes = []
+    notes, noise = [], 0
     for key, b in _index([r for r in base if r["check"] == "compile"]).items():
         got = c.get(key)
         for name, old in (b.get("metrics") or {}).items() if got else ():
             new = (got.get("metrics") or {}).get(name)
             if name != "seconds" and isinstance(old, (int, float)) and isinstance(new, (int, float)) \
                     and old > 0 and new > old * (1 + grow_limit):
-                notes.append(f"`{key[2]}` sm_{key[3]}: {name} {old} -> {new}")
-    return notes
+                if name in PATH_DEPENDENT_METRICS:
+                    noise += 1
+                    continue
+                rank = RESOURCE_METRICS.index(name) if name in RESOURCE_METRICS else len(RESOURCE_METRICS)
+                notes.append((rank, f"`{key[2]}` sm_{key[3]}: {name} {old} -> {new}"))
+    out = [text for _, text in sorted(notes, key=lambda n: n[0])]
+    if noise:
+        out.append(f"{'/'.join(PATH_DEPENDENT_METRICS)} grew by more than {grow_limit:.0%} on {noise} variant(s): "
+                   "not itemised (the PTX embeds absolute source paths, so its size moves with the install location)")
+    return out
 
 
 def _slowdowns(cand: list[dict], base: list[dict], max_slowdown: float) -> list[str]:
@@ -216,10 +238,63 @@ def _candidate_records(version: str, args, root: Path, gpu: bool) -> tuple[list[
     return recs, None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel check-upgrade VERSION [--admit] [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``."""
-    from .nox_lanes import gpu_mode  # noqa: PLC0415
+class UsageError(ValueError):
+    """A bad argument or an unreadable input, found before the long run (exit 2)."""
 
+
+def _slowdown(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:  # nan/inf/negative used to switch the speed gate off
+        raise argparse.ArgumentTypeError(f"must be a finite positive fraction (0.10 = 10%), got {text!r}")
+    return value
+
+
+INDEX_TIMEOUT_S = 20.0
+_WHEEL_VERSION = re.compile(r"triton-([0-9][^-/#\"'<>\s]*?)(?:-|\.tar\.gz|\.zip)")
+
+
+def index_versions() -> set[Version] | None:
+    """Triton releases on the package index the lanes install from (the PEP 503 page of ``$UV_DEFAULT_INDEX``,
+    ``$UV_INDEX_URL``, ``$PIP_INDEX_URL`` or PyPI); None when it cannot be asked (offline, a wheelhouse)."""
+    base = next((os.environ[k] for k in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL") if os.environ.get(k)),
+                "https://pypi.org/simple")
+    try:
+        req = urllib.request.Request(base.rstrip("/") + "/triton/", headers={"Accept": "text/html"})
+        with urllib.request.urlopen(req, timeout=INDEX_TIMEOUT_S) as resp:
+            page = resp.read(64 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError):  # URLError is an OSError; a malformed URL a ValueError
+        return None
+    found = set()
+    for text in _WHEEL_VERSION.findall(page):
+        try:
+            found.add(Version(text))
+        except InvalidVersion:
+            continue
+    return found or None
+
+
+def _check_release(version: str, table: lanes.Table, args) -> None:
+    """Refuse, before anything runs, a release the check cannot say anything useful about."""
+    oldest = table.releases[0]
+    if Version(version) < oldest.version:
+        raise UsageError(f"triton {version} is older than the table's oldest release {oldest.triton}: "
+                         f"this project supports triton>={oldest.triton}; nothing to check")
+    if args.from_results or args.skip_index_check or table.for_version(version):
+        return
+    known = index_versions()
+    if known is None:
+        print("check-upgrade: could not ask the package index whether this release exists; going on",
+              file=sys.stderr)
+    elif Version(version) not in known:
+        newest = max(known)
+        raise UsageError(f"triton {version}: no such release on the package index (newest there: {newest}); "
+                         "--skip-index-check if it comes from elsewhere")
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nsa-sel check-upgrade", description=__doc__.splitlines()[0])
     p.add_argument("version", help="candidate Triton release, e.g. 3.10.0")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
@@ -227,29 +302,54 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-results", type=Path, help="judge existing candidate run files instead of running")
     p.add_argument("--keep", action="store_true", help="keep the temporary results directory")
     p.add_argument("--admit", action="store_true", help="if SAFE, add the release to the table, ledger and known-good")
-    p.add_argument("--max-slowdown", type=float, default=0.10, help="blocking benchmark slowdown (0.10 = 10%%)")
-    args = p.parse_args(argv)
+    p.add_argument("--max-slowdown", type=_slowdown, default=0.10,
+                   help="blocking benchmark slowdown, a finite positive fraction (0.10 = 10%%)")
+    p.add_argument("--skip-index-check", action="store_true",
+                   help="do not ask the package index whether the release exists (a private wheel)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nsa-sel check-upgrade VERSION [--admit] [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``."""
+    args = _parser().parse_args(argv)
+    try:
+        return _check_upgrade(args)
+    except (UsageError, project.ProjectNotFound, lanes.TableError, ledger.LedgerError, ledger.RunFileError,
+            PinError, FileProblem) as exc:
+        print(f"nsa-sel check-upgrade: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --admit on a read-only filesystem or a full disk
+        print(f"nsa-sel check-upgrade: cannot write {exc.filename or 'a file'}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _check_upgrade(args) -> int:
+    from .nox_lanes import gpu_mode  # noqa: PLC0415
+
     try:
         version = str(Version(args.version))
-        cdir = project.constraints_dir(args.constraints)
     except InvalidVersion:
-        p.error(f"not a version: {args.version!r}")
-    except project.ProjectNotFound as exc:
-        p.error(str(exc))
+        raise UsageError(f"not a version: {args.version!r}") from None
+    if args.from_results is not None and not args.from_results.is_dir():
+        raise UsageError(f"--from-results {args.from_results}: no such directory")
+    cdir = project.constraints_dir(args.constraints)
     t0 = time.perf_counter()
     table, windows = lanes.load_table(cdir / project.TABLE_NAME), known_bad.load()
+    _check_release(version, table, args)
+    # The noxfile beside the constraints directory, else the project's found from the cwd (a
+    # --constraints copy elsewhere, e.g. to try --admit, still runs the project's lanes).
+    root = None
+    if not args.from_results:
+        root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
     cand = lanes.candidate_lane(version, table)
     listed = table.for_version(version)
     print(f"check-upgrade: triton {version}: " + (f"release of lane {listed.label} in the table, checked with its "
           f"row" if listed else f"python {cand.python}, numpy{cand.numpy}, extras {list(cand.extras)} ({cand.numpy_reason})"))
     ledger_path = args.ledger or cdir / "ledger.jsonl"
-    recs = ledger.load_ledger(ledger_path)
+    recs = normalise_releases(ledger.load_ledger(ledger_path), table, str(ledger_path))
     base = baseline_release(table, recs, windows, version)
     base_recs = [r for r in recs if base and r["triton"] == base.triton]
     gpu = gpu_mode()
-    # The noxfile beside the constraints directory, else the project's found from the cwd (a
-    # --constraints copy elsewhere, e.g. to try --admit, still runs the project's lanes).
-    root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
     cand_recs, results = _candidate_records(version, args, root, gpu)
     report = judge(version, cand_recs, base.triton if base else None, base_recs, table.required, windows,
                    args.max_slowdown)

@@ -8,8 +8,12 @@ What keeps the three files trustworthy:
   pin first finishes a commit a killed pin left behind; MATRIX.md and known-good.txt name the
   ledger generation they were rendered from, and ``nsa-sel pin --check`` verifies it;
 - file modes are kept;
-- input is strict: an empty, truncated or foreign results file, an unknown verdict or a bad
-  ledger line stops the pin with the file (and line) named, exit status 1;
+- input is strict: an empty, truncated, binary or foreign results file (or a FIFO or device
+  named ``*.json``), an unknown verdict, a field of the wrong type or a bad ledger line stops the
+  pin with the file (and line) named, exit status 2; so does a record naming a release that is
+  not in the table (a record's ``"3.9"`` is read as the table's ``3.9.0``, never ignored);
+- a ledger that is missing or empty while MATRIX.md / known-good.txt came from one with records
+  (a mistyped ``--ledger``) is refused unless ``--reset``; so is a pin that would leave no record;
 - a record whose process imported another Triton than the release it names becomes an
   ``error`` naming both versions (:func:`.records.enforce_isolation`).
 """
@@ -23,7 +27,7 @@ from pathlib import Path
 
 from ... import known_bad
 from .. import lanes, project
-from ..atomic import commit, journal_path, locked, recover
+from ..atomic import FileProblem, JournalError, commit, journal_path, locked, read_text, recover
 from .cells import release_verdicts
 from .known_good import render_known_good
 from .matrix import render_matrix
@@ -51,8 +55,14 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
     windows = known_bad.load() if windows is None else windows
     ledger_path, matrix_path, known_good_path = Path(ledger_path), Path(matrix_path), Path(known_good_path)
     targets = [ledger_path, matrix_path, known_good_path]
+    for path in targets:  # never create a directory: a mistyped path must not start a new ledger
+        if not path.parent.is_dir():
+            raise PinError(f"{path}: directory {path.parent} does not exist; nothing written")
     with locked(ledger_path):
-        fixed = recover(journal_path(ledger_path), targets)
+        try:
+            fixed = recover(journal_path(ledger_path), targets)
+        except JournalError as exc:
+            raise PinError(str(exc)) from None
         if fixed:
             log(f"recovered: {fixed}")
         try:
@@ -66,11 +76,17 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
         bad = [p for r in new for p in problems(r)]
         if bad:
             raise PinError(f"a record to pin is not valid: {bad[0]}")
-        new = [enforce_isolation(r) for r in new]
+        if not old and not reset:
+            _refuse_a_lost_ledger(ledger_path, matrix_path, known_good_path)
+        old = normalise_releases(old, table, str(ledger_path))
+        new = [enforce_isolation(r) for r in normalise_releases(new, table, "the results")]
         for r in new:
             if isolation_problem(r):
                 log(f"error: {r['session']} `{r['kernel']}`: {isolation_problem(r)}")
         merged = [r for r in merge(old, new) if not _canary_static(r)]
+        if not merged:
+            raise PinError("nothing to pin: neither the ledger nor the results hold a record (known-good.txt "
+                           "would admit no release); nothing written")
         verdicts = release_verdicts(table, merged, windows)
         name = _rel(ledger_path)
         text = dump_ledger(merged)
@@ -93,11 +109,11 @@ def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[
     out = []
     if journal_path(ledger_path).exists():
         out.append(f"an interrupted pin left {journal_path(ledger_path)}: run `nsa-sel pin` to finish it")
-    text = ledger_path.read_text() if ledger_path.exists() else ""
+    text = read_text(ledger_path) if ledger_path.exists() else ""
     gen = digest(text)
     for path in (matrix_path, known_good_path):
         path = Path(path)
-        found = _GENERATION.search(path.read_text()) if path.exists() else None
+        found = _GENERATION.search(read_text(path)) if path.exists() else None
         if found is None:
             out.append(f"{path}: missing or names no ledger generation")
         elif found.group(1) != gen:
@@ -107,6 +123,35 @@ def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[
     except LedgerError as exc:
         out.append(str(exc))
     return out
+
+
+def normalise_releases(recs: list[dict], table: lanes.Table, where: str) -> list[dict]:
+    """Each record's ``triton`` spelled as the table's release (``"3.9"`` -> ``"3.9.0"``, else it would
+    be grouped apart and its verdict ignored); a release not in the table is a :class:`PinError`."""
+    out = []
+    for rec in recs:
+        rel = table.for_version(rec["triton"])
+        if rel is None:
+            raise PinError(f"{where}: a record of session {rec.get('session')!r} names triton {rec['triton']!r}, "
+                           f"which is not a release of the table ({', '.join(r.triton for r in table.releases)}): "
+                           f"admit it with `nsa-sel check-upgrade {rec['triton']} --admit` or remove its records")
+        out.append(rec if rec["triton"] == rel.triton else {**rec, "triton": rel.triton})
+    return out
+
+
+def _refuse_a_lost_ledger(ledger_path: Path, *rendered: Path) -> None:
+    """A missing or empty ledger while MATRIX.md / known-good.txt came from one with records: most
+    likely a wrong ``--ledger``; pinning would overwrite them with a near-empty generation."""
+    empty = digest("")
+    for path in rendered:
+        try:
+            found = _GENERATION.search(read_text(path)) if path.is_file() else None
+        except FileProblem:
+            continue  # the commit's own checks name a target it cannot replace
+        if found and found.group(1) != empty:
+            state = "holds no record" if ledger_path.exists() else "does not exist"
+            raise PinError(f"{ledger_path} {state}, but {path} was rendered from a ledger with records (generation "
+                           f"{found.group(1)}): a wrong --ledger? pass --reset to start a new ledger; nothing written")
 
 
 def _canary_static(rec: dict) -> bool:
@@ -134,8 +179,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0 on success, 1 when the input or the files are wrong (message names them), 2 bad usage."""
+    """Exit 0 on success (``--check``: 1 when the files are not one generation); 2 when the input or the
+    files are wrong or the arguments are (a one-line message names the file and the problem)."""
     args = _parser().parse_args(argv)
+    paths = None
     try:
         cdir = project.constraints_dir(args.constraints)
         paths = (args.ledger or cdir / "ledger.jsonl", args.matrix or cdir / "MATRIX.md",
@@ -154,9 +201,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nsa-sel pin: no results directory {dirs[0]} (re-rendering from the ledger only)", file=sys.stderr)
         table = lanes.load_table(cdir / project.TABLE_NAME)
         pin(dirs, *paths, table=table, reset=args.reset)
-    except (PinError, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
+    except (PinError, FileProblem, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
         print(f"nsa-sel pin: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except OSError as exc:  # a read-only filesystem, a full disk: before the commit point, nothing was written
+        after = paths is not None and journal_path(Path(paths[0])).exists()
+        print(f"nsa-sel pin: cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; "
+              + ("the commit is journaled: the next pin finishes it" if after else "nothing written"), file=sys.stderr)
+        return 2
     return 0
 
 

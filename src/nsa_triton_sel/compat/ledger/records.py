@@ -23,6 +23,7 @@ top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).
 from __future__ import annotations
 
 import datetime as _dt
+import math
 
 from packaging.version import InvalidVersion, Version
 
@@ -183,4 +184,47 @@ def problems(rec) -> list[str]:
         Version(str(rec.get("triton")))
     except InvalidVersion:
         out.append(f"triton {rec.get('triton')!r} is not a version")
+    return out + type_problems(rec)
+
+
+_NONE = type(None)
+# What the renderers and the merge assume of a field (a wrong type used to surface as a traceback).
+FIELD_TYPES = {"lane": str, "triton": str, "kernel": str, "run_id": str, "check": str, "verdict": str,
+               "mode": (str, _NONE), "session": (str, _NONE), "machine": (str, _NONE), "message": (str, _NONE),
+               "date": (str, _NONE), "triton_imported": (str, _NONE), "process": (dict, _NONE),
+               "metrics": (dict, _NONE), "knobs": (dict, _NONE), "arch": (int, _NONE)}
+_SCALARS = (int, float, str, bool, _NONE)
+
+
+def _type_name(t) -> str:
+    names = [x.__name__ for x in (t if isinstance(t, tuple) else (t,))]
+    return " or ".join("null" if n == "NoneType" else n for n in names)
+
+
+def type_problems(rec: dict) -> list[str]:
+    """Fields of the wrong JSON type, a date that is not ISO 8601, metrics that are not flat scalars."""
+    out = []
+    for name, want in FIELD_TYPES.items():
+        value = rec.get(name)
+        if name in rec and (not isinstance(value, want) or (name == "arch" and isinstance(value, bool))):
+            out.append(f"`{name}` must be {_type_name(want)}, got {type(value).__name__}")
+    if isinstance(rec.get("date"), str) and rec["date"]:
+        try:
+            _dt.datetime.fromisoformat(rec["date"])
+        except ValueError:
+            out.append(f"`date` {rec['date'][:40]!r} is not an ISO 8601 date")
+    metrics = rec.get("metrics")
+    if isinstance(metrics, dict):
+        if not all(isinstance(v, _SCALARS) for v in metrics.values()):
+            out.append("`metrics` values must be numbers, strings, booleans or null")
+        bad = [k for k in NUMERIC_METRICS if k in metrics and metrics[k] is not None and not _finite(metrics[k])]
+        if bad:
+            out.append(f"metric(s) {', '.join(bad)} must be finite numbers")
     return out
+
+
+NUMERIC_METRICS = ("seconds", "median_s", "median_ms", "speedup_vs_sdpa", "max_abs_err", "rel_err", "sdpa_rel_err")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

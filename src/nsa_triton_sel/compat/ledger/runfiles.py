@@ -14,10 +14,11 @@ An empty or truncated file, one without ``"kind"``, or a record with an unknown 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterable
 
-from ..atomic import atomic_write_text
+from ..atomic import FileProblem, atomic_write_text, read_text
 from ..verdicts import ERROR, INTERRUPTED
 from .records import SCHEMA, migrate, now_iso, problems, record
 
@@ -81,9 +82,9 @@ def records_of_run(doc: dict) -> list[dict]:
 def read_run_file(path: Path) -> dict:
     """One run file, checked; a :class:`RunFileError` naming the file and what is wrong."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RunFileError(f"{path}: unreadable ({exc})") from None
+        text = read_text(path)  # a FIFO or a link to /dev/zero named *.json: an error, never a hang
+    except FileProblem as exc:
+        raise RunFileError(str(exc)) from None
     if not text.strip():
         raise RunFileError(f"{path}: empty (a lane was killed while writing it, or the disk filled up); "
                            "re-run its session or remove the file")
@@ -92,6 +93,8 @@ def read_run_file(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{path}: not valid JSON, truncated? ({exc}); re-run its session or remove the file") \
             from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting deeper than the parser goes
+        raise RunFileError(f"{path}: not a lane run file ({type(exc).__name__}: {str(exc)[:80]})") from None
     if not isinstance(doc, dict) or "kind" not in doc:
         raise RunFileError(f"{path}: no \"kind\" field: not a lane run file (results directories hold only "
                            f"run files of kind {KIND!r})")
@@ -120,7 +123,11 @@ def load_run_files(dirs: Iterable[Path]) -> tuple[list[dict], list[str]]:
     """
     recs, notes = [], []
     for d in dirs:
-        for path in sorted(Path(d).glob("*.json")):
+        try:  # glob() skips an unreadable directory without a word: list it ourselves
+            names = sorted(os.listdir(d))
+        except OSError as exc:
+            raise RunFileError(f"{d}: cannot list the results directory ({exc.strerror})") from None
+        for path in (Path(d) / n for n in names if n.endswith(".json")):
             doc = read_run_file(path)
             if doc.get("status") != "complete":
                 notes.append(f"{path}: lane session {doc.get('session')} is {doc.get('status')}: reported as such")

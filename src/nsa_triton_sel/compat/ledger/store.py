@@ -13,6 +13,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..atomic import FileProblem, read_text
 from .records import migrate, problems
 
 
@@ -23,16 +24,22 @@ class LedgerError(ValueError):
 def load_ledger(path: Path) -> list[dict]:
     """Records of a JSON-Lines ledger; a missing file is an empty ledger, a bad line an error."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
+    try:
+        text = read_text(path)  # a directory, FIFO, device or binary file is an error, not a hang or a traceback
+    except FileProblem as exc:
+        raise LedgerError(str(exc)) from None
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LedgerError(f"{path}:{n}: not a JSON record ({exc.msg} at column {exc.colno})") from None
+        except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting deeper than the parser goes
+            raise LedgerError(f"{path}:{n}: not a ledger record ({type(exc).__name__}: {str(exc)[:80]})") from None
         rec = migrate(rec)
         bad = problems(rec)
         if bad:

@@ -30,6 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
+from ..atomic import atomic_write_text
 from ..specs import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE
@@ -63,6 +66,14 @@ def _jobs(text: str) -> int:
     return value
 
 
+def _version(text: str) -> str:
+    try:
+        Version(text)
+    except InvalidVersion:  # used to fail only after the whole run
+        raise argparse.ArgumentTypeError(f"not a Triton version: {text!r} (e.g. 3.9.0)") from None
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own errors: the same prefix and exit status as ours
         self.print_usage(sys.stderr)
@@ -83,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                         "repeatable; 'builtin' means the package registry); imported in a child, under --timeout")
     p.add_argument("--canaries", action="store_true", help="also run the canaries (nsa_triton_sel.compat.canaries)")
     p.add_argument("--python", help="run the children under this interpreter (another venv's Triton)")
-    p.add_argument("--expect-triton", metavar="VERSION",
+    p.add_argument("--expect-triton", metavar="VERSION", type=_version,
                    help="the Triton release this run is for (a lane's): canaries are judged for it, and "
                         "children importing another one fail the run (exit 4)")
     p.add_argument("--keep", metavar="DIR", help="keep each compile's request, stderr and cache under DIR")
@@ -157,6 +168,8 @@ def collect_specs(args) -> list[CompileSpec]:
         check_unique(specs)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not specs:  # a run of nothing would report success
+        raise UsageError(f"--specs {' '.join(args.specs or [])}: no compile specs to run (an empty list)")
     return specs
 
 
@@ -178,5 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                        python=args.python, keep=args.keep, expect_triton=args.expect_triton)
     render(report)
     if args.json:
-        Path(args.json).write_text(report.to_json())
+        try:  # atomically: a full disk leaves the old report (or none), never a 0-byte one
+            atomic_write_text(args.json, report.to_json())
+        except (OSError, ValueError) as exc:
+            print(f"nsa-sel smoke: --json {args.json}: cannot write the report ({getattr(exc, 'strerror', None) or exc})",
+                  file=sys.stderr)
+            return EXIT_USAGE
     return report.exit_code
