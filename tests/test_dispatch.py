@@ -239,7 +239,7 @@ def test_the_debug_log_names_the_entry_or_default_that_applied(caplog):
     assert "sel_triton_min_L=1" in caplog.text and "default: thresholds.json has no measurement for cpu" in caplog.text
 
 
-UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.1"), ("NVIDIA H100 80GB HBM3", 90, "3.4.0"),
+UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.0"), ("NVIDIA H100 80GB HBM3", 90, "3.4.0"),
               ("NVIDIA A100-SXM4-80GB", 80, "3.6.0"), ("NVIDIA GeForce RTX 4090", 89, "3.6.0"),
               ("NVIDIA H100 80GB HBM3", 90, "3.6.1+git0123abc"), ("NVIDIA B200", 100, "3.9.0")]
 

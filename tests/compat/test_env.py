@@ -177,7 +177,7 @@ def test_doctor_says_which_threshold_applies_and_why(capsys):
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
     assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
-    unmeasured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.7.1")
+    unmeasured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.8.0")
     assert unmeasured["value"] == 1 and unmeasured["why"].startswith("default: ")
     assert "no CUDA GPU" in threshold_in_force(None, "3.9.0")["why"]
     assert env.main(["--json", "--no-interp"]) == 0
