@@ -98,8 +98,9 @@ def _cu_message(which: int, cu_q, cu_k, S: int, T: int) -> str:
     what = ("must start at 0", "must never decrease (cumulative lengths)",
             f"must end at the number of packed query rows S={S}", f"must end at the number of packed keys T={T}",
             "give a sequence more queries than keys (its queries are its last len_q tokens)")[which]
-    names = "cu_seqlens_q" if which == 2 else "cu_seqlens_k" if which == 3 else "cu_seqlens_q / cu_seqlens_k"
-    return f"{names} = {show(cu_q)} / {show(cu_k)}: {what}"
+    if which in (2, 3):
+        return f"{('cu_seqlens_q', 'cu_seqlens_k')[which - 2]} = {show((cu_q, cu_k)[which - 2])}: {what}"
+    return f"cu_seqlens_q / cu_seqlens_k (or cu_seqlens) = {show(cu_q)} / {show(cu_k)}: {what}"
 
 
 def raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k, rank: int, T: int) -> None:
