@@ -179,3 +179,15 @@ def test_packed_equals_fixed_and_never_syncs():
         selection_attention(q, k, v, block_indices=idx, block_size=64, cu_seqlens=cu, validate=False)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+
+
+def test_cached_rows_follow_in_place_changes_of_cu_seqlens():
+    q, k, v, gen = _inputs(4096, 4096, 64, 4, 128, seed=5)
+    cu = torch.tensor([0, 1000, 4096], device="cuda")
+    idx = _blocks(torch.tensor([0, 1000, 2000, 4096], device="cuda"), torch.tensor([0, 1000, 2000, 4096],
+                                                                                  device="cuda"), 4, 16, 64, gen)
+    first = selection_attention(q, k, v, block_indices=idx, block_size=64, cu_seqlens=cu, validate=False)
+    cu.copy_(torch.tensor([0, 2000, 4096], device="cuda"))  # same tensor, new values
+    again = selection_attention(q, k, v, block_indices=idx, block_size=64, cu_seqlens=cu, validate=False)
+    fresh = selection_attention(q, k, v, block_indices=idx, block_size=64, cu_seqlens=cu.clone(), validate=False)
+    assert torch.equal(again, fresh) and not torch.equal(first, again)

@@ -225,3 +225,32 @@ def test_interp_packed_decode_takes_the_decode_kernel():
         plan.selection = orig
     assert (out.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3
     assert calls == [(2, 1)], f"launches (B, S): {calls}; expected one row per batch entry (the decode view)"
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_one_sequence_equals_the_unpacked_call_and_huge_positions_clamp(dtype):
+    q, k, v = _packed()
+    idx = torch.tensor([0, 2, -1]).expand(CU[-1], 2, 3)
+    kw = dict(block_indices=idx, block_size=BS, backend="oracle")
+    cu = torch.tensor([0, CU[-1]], dtype=dtype)
+    assert torch.equal(selection_attention(q, k, v, cu_seqlens=cu, **kw), selection_attention(q, k, v, **kw))
+    pos = torch.full((CU[-1],), 2**62)  # past the sequence: clamped to its end, without overflow
+    assert torch.equal(selection_attention(q, k, v, cu_seqlens=cu, positions=pos, **kw),
+                       selection_attention(q, k, v, positions=pos, **kw))
+
+
+@pytest.mark.interp
+@INTERP_ONLY
+def test_packed_call_traces_in_one_graph():
+    """No host sync and no graph break: torch.compile(fullgraph=True) traces a packed call (dynamo only)."""
+    cu_q, cu_k = [0, 1, 2], [0, 20, 45]  # decode: one query per sequence, the decode view inside the graph
+    q, k, v, idx = _fp16_case(5, cu_q, cu_k, extra=False)
+
+    def f(q, k, v, idx, cu_q, cu_k):
+        return selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                                   backend="triton")
+
+    torch._dynamo.reset()
+    args = (q, k, v, idx, torch.tensor(cu_q), torch.tensor(cu_k))
+    got = torch.compile(f, backend="eager", fullgraph=True)(*args)
+    assert (got.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3

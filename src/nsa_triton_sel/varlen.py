@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import plan, varlen_checks
+from . import config, plan, varlen_checks
 from .contract import Dims, _require_tensor, check_block_indices, check_block_size, check_positions, check_ranges
 
 
@@ -145,8 +145,34 @@ def rows(cu_q, cu_k, S: int, positions, block_size: int | None) -> Rows:
     if positions is None:
         hi = end if cu_q is cu_k else end + tab[:, 2]
     else:  # min(pos, len_k - 1) first: a position near 2^63 must not overflow
-        hi = bos + torch.minimum(positions.reshape(-1).to(tab.dtype), tab[:, 2]) + 1
+        hi = bos + torch.minimum(positions.reshape(-1), tab[:, 2]) + 1  # int64 when positions are
     return Rows(seq, bos, hi, tab[:, :2])
+
+
+_ROWS: dict = {}  # (id(cu_q), id(cu_k), versions, S, block_size, ranges?) -> (cu_q, cu_k, Rows); at most _ROWS_MAX
+_ROWS_MAX = 8
+config.REFRESH_HOOKS.append(_ROWS.clear)
+
+
+def cached_rows(cu_q, cu_k, S: int, positions, block_size: int | None, eager: bool) -> Rows:
+    """:func:`rows`, remembered for the same cu_seqlens tensors (every layer of a model reuses them:
+    the row quantities are then computed once per step, leaving two ops per call).
+
+    Only in plain eager calls on CUDA and without ``positions``; the entry holds the tensors themselves
+    (their ids cannot be reused meanwhile) and their version counters, so an in-place change of
+    cu_seqlens misses the cache.  (Tensors without version counters, inference tensors, are not cached.)
+    """
+    if not eager or positions is not None or cu_q.device.type != "cuda" or cu_q.is_inference() or cu_k.is_inference():
+        return rows(cu_q, cu_k, S, positions, block_size)
+    key = (id(cu_q), id(cu_k), cu_q._version, cu_k._version, S, block_size)
+    hit = _ROWS.get(key)
+    if hit is not None and hit[0] is cu_q and hit[1] is cu_k:
+        return hit[2]
+    r = rows(cu_q, cu_k, S, positions, block_size)
+    if len(_ROWS) >= _ROWS_MAX:
+        _ROWS.pop(next(iter(_ROWS)))
+    _ROWS[key] = (cu_q, cu_k, r)
+    return r
 
 
 def global_ranges(spans: torch.Tensor, r: Rows, block_size: int | None) -> torch.Tensor:
@@ -176,9 +202,18 @@ def _wants_decode_view(q5, k5, v5) -> bool:
     if grad or q5.device.type == "meta" or q5.shape[1] == 1:
         return False  # the backward would allocate dk per row; one row is a decode call already
     _, S, G, h, _ = q5.shape
-    from . import config
+    if not all(type(x) is int for x in (S, G, h)):
+        return False  # sizes traced as symbols: the fixed-length layout, which the planner handles at run time
+    return _decode_rows(q5.device, S, G, h, not config.flags().group)
 
-    return plan.use_decode(S, 1, G, h, not config.flags().group, plan.device_of(q5.device))
+
+def _decode_rows(device, S: int, G: int, h: int, per_head: bool) -> bool:
+    """Whether S rows of one query each take the split-L decode kernel (a constant to torch.compile: it
+    reads the device record once, which a trace must not see being filled in)."""
+    return plan.use_decode(S, 1, G, h, per_head, plan.device_of(device))
+
+
+_decode_rows = getattr(torch.compiler, "assume_constant_result", torch._dynamo.assume_constant_result)(_decode_rows)
 
 
 def call(inner, q, k, v, ranges=None, *, block_indices=None, block_size=None, positions=None, scale=None,
@@ -205,7 +240,9 @@ def call(inner, q, k, v, ranges=None, *, block_indices=None, block_size=None, po
         raise ValueError(f"with cu_seqlens the batch is packed: q must be [total, HQ, Dk], [1, total, HQ, Dk] or "
                          f"[1, total, G, h, Dk]; got B={B} (shape {list(q.shape)})")
     spans, block_size = _packed_spans(ranges, block_indices, block_size, positions, lay)
-    r = rows(cu_q, cu_k, S, positions, block_size)
+    from .dispatch import _plain_eager
+
+    r = cached_rows(cu_q, cu_k, S, positions, block_size, _plain_eager(lay.q))
     glob = global_ranges(spans, r, block_size)
     finish = None
     if validate and spans.numel():
