@@ -97,7 +97,7 @@ def conversion(p: dict):
 
     B, T = p["B"], p["T"]
     idx = p["idx"].reshape(1, B * T, *p["idx"].shape[2:])
-    return lambda: varlen.global_ranges(idx, varlen.rows(p["cu"], p["cu"], B * T, None, p["bs"]), p["bs"])
+    return lambda: varlen.global_ranges(idx, varlen.rows(p["cu"], p["cu"], B * T, B * T, None, p["bs"]), p["bs"])
 
 
 def run_case(B: int, T: int, pattern: str, args) -> dict:

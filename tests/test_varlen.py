@@ -254,3 +254,13 @@ def test_packed_call_traces_in_one_graph():
     args = (q, k, v, idx, torch.tensor(cu_q), torch.tensor(cu_k))
     got = torch.compile(f, backend="eager", fullgraph=True)(*args)
     assert (got.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3
+
+
+def test_unvalidated_bad_cu_seqlens_stay_inside_the_keys():
+    """cu_seqlens past the keys (not validated): every range stays within [0, T], so the packed-SDPA path,
+    which gathers by index, cannot index out of bounds."""
+    q, k, v = _packed()
+    idx = torch.tensor([0, 1, -1]).expand(CU[-1], 2, 3)
+    out = selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens=torch.tensor([0, 60, 500]),
+                              backend="sdpa", validate=False)
+    assert out.shape == q.shape and not out.isnan().any()

@@ -123,17 +123,19 @@ class Rows(NamedTuple):
     base2: torch.Tensor | None
 
 
-def rows(cu_q, cu_k, S: int, positions, block_size: int | None) -> Rows:
+def rows(cu_q, cu_k, S: int, T: int, positions, block_size: int | None) -> Rows:
     """The row quantities from cu_seqlens, on the device, in a handful of small ops (no host sync).
 
-    ``seq`` searches only the N - 1 inner boundaries, so it stays in ``[0, N)`` whatever the values
-    (rows past ``cu_q[-1]`` count as the last sequence; ``varlen_checks`` reports such cu_seqlens).
+    Whatever the values, nothing indexes out of bounds: ``seq`` searches only the N - 1 inner
+    boundaries, so it stays in ``[0, N)`` (rows past ``cu_q[-1]`` count as the last sequence), and
+    ``bos``/``hi`` are clamped into ``[0, T]``, so every range is (a fallback path gathers by index;
+    ``varlen_checks`` reports such cu_seqlens).
     """
     end = torch.arange(1, S + 1, device=cu_q.device, dtype=cu_q.dtype)  # row + 1
     seq = torch.searchsorted(cu_q[1:-1], end)  # = number of inner boundaries <= row
     first = cu_k[:-1]
     if block_size is None:  # ranges: the sequence's keys [bos, eos)
-        tab = torch.stack([first, cu_k[1:]], -1)[seq]
+        tab = torch.stack([first, cu_k[1:]], -1)[seq].clamp(0, T)
         return Rows(seq, tab[:, 0], tab[:, 1], None)
     cols = [first, first + block_size]
     if positions is not None:
@@ -141,12 +143,12 @@ def rows(cu_q, cu_k, S: int, positions, block_size: int | None) -> Rows:
     elif cu_q is not cu_k:
         cols.append(cu_k[1:] - cu_q[1:])  # len_k - len_q: the queries are the last tokens of their sequence
     tab = torch.stack(cols, -1)[seq]
-    bos = tab[:, 0]
+    bos = tab[:, 0].clamp(0, T)
     if positions is None:
         hi = end if cu_q is cu_k else end + tab[:, 2]
     else:  # min(pos, len_k - 1) first: a position near 2^63 must not overflow
         hi = bos + torch.minimum(positions.reshape(-1), tab[:, 2]) + 1  # int64 when positions are
-    return Rows(seq, bos, hi, tab[:, :2])
+    return Rows(seq, bos, hi.clamp(0, T), tab[:, :2])
 
 
 _ROWS: dict = {}  # (id(cu_q), id(cu_k), versions, S, block_size, ranges?) -> (cu_q, cu_k, Rows); at most _ROWS_MAX
@@ -154,7 +156,7 @@ _ROWS_MAX = 8
 config.REFRESH_HOOKS.append(_ROWS.clear)
 
 
-def cached_rows(cu_q, cu_k, S: int, positions, block_size: int | None, eager: bool) -> Rows:
+def cached_rows(cu_q, cu_k, S: int, T: int, positions, block_size: int | None, eager: bool) -> Rows:
     """:func:`rows`, remembered for the same cu_seqlens tensors (every layer of a model reuses them:
     the row quantities are then computed once per step, leaving two ops per call).
 
@@ -163,12 +165,12 @@ def cached_rows(cu_q, cu_k, S: int, positions, block_size: int | None, eager: bo
     cu_seqlens misses the cache.  (Tensors without version counters, inference tensors, are not cached.)
     """
     if not eager or positions is not None or cu_q.device.type != "cuda" or cu_q.is_inference() or cu_k.is_inference():
-        return rows(cu_q, cu_k, S, positions, block_size)
-    key = (id(cu_q), id(cu_k), cu_q._version, cu_k._version, S, block_size)
+        return rows(cu_q, cu_k, S, T, positions, block_size)
+    key = (id(cu_q), id(cu_k), cu_q._version, cu_k._version, S, T, block_size)
     hit = _ROWS.get(key)
     if hit is not None and hit[0] is cu_q and hit[1] is cu_k:
         return hit[2]
-    r = rows(cu_q, cu_k, S, positions, block_size)
+    r = rows(cu_q, cu_k, S, T, positions, block_size)
     if len(_ROWS) >= _ROWS_MAX:
         _ROWS.pop(next(iter(_ROWS)))
     _ROWS[key] = (cu_q, cu_k, r)
@@ -242,7 +244,7 @@ def call(inner, q, k, v, ranges=None, *, block_indices=None, block_size=None, po
     spans, block_size = _packed_spans(ranges, block_indices, block_size, positions, lay)
     from .dispatch import _plain_eager
 
-    r = cached_rows(cu_q, cu_k, S, positions, block_size, _plain_eager(lay.q))
+    r = cached_rows(cu_q, cu_k, S, lay.k.shape[2], positions, block_size, _plain_eager(lay.q))
     glob = global_ranges(spans, r, block_size)
     finish = None
     if validate and spans.numel():
