@@ -261,6 +261,6 @@ def test_unvalidated_bad_cu_seqlens_stay_inside_the_keys():
     which gathers by index, cannot index out of bounds."""
     q, k, v = _packed()
     idx = torch.tensor([0, 1, -1]).expand(CU[-1], 2, 3)
-    out = selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens=torch.tensor([0, 60, 500]),
-                              backend="sdpa", validate=False)
+    out = selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens_q=torch.tensor([0, 40, 83]),
+                              cu_seqlens_k=torch.tensor([0, 200, 283]), backend="sdpa", validate=False)
     assert out.shape == q.shape and not out.isnan().any()
