@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from . import checks as value_checks
-from . import config, contract, known_bad, op, plan, reference, share
+from . import config, contract, known_bad, op, plan, reference, share, varlen
 from .contract import (
     block_indices_to_ranges,
     check_block_indices,
@@ -341,6 +341,7 @@ def selection_attention(
     q, k, v, ranges=None, *,
     block_indices=None, block_size=None, positions=None,
     scale=None, backend="auto", return_lse=False, validate=True,
+    cu_seqlens=None, cu_seqlens_q=None, cu_seqlens_k=None,
 ):
     """NSA selection attention.
 
@@ -350,7 +351,14 @@ def selection_attention(
     query positions, default ``arange(S)``, used for the causal clamp).  Returns ``out
     [B, S, G, h, Dv]`` in v's dtype and, with ``return_lse``, the natural-log LSE
     ``[B, S, G, h]`` in float32 (``-inf`` and zero output for a row with no key).
+    Packed batches (``cu_seqlens``, or ``cu_seqlens_q`` with ``cu_seqlens_k``) and the layouts
+    ``q [B, T, HQ, Dk]`` / ``[T, HQ, Dk]`` with ``k/v [B, T, H, D]`` / ``[T, H, D]``: see :mod:`.varlen`.
     """
+    if cu_seqlens is not None or cu_seqlens_q is not None or cu_seqlens_k is not None or varlen.other_layout(q):
+        return varlen.call(selection_attention, q, k, v, ranges, block_indices=block_indices, block_size=block_size,
+                           positions=positions, scale=scale, backend=backend, return_lse=return_lse,
+                           validate=validate, cu_seqlens=cu_seqlens, cu_seqlens_q=cu_seqlens_q,
+                           cu_seqlens_k=cu_seqlens_k)
     flags = config.flags()
     eager = _plain_eager(q)
     dims, spans, block_size = _structure(q, k, v, ranges, block_indices, block_size, positions, eager)
