@@ -26,7 +26,7 @@ import pytest
 import torch
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
-from bench import accounting, problems
+from bench import accounting, problems, sel_case
 
 # (group id, dist, N, H, Dk, Dv, L) for the packed groups.
 PACKED = [
@@ -48,7 +48,7 @@ if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
 
 
 def _args(dist):
-    import bench_sel_triton as B
+    from bench import bench_sel_triton as B
 
     return B.parse_args(["--dry-run"] + (["--decode", "1"] if dist == "decode" else ["--dist", dist]))
 
@@ -57,13 +57,11 @@ def _args(dist):
 @pytest.mark.parametrize("shape", PACKED, ids=[s[0] for s in PACKED])
 def test_packed(gpu_bench, benchmark, shape, impl):
     """Seed shapes: Triton kernel vs SDPA on the identical packed tensors."""
-    import bench_sel_triton as B
-
     gid, dist, N, H, Dk, Dv, L = shape
     a = _args(dist)
     a.dtype, a.extra = "fp16", False
-    case = B.make_case(a, dist, N, H, Dk, Dv, L, torch.device(DEVICE))
-    tri, ref, _, _ = B.sides(a, dist, case)
+    case = sel_case.make_case(a, dist, N, H, Dk, Dv, L, torch.device(DEVICE))
+    tri, ref, _, _ = sel_case.sides(a, dist, case)
     o_ref = ref()
     torch.testing.assert_close(tri().float().reshape(o_ref.shape), o_ref.float(), atol=2e-2, rtol=2e-2)
     benchmark.group = gid
