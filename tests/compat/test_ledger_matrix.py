@@ -107,3 +107,11 @@ def test_main_table_and_gpu_tables_fit_120_columns():
     for ln in _render_at(recs).splitlines():
         if ln.startswith("| 3.") or ln.startswith("| Triton"):
             assert len(ln) <= 125, ln
+
+
+def test_a_gpu_lane_run_on_a_cpu_machine_is_no_gpu_evidence():
+    skips = F.recs("3.9", "parity", ["skip", "skip"], mode="gpu", fp={**F.CPU_FP, "kernel_hash": KH})
+    md = _render_at(F.all_pass("3.9") + skips)
+    assert "## GPU evidence per release" not in md
+    verdict = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + skips, [], current=KH)["3.9.0"]
+    assert verdict.tested == ["2.13.0+cpu (CPU)"] and not verdict.gpu.admitted

@@ -37,6 +37,11 @@ def is_gpu(rec: dict) -> bool:
     return rec.get("mode") == "gpu" or (rec.get("machine") or "cpu") != "cpu"
 
 
+def on_gpu_machine(rec: dict) -> bool:
+    """Ran on a machine with a GPU (a GPU-mode run on a CPU machine only records skips)."""
+    return (rec.get("machine") or "cpu") != "cpu"
+
+
 def is_stale(rec: dict, current: str | None) -> bool:
     """About other kernel sources than ``current`` (unknown source counts as other)."""
     return current is None or rec.get("kernel_hash") != current
@@ -64,9 +69,9 @@ def short_gpu(name: str | None) -> str:
 def tested_with(recs: list[dict]) -> list[str]:
     """The torch builds the records ran with: '2.13.0+cpu (CPU)', '2.11.0+cu130 (H100, off-pair)'."""
     seen: dict[str, None] = {}
-    for r in sorted(recs, key=lambda r: (is_gpu(r), r.get("torch") or "")):
+    for r in sorted(recs, key=lambda r: (on_gpu_machine(r), r.get("torch") or "")):
         torch_v = r.get("torch") or "no torch"
-        if not is_gpu(r):
+        if not on_gpu_machine(r):
             seen[f"{torch_v} (CPU)"] = None
         else:
             seen[f"{torch_v} ({short_gpu(r.get('machine'))}{'' if r.get('torch_paired') else ', off-pair'})"] = None

@@ -21,7 +21,7 @@ import statistics
 from packaging.version import Version
 
 from ..verdicts import BAD, PASS
-from .evidence import is_gpu, is_stale, short_gpu
+from .evidence import is_gpu, is_stale, on_gpu_machine, short_gpu
 
 SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
 SPEED_POINTS = (("fwd 4K", "nsa-T4096-random", "triton"), ("fwd 32K", "nsa-T32768-random", "triton"),
@@ -44,7 +44,7 @@ def _runs(table, recs: list[dict]) -> list[tuple]:
     """(release, GPU, its GPU records) for every release and GPU with GPU records, in table order."""
     out = []
     for rel in table.releases:
-        mine = [r for r in recs if r.get("triton") == rel.triton and is_gpu(r)]
+        mine = [r for r in recs if r.get("triton") == rel.triton and is_gpu(r) and on_gpu_machine(r)]
         for gpu in sorted({r.get("machine") for r in mine}):
             out.append((rel, gpu, [r for r in mine if r.get("machine") == gpu]))
     return out
