@@ -66,12 +66,14 @@ def test_auto_route(mode, record_property):
     p = TC.make_problem(32 if DRY else T, "random", device="cpu" if DRY else "cuda",
                         dtype=torch.float16 if DRY else torch.bfloat16, **small)
     auto, triton = _call(p, "auto", mode == "training"), _call(p, "triton", mode == "training")
-    for fn in () if DRY else (auto, triton, auto, triton):  # compile and warm up both
+    for fn in () if DRY else (auto, triton, triton):  # compile and warm up both
         fn()
     times: dict[str, list[float]] = {"auto": [], "triton": []}
-    for _ in range(1 if DRY else ROUNDS):
+    for i in range(1 if DRY else ROUNDS):
         times["auto"].append(_timed(auto))
         times["triton"].append(_timed(triton))
+        if i >= 2 and statistics.median(times["auto"]) > 2 * statistics.median(times["triton"]):
+            break  # clearly over the limit (seconds per call when rows go to packed SDPA): no need for more
     a, t = statistics.median(times["auto"]), statistics.median(times["triton"])
     ratio = a / t
     for key, value in (("auto_ms", a), ("triton_ms", t), ("auto_over_triton", ratio), ("T", p.T)):
