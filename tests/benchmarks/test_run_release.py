@@ -55,3 +55,21 @@ def test_stage_limits_parse_and_refuse_typos():
     assert gpu_lane.stage_limits("parity=200")["parity"] == 200.0
     with pytest.raises(ValueError, match="unknown stage 'parityy'"):
         gpu_lane.stage_limits("parityy=1")
+
+
+def test_an_off_pair_run_says_why_and_an_unlisted_release_gets_a_candidate_lane(monkeypatch):
+    import ledger_factory as F
+    from nsa_triton_sel.compat import lanes
+
+    table = lanes.load_table(ROOT / "constraints" / "lanes.toml")
+    monkeypatch.setenv("NSA_SEL_OFF_PAIR_NOTE", "no network here")
+    fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
+          "imported": {"triton": "3.4.0", "numpy": None, "torch": "2.11.0+cu130"}, "kernel_hash": "k"}
+    base = gpu_lane.base_for("canary", gpu_lane.lane_for("3.4.0", table), fp, table, "2026-11-23T00:00:00+00:00")
+    assert base["check"] == "gpu-canary" and base["session"] == "canary-3.4" and base["mode"] == "gpu"
+    assert not base["torch_paired"] and base["off_pair_reason"].endswith("; no network here")
+    assert "2.8.0" in base["off_pair_reason"]  # what 3.4.0 pairs with
+    paired = gpu_lane.base_for("parity", gpu_lane.lane_for("3.6.0", table), {**fp, "imported": {"triton": "3.6.0"}},
+                               table, "2026-11-23T00:00:00+00:00")
+    assert paired["torch_paired"] and paired["off_pair_reason"] is None
+    assert gpu_lane.lane_for("3.10.0", table).candidate

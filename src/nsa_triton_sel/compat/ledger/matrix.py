@@ -119,7 +119,7 @@ def _env_table(recs: list[dict]) -> list[str]:
         rows.append([f"{r.get('session')} ({r.get('triton')})", r.get("mode"), evidence.short_gpu(r.get("machine"))
                      if r.get("machine") not in (None, "cpu") else "cpu", r.get("python"), torch_v,
                      _imported(run, "triton"), _imported(run, "numpy"), str(r.get("kernel_hash") or "?")[:8],
-                     (r.get("git_commit") or "?")[:8], (r.get("date") or "")[:16]])
+                     (r.get("git_commit") or "?")[:8], (r.get("date") or "")[5:16]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     knobs = sorted({f"{k}={v}" for r in recs for k, v in (r.get("knobs") or {}).items()})
