@@ -32,7 +32,6 @@ from pathlib import Path
 from . import lanes, ledger, project
 from .lane_bodies import BODIES
 from .nox_lanes import Matrix, isolate
-from .verdicts import ERROR
 
 STAGES = ("compile", "parity", "canary", "bench")
 MODES = {"compile": "aot", "parity": "gpu", "canary": "gpu", "bench": "gpu"}
