@@ -26,7 +26,7 @@ import pytest
 import torch
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
-from bench import accounting, problems
+from bench import accounting, problems, sel_case
 
 # (group id, dist, N, H, Dk, Dv, L) for the packed groups.
 PACKED = [
@@ -36,8 +36,12 @@ PACKED = [
     ("varlen-mixed-N256-H4-D64-L256", "mixed", 256, 4, 64, 64, 256),
     ("decode-N64-H4-D128-L512", "decode", 64, 4, 128, 128, 512),
 ]
-NSA = [("nsa-T4096-random", 4096, "random"), ("nsa-T4096-local", 4096, "local")]
+# NSA_BENCH_T: the sequence lengths of the canonical NSA groups (the GPU runner uses 4096,32768).
+NSA_T = [int(t) for t in os.environ.get("NSA_BENCH_T", "4096").split(",") if t.strip()]
+NSA = [(f"nsa-T{t}-{p}", t, p) for t in NSA_T for p in ("random", "local")]
 NSA_DIMS: dict = {}  # canonical G=4, h=16, D=128, block 64, top-16
+# Packed SDPA (a gather + SDPA per chunk of rows) takes seconds per call beyond this: compared up to it only.
+SDPA_MAX_T = int(os.environ.get("NSA_BENCH_SDPA_MAX_T", "8192"))
 DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
 DEVICE = "cpu" if DRY else "cuda"
 if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
@@ -48,7 +52,7 @@ if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
 
 
 def _args(dist):
-    import bench_sel_triton as B
+    from bench import bench_sel_triton as B
 
     return B.parse_args(["--dry-run"] + (["--decode", "1"] if dist == "decode" else ["--dist", dist]))
 
@@ -57,13 +61,11 @@ def _args(dist):
 @pytest.mark.parametrize("shape", PACKED, ids=[s[0] for s in PACKED])
 def test_packed(gpu_bench, benchmark, shape, impl):
     """Seed shapes: Triton kernel vs SDPA on the identical packed tensors."""
-    import bench_sel_triton as B
-
     gid, dist, N, H, Dk, Dv, L = shape
     a = _args(dist)
     a.dtype, a.extra = "fp16", False
-    case = B.make_case(a, dist, N, H, Dk, Dv, L, torch.device(DEVICE))
-    tri, ref, _, _ = B.sides(a, dist, case)
+    case = sel_case.make_case(a, dist, N, H, Dk, Dv, L, torch.device(DEVICE))
+    tri, ref, _, _ = sel_case.sides(a, dist, case)
     o_ref = ref()
     torch.testing.assert_close(tri().float().reshape(o_ref.shape), o_ref.float(), atol=2e-2, rtol=2e-2)
     benchmark.group = gid
@@ -99,6 +101,9 @@ def _nsa_fn(impl, p):
 
         return lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"], backend="triton", validate=False)
     if impl == "sdpa":
+        if p["T"] > SDPA_MAX_T:
+            pytest.skip(f"packed SDPA at T={p['T']} takes seconds per call; compared up to T={SDPA_MAX_T} "
+                        "(NSA_BENCH_SDPA_MAX_T)")
         return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
     if impl in ("fla", "xunhaolai"):
         from bench import perf_nsa
@@ -158,7 +163,7 @@ def _nsa_case(gpu_bench, benchmark, nsa_inputs, shape, impl):
     gpu_bench(fn, nbytes=nbytes, flops=flops, rounds=10 if impl == "sdpa" else 20, graph=impl == "triton")
 
 
-TRAIN = [("train-T4096-random", 4096, "random"), ("train-T4096-local", 4096, "local")]
+TRAIN = [(f"train-T{t}-{s}", t, s) for t in NSA_T for s in ("random", "local")]
 if DRY:
     TRAIN = [(g, 64, s) for g, _, s in TRAIN]
 
@@ -177,6 +182,8 @@ def test_train(gpu_bench, benchmark, shape, impl):
         why = TC.peer_status(impl) if not DRY else "needs a GPU"
         if why:
             pytest.skip(f"{impl} not usable here: {why}")
+    if impl == "sdpa" and T > SDPA_MAX_T:
+        pytest.skip(f"packed SDPA training at T={T} does not fit the time budget; compared up to T={SDPA_MAX_T}")
     make = {"ours-api": TC.ours_api, "sdpa": TC.sdpa, **TC.PEERS}[impl]
 
     def grads(c):

@@ -23,6 +23,7 @@ _LAZY = {
     "sel_attn_decode": "nsa_triton_sel.kernels.launch",
     "sel_attn_fwd_dense": "nsa_triton_sel.kernels.launch",
     "sel_attn_fwd_varlen": "nsa_triton_sel.kernels.launch",
+    "kernel_source_hash": "nsa_triton_sel.provenance",  # which kernels a result is about (the ledger)
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -19,6 +19,7 @@ Only the standard library and ``packaging`` are imported: this runs at package i
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
 import warnings
@@ -49,6 +50,16 @@ class Window:
     modes: tuple[str, ...] = ()  # empty: every mode; ("interp",) = a Triton-interpreter-only problem
     link: str = ""
     max_rows: int | None = None  # the largest dot M tile that compiles there; the launchers cap at it
+    signature: str = ""  # a failure is this window's only if its message contains this ("" = any failure)
+    variants: tuple[str, ...] = ()  # compile-variant name patterns (fnmatch) the window names: skipped there
+
+    def names(self, variant: str) -> bool:
+        """Whether the window names this compile variant (one of its ``variants`` patterns matches)."""
+        return any(fnmatch.fnmatchcase(variant, pat) for pat in self.variants)
+
+    def explains(self, message: str | None) -> bool:
+        """Whether a failure with this message is the window's own (its ``signature`` is in it)."""
+        return not self.signature or self.signature in (message or "")
 
     def covers(self, version: str | Version, arch: int | None = None, check: str | None = None,
                mode: str | None = None) -> bool:
@@ -115,6 +126,8 @@ def parse(text: str, source: str = "<known-bad>") -> list[Window]:
                 modes=_modes(raw.get("modes", ()), raw["id"], source),
                 link=raw.get("link", ""),
                 max_rows=_max_rows(raw.get("max_rows"), raw["id"], source),
+                signature=str(raw.get("signature", "")),
+                variants=tuple(str(p) for p in raw.get("variants", ())),
             )
         )
     return windows
@@ -169,9 +182,14 @@ def touching(version: str, windows: list[Window] | None = None) -> list[Window]:
 
 
 def expected_failure(version: str, arch: int | None = None, check: str | None = None,
-                     windows: list[Window] | None = None, mode: str | None = None) -> str | None:
-    """The reason a failure of ``check`` is expected there, or None (for xfail marks)."""
-    hits = matching(version, arch, check, windows, mode)
+                     windows: list[Window] | None = None, mode: str | None = None,
+                     message: str | None = None) -> str | None:
+    """The reason a failure of ``check`` is expected there, or None (for xfail marks).
+
+    With ``message`` (what the failure said), a window with a ``signature`` claims it only if the
+    message carries that signature: any other failure in the window stays a failure.
+    """
+    hits = [w for w in matching(version, arch, check, windows, mode) if message is None or w.explains(message)]
     return "; ".join(f"[{w.id}] {w.reason}" for w in hits) or None
 
 

@@ -27,7 +27,7 @@ def test_admitting_a_listed_patch_release_pins_its_records(tmp_path, capsys):
     rows = ledger.load_ledger(cdir / "ledger.jsonl")
     assert {(r["triton"], r["lane"], r["session"], r["candidate"]) for r in rows} == {
         ("3.5.0", "3.5", "compile-3.5.0", False), ("3.5.0", "3.5", "parity-3.5.0", False)}
-    assert "# admitted  3.5.0   (lane 3.5 patch; torch 2.9.0)" in (cdir / "known-good.txt").read_text()
+    assert "# admitted  3.5.0   (lane 3.5 patch; pairs with torch 2.9.0; tested with" in (cdir / "known-good.txt").read_text()
     assert (cdir / "lanes.toml").read_text() == F.TABLE_TOML  # already listed: the table is unchanged
 
 

@@ -44,9 +44,12 @@ def test_render_known_good_has_reasons_and_one_constraint_line():
     assert len(lines) == 1 and lines[0].startswith("triton")
     spec = SpecifierSet(lines[0][len("triton"):])
     assert set(spec.filter(["3.1.0", "3.3.0", "3.3.1", "3.5.0", "3.5.1", "3.9.0"])) == {"3.1.0", "3.5.0", "3.5.1", "3.9.0"}
-    assert "# excluded  3.3.1   (lane 3.3; torch 2.7.1): compile fail" in text
-    assert "# excluded  3.3.0   (lane 3.3 patch; torch 2.7.0): compile not run (no evidence in the ledger)" in text
-    assert "# admitted  3.5.0   (lane 3.5 patch; torch 2.9.0)" in text
+    assert ("# excluded  3.3.1   (lane 3.3; pairs with torch 2.7.1; tested with 2.13.0+cpu (CPU)): compile fail"
+            in text)
+    assert ("# excluded  3.3.0   (lane 3.3 patch; pairs with torch 2.7.0; tested with nothing yet): compile not run "
+            "(no evidence in the ledger)") in text
+    assert ("# admitted  3.5.0   (lane 3.5 patch; pairs with torch 2.9.0; tested with 2.13.0+cpu (CPU)); "
+            "GPU: no GPU evidence (CPU only") in text
     assert "generation 0123456789abcdef" in text
     assert "not a tested lane release" not in text
 
@@ -70,3 +73,35 @@ def test_interp_only_window_is_a_note_not_an_exclusion():
     assert ok and why == []
     text = _render(recs, windows)
     assert "# note: [i]" in text and "interpreter defect" in text
+
+
+def test_gpu_use_needs_fresh_gpu_evidence_and_names_the_gpu_and_torch():
+    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
+              "kernel_hash": "k" * 16}
+    gpu = (F.recs("3.9", "parity", ["pass", "pass"], mode="gpu", fp=gpu_fp)
+           + [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)])
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + gpu
+
+    def render(current):
+        verdicts = ledger.release_verdicts(F.TABLE, recs, [], current=current)
+        return ledger.render_known_good(F.TABLE, verdicts, [], "constraints/ledger.jsonl", "0" * 16, current=current)
+
+    fresh = render("k" * 16)
+    line = next(ln for ln in fresh.splitlines() if ln.startswith("# admitted  3.9.0"))
+    assert "tested with 2.13.0+cpu (CPU) and 2.11.0+cu130 (H100, off-pair)" in line
+    assert "GPU: admitted for GPU use on NVIDIA H100 80GB HBM3" in line
+    assert "triton>=3.9.0,<=3.9.0  (on NVIDIA H100 80GB HBM3)" in fresh
+    stale = render("n" * 16)  # the kernels changed since
+    line = next(ln for ln in stale.splitlines() if ln.startswith("# admitted  3.9.0"))
+    assert "stale evidence only (kernels kkkkkkkkkkkkkkkk, now nnnnnnnnnnnnnnnn)" in line
+    assert "# GPU use: no release has GPU evidence about the current kernels (nnnnnnnnnnnnnnnn)" in stale
+    assert "3.5.1" in next(ln for ln in stale.splitlines() if not ln.startswith("#"))  # CPU admission unchanged
+
+
+def test_a_failing_gpu_bench_record_refuses_gpu_use():
+    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "H100", "kernel_hash": "k"}
+    gpu = (F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)
+           + [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)]
+           + F.recs("3.9", "bench", ["fail"], mode="gpu", fp=gpu_fp))
+    v = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + gpu, [], current="k")["3.9.0"]
+    assert v[0] and v.gpu.admitted == [] and "bench fail" in v.gpu.refused["H100"]

@@ -25,30 +25,93 @@ def test_render_matrix_lists_every_non_pass_reason():
 
 def test_environment_table_shows_what_the_processes_imported():
     md = _render(F.all_pass("3.9"))
-    row = next(ln for ln in md.splitlines() if ln.startswith("| 3.9 | compile |"))
-    assert "| 3.9.0 | 3.9.0 | 1.26.4 |" in row  # declared, triton imported, numpy imported
+    row = next(ln for ln in md.splitlines() if ln.startswith("| compile-3.9 (3.9.0) |"))
+    assert "| 3.9.0 | 1.26.4 |" in row  # triton imported, numpy imported
+    assert "- 3.9.0: CPU build torch 2.13.0+cpu" in md  # the off-pair reason, once
 
 
-def test_render_matrix_shows_gpu_parity_errors_and_speedups_per_version():
-    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100"}
-    par = F.base("3.9", "parity", mode="gpu", fp=gpu_fp)
-    ben = F.base("3.9", "bench", mode="gpu", fp=gpu_fp)
-    recs = F.all_pass("3.9") + [
-        ledger.record(par, kernel="t::test_a[x]", verdict="pass",
-                      metrics={"max_abs_err": 2e-3, "rel_err": 2.2e-3, "sdpa_rel_err": 2.0e-3}),
-        ledger.record(par, kernel="t::test_b[y]", verdict="pass",
-                      metrics={"max_abs_err": 9e-3, "rel_err": 1e-3, "sdpa_rel_err": 1e-3}),
-    ]
+KH = "0123456789abcdef"
+GPU_FP = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
+          "compute_capability": "9.0", "kernel_hash": KH}
+
+
+def _gpu_run(version, date=F.DATE, fp=GPU_FP, fwd_ms=0.84, train_ms=3.0, auto=1.01):
+    par = F.base(version, "parity", date, mode="gpu", fp=fp)
+    ben = F.base(version, "bench", date, mode="gpu", fp=fp)
+    can = {**F.base(version, "parity", date, mode="gpu", fp=fp), "check": "gpu-canary"}
+    recs = [ledger.record(par, kernel="t::test_a[x]", verdict="pass",
+                          metrics={"max_abs_err": 2e-3, "rel_err": 2.2e-3, "sdpa_rel_err": 2.0e-3}),
+            ledger.record(par, kernel="t::test_b[y]", verdict="pass", metrics={"max_abs_err": 9e-3}),
+            ledger.record({**par, "check": "backward"}, kernel="tests.test_backward_gpu::test_c", verdict="pass",
+                          metrics={"max_abs_err": 3e-2}),
+            ledger.record(can, kernel="gpu-canary/dot_trans_dk", verdict="fail", message="fired"),
+            ledger.record(can, kernel="gpu-canary/odd_k_tail", verdict="pass")]
     for L, sp in ((256, 1.05), (1024, 0.97)):
         for impl, s_ in (("triton", sp), ("sdpa", 1.0)):
             recs.append(ledger.record(ben, kernel=f"b::test_packed[dense-N1024-H8-D128-L{L}-{impl}]",
                                       verdict="pass", metrics={"impl": impl, "speedup_vs_sdpa": s_, "median_ms": 0.1}))
     recs.append(ledger.record(ben, kernel="b::test_nsa[nsa-T4096-random-triton]", verdict="pass",
-                              metrics={"impl": "triton", "speedup_vs_sdpa": 90.0, "median_ms": 0.84}))
-    recs.append(ledger.record(ben, kernel="b::test_nsa[nsa-T4096-random-fla]", verdict="pass",
-                              metrics={"impl": "fla", "speedup_vs_sdpa": 60.0, "median_ms": 1.29}))
-    md = _render(recs)
-    row = next(ln for ln in md.splitlines() if ln.startswith("| 3.9.0 | NVIDIA H100 |"))
-    assert "| 2/2 | 9.00e-03 | 1.10 | 1.05x/0.97x (median 1.01x) | 0.84 ms, 90x SDPA, fla 1.29 ms | — |" in row
-    assert "(off-pair)" in row
-    assert not any(ln.startswith("| 3.1.0 | ") and "H100" in ln for ln in md.splitlines())  # CPU-only lanes: no row
+                              metrics={"impl": "triton", "speedup_vs_sdpa": 90.0, "median_ms": fwd_ms}))
+    recs.append(ledger.record(ben, kernel="b::test_train[train-T4096-random-ours-api]", verdict="pass",
+                              metrics={"impl": "ours-api", "median_ms": train_ms}))
+    recs.append(ledger.record(ben, kernel="b::test_auto_route[inference]", verdict="pass" if auto <= 1.05 else "fail",
+                              metrics={"auto_over_triton": auto}))
+    return recs
+
+
+def _render_at(recs, current=KH, windows=()):
+    verdicts = ledger.release_verdicts(F.TABLE, recs, list(windows), current=current)
+    return ledger.render_matrix(F.TABLE, recs, list(windows), verdicts, "ledger.jsonl", "0123456789abcdef",
+                                current=current)
+
+
+def test_gpu_tables_show_errors_canaries_speed_ratios_and_auto_per_release():
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", fwd_ms=1.26, train_ms=3.3) + _gpu_run("3.9")
+    md = _render_at(recs)
+    lines = md.splitlines()
+    row = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 2.11.0+cu130 (off-pair) |"))
+    assert "| 01234567 | 2/2 | 1/1 | 9.00e-03 | 3.00e-02 | dot_trans_dk |" in row
+    fast = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 0.84 (1.00x) |"))
+    assert "| 3.00 (1.00x) |" in fast and "| 1.01x (0.97-1.05) | 1.01 | — |" in fast
+    slow = next(ln for ln in lines if ln.startswith("| 3.5.1 | H100 | 1.26 (1.50x) |"))
+    assert "**needs an advisory window** (+50 % vs 3.9.0)" in slow
+    assert not any(ln.startswith("| 3.1.0 | H100") for ln in lines)  # CPU-only lanes: no GPU row
+    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | pass 2/2 | pass 1/1 |" in md
+    main = [ln for ln in lines if ln.startswith("| 3.")]
+    assert any(ln.endswith("| **yes** | H100 |") for ln in main)
+
+
+def test_advisory_window_is_named_when_one_covers_the_slow_release():
+    from nsa_triton_sel import known_bad
+
+    windows = known_bad.parse('schema = 1\n[[window]]\nid = "slow35"\ntriton = ">=3.5,<3.6"\narch = [90]\n'
+                              'checks = ["bench"]\nmodes = ["gpu"]\nreason = "slow"\n')
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", fwd_ms=1.26) + _gpu_run("3.9")
+    assert "`slow35` (+50 % vs 3.9.0)" in _render_at(recs, windows=windows)
+
+
+def test_gpu_evidence_about_other_kernels_is_stale_and_not_counted():
+    """After a kernel change (hash KH -> "new"), the GPU rows say stale, the GPU parity cell is
+    empty again, and the release is not admitted for GPU use."""
+    recs = F.all_pass("3.9") + _gpu_run("3.9")
+    md = _render_at(recs, current="feedfacefeedface")
+    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | — | — |" in md
+    assert "01234567 **stale**" in md
+    assert next(ln for ln in md.splitlines() if ln.startswith("| 3.9.0 | 3.9 |")).endswith("| **yes** | stale |")
+    legacy = [{k: v for k, v in r.items() if k != "kernel_hash"} for r in _gpu_run("3.9")]  # unknown source
+    assert "unknown **stale**" in _render_at(F.all_pass("3.9") + legacy)
+
+
+def test_main_table_and_gpu_tables_fit_120_columns():
+    recs = F.mixed() + _gpu_run("3.5") + _gpu_run("3.9")
+    for ln in _render_at(recs).splitlines():
+        if ln.startswith("| 3.") or ln.startswith("| Triton"):
+            assert len(ln) <= 125, ln
+
+
+def test_a_gpu_lane_run_on_a_cpu_machine_is_no_gpu_evidence():
+    skips = F.recs("3.9", "parity", ["skip", "skip"], mode="gpu", fp={**F.CPU_FP, "kernel_hash": KH})
+    md = _render_at(F.all_pass("3.9") + skips)
+    assert "## GPU evidence per release" not in md
+    verdict = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + skips, [], current=KH)["3.9.0"]
+    assert verdict.tested == ["2.13.0+cpu (CPU)"] and not verdict.gpu.admitted

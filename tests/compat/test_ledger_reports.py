@@ -148,3 +148,18 @@ def test_known_good_requires_the_backward_check_when_the_table_does():
     assert verdicts["3.5.1"] == (False, ["backward not run (no evidence in the ledger)"])
     ok, why = verdicts["3.1.0"]
     assert not ok and len(why) == 1 and why[0].startswith("backward fail")
+
+
+def test_a_window_with_a_signature_excuses_only_its_own_failure():
+    """Issue 21 item 7: on 3.0/3.1 sm_90 every compile failure used to become xfail (a 16-row compile
+    error and a timeout were excused); only the window's own abort may be."""
+    windows = known_bad.parse('schema = 1\n[[window]]\nid = "mma"\ntriton = "<3.2"\narch = [90]\nchecks = ["compile"]\n'
+                              'signature = "layout conversion is only supported on Ampere"\nreason = "r"\n')
+    report = {"results": [
+        {"spec": "own", "arch": 90, "verdict": "crash", "canary": False,
+         "message": "Assertion failed: mma -> mma layout conversion is only supported on Ampere"},
+        {"spec": "other", "arch": 90, "verdict": "compile_error", "canary": False, "message": "16-row dot: error"},
+        {"spec": "slow", "arch": 90, "verdict": "timeout", "canary": False, "message": "killed after 120 s"},
+    ]}
+    got = {r["kernel"]: r["verdict"] for r in ledger.records_from_smoke(report, F.base("3.1", "compile"), windows)}
+    assert got == {"own": "xfail", "other": "fail", "slow": "timeout"}

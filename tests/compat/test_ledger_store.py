@@ -94,3 +94,26 @@ def test_interrupted_run_supersedes_an_older_pass():
 def test_digest_changes_with_the_ledger():
     a = ledger.dump_ledger(F.all_pass("3.5"))
     assert ledger.digest(a) == ledger.digest(a) != ledger.digest(a + "\n") and len(ledger.digest(a)) == 16
+
+
+def test_digest_names_the_kernel_sources_too():
+    """After a kernel change the rendered files are out of date (stale GPU evidence): pin --check must fail."""
+    assert ledger.digest("x\n", "a" * 16) != ledger.digest("x\n", "b" * 16)
+    from nsa_triton_sel import kernel_source_hash
+
+    assert ledger.digest("x\n") == ledger.digest("x\n", kernel_source_hash())
+
+
+def test_re_running_one_lane_changes_only_that_lanes_lines():
+    import ledger_factory as F
+
+    old = F.all_pass("3.5") + F.all_pass("3.9") + F.recs("3.9", "parity", ["pass"], mode="gpu",
+                                                          fp={**F.CPU_FP, "gpu_name": "H100"})
+    rerun = F.recs("3.9", "parity", ["pass", "pass", "fail"], date="2026-11-23T00:00:00+00:00")
+    before = ledger.dump_ledger(ledger.merge([], old)).splitlines()
+    after = ledger.dump_ledger(ledger.merge(ledger.merge([], old), rerun)).splitlines()
+    changed = [ln for ln in before if ln not in after] + [ln for ln in after if ln not in before]
+    assert changed and all('"session": "parity-3.9"' in ln and '"machine": "cpu"' in ln for ln in changed)
+    # and the untouched lines keep their order around the replaced block
+    kept = [ln for ln in before if ln in after]
+    assert kept == [ln for ln in after if ln in before]

@@ -147,9 +147,15 @@ def test_user_specs_example_through_the_cli(tmp_path, monkeypatch, capsys):
 
 
 def test_wide_tiles_are_skipped_where_never_launched():
-    wide = next(s for s in SPECS if "/h64/" in s.name)  # window triton30-31-sm90-mma64-abort: max_rows = 32
+    # window triton30-31-sm90-mma64-abort names the 64-row, 8-warp ranges variants of Dk 192/256: only those
+    wide = next(s for s in SPECS if s.name == "sel_fwd/ranges/bf16/dk256-dv256/h64/prefill+lse")
     assert wide.skipped("3.0.0", 90) and wide.skipped("3.1.0", 90)
     assert not wide.skipped("3.0.0", 80) and not wide.skipped("3.2.0", 90)
+    other = next(s for s in SPECS if s.name == "sel_fwd/ranges/bf16/dk96-dv96/h64/prefill+lse")  # 64 rows, compiles
+    assert not other.skipped("3.1.0", 90)
+    assert sum(s.skipped("3.1.0", 90) for s in SPECS if "+cap" not in s.name) == 4  # was 20
+    capped = [s for s in SPECS if "+cap32" in s.name]
+    assert len(capped) == 8 and not any(s.skipped("3.1.0", 90) for s in capped)
     rep = smoke.SmokeReport(triton="3.0.0", archs=[90], jobs=1, env={}, started="now",
                             skipped=[{"spec": wide.name, "arch": 90, "why": "x"}])
     assert json.loads(rep.to_json())["skipped"][0]["spec"] == wide.name and rep.exit_code == 0

@@ -186,9 +186,20 @@ def _static_fingerprint() -> dict:
         "numpy": dist_version("numpy"),
         "nsa_triton_sel": dist_version("nsa-triton-sel"),
         "git_commit": _git_commit(),
+        "kernel_hash": _kernel_hash(),
     }
     fp.update(_cuda_info())
     return fp
+
+
+def _kernel_hash() -> str | None:
+    """The hash of the kernel sources this process runs (nsa_triton_sel.provenance); None if unreadable."""
+    from ..provenance import kernel_source_hash  # noqa: PLC0415 - standard library only
+
+    try:
+        return kernel_source_hash()
+    except (OSError, ValueError):
+        return None
 
 
 def _torch_version() -> str | None:

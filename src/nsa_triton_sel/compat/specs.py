@@ -49,7 +49,9 @@ class CompileSpec:
     """One kernel specialisation to compile ahead of time.
 
     ``skip`` maps a Triton version specifier to the archs on which the launchers never
-    use this variant (not compiled there, listed as skipped).  ``expected`` (canaries only) maps a version specifier (``"<3.5"``) to the verdict
+    use this variant (not compiled there, listed as skipped); ``only`` the other way round: a
+    variant that only a row-capped planner launches (under a known-bad window) is compiled there
+    and skipped everywhere else.  ``expected`` (canaries only) maps a version specifier (``"<3.5"``) to the verdict
     or verdicts accepted there; the first matching specifier wins.  ``expected_message``
     maps specifiers to a substring the verdict's message must contain.
     """
@@ -66,6 +68,7 @@ class CompileSpec:
     expected_message: Mapping[str, str] | None = None
     skip: Mapping[str, Any] | None = None  # {triton specifier: archs where this variant is never launched}
     note: str = ""
+    only: Mapping[str, Any] | None = None  # {triton specifier: archs}: compiled there and nowhere else
 
     def __post_init__(self):
         if not isinstance(self.kernel, str):
@@ -106,8 +109,16 @@ class CompileSpec:
         from packaging.version import Version
 
         v = Version(str(version))
+        if self.only and not any(SpecifierSet(spec).contains(v, prereleases=True) and int(arch) in archs
+                                 for spec, archs in self.only.items()):
+            return True
         return any(SpecifierSet(spec).contains(v, prereleases=True) and int(arch) in archs
                    for spec, archs in (self.skip or {}).items())
+
+    def skip_reason(self) -> str:
+        if self.only:
+            return f"not launched there: only the row-capped planner launches it (only={dict(self.only)})"
+        return f"not launched there (skip={dict(self.skip or {})})"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -292,15 +303,51 @@ MERGE = f"{FORWARD}:merge_splits_kernel"
 SEL_TOK = f"{FORWARD}:sel_fwd_tok_kernel"
 
 
-def _skips(rows: int) -> dict | None:
-    """{triton specifier: archs} of the row-cap windows this many rows exceed (never launched there)."""
+def _skips(rows: int, name: str = "") -> dict | None:
+    """{triton specifier: archs} where this variant is not compiled: the variants a row-cap window
+    names (``variants``: the ones that abort there), or, for a window that names none, every variant
+    wider than its cap (the capped planner never launches those there)."""
     from .. import known_bad
 
     skips = {}
     for w in known_bad.load():
-        if w.max_rows is not None and rows > w.max_rows and w.arch:
+        if w.max_rows is None or not w.arch:
+            continue
+        hit = w.names(name) if w.variants else rows > w.max_rows
+        if hit:
             skips[str(w.triton)] = tuple(sorted(set(skips.get(str(w.triton), ())) | set(w.arch)))
     return skips or None
+
+
+def _ident(kernel: str, constexprs, num_warps, num_stages, dtype, types) -> tuple:
+    return (kernel.rpartition(":")[2], tuple(sorted(constexprs.items())), num_warps, num_stages, dtype,
+            tuple(sorted({**SEL_TYPES, **dict(types)}.items())))
+
+
+def capped_specs(specs: list[CompileSpec]) -> list[CompileSpec]:
+    """What the planner launches under each row-cap window (``max_rows`` on some archs) that ``specs``
+    do not already compile: ``plan.smoke_cases`` on a device capped at the window's rows, compiled only
+    on the window's Triton releases and archs (``only``), named ``<case>+cap<rows>``."""
+    from .. import known_bad, plan
+
+    have = {_ident(s.kernel, s.constexprs, s.num_warps, s.num_stages, s.dtype, s.types) for s in specs}
+    out = []
+    for w in known_bad.load():
+        if w.max_rows is None or not w.arch:
+            continue
+        for arch in w.arch:
+            dev = dataclasses.replace(plan.Device.target(arch, ""), max_rows=w.max_rows)
+            for case in plan.smoke_cases(dev):
+                key = _ident(case.kernel, case.constexprs, case.num_warps, case.num_stages, case.dtype, case.types)
+                if key in have:
+                    continue
+                have.add(key)
+                out.append(CompileSpec(
+                    name=f"{case.name}+cap{w.max_rows}", kernel=f"{FORWARD}:{case.kernel}", constexprs=case.constexprs,
+                    dtype=case.dtype, types={**SEL_TYPES, **dict(case.types)}, num_warps=case.num_warps,
+                    num_stages=case.num_stages, only={str(w.triton): tuple(w.arch)},
+                    note=f"launched under [{w.id}] (max_rows={w.max_rows})"))
+    return out
 
 
 def registry() -> list[CompileSpec]:
@@ -319,8 +366,9 @@ def registry() -> list[CompileSpec]:
         specs.append(CompileSpec(
             name=case.name, kernel=f"{FORWARD}:{case.kernel}", constexprs=case.constexprs, dtype=case.dtype,
             types={**SEL_TYPES, **dict(case.types)}, num_warps=case.num_warps, num_stages=case.num_stages,
-            skip=_skips(rows), note=", ".join(f"{k}={v}" for k, v in case.constexprs.items()),
+            skip=_skips(rows, case.name), note=", ".join(f"{k}={v}" for k, v in case.constexprs.items()),
         ))
+    specs += capped_specs(specs)
     specs += backward_specs()
     check_unique(specs)
     return specs
@@ -336,7 +384,7 @@ def backward_specs(full: bool = False) -> list[CompileSpec]:
     for d in backward_variants(full):
         d = dict(d)
         rows = d.pop("rows")
-        specs.append(CompileSpec(**d, skip=_skips(rows), note=f"rows={rows}"))
+        specs.append(CompileSpec(**d, skip=_skips(rows, d["name"]), note=f"rows={rows}"))
     return specs
 
 

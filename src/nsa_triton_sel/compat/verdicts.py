@@ -33,7 +33,7 @@ FROM_COMPILE = {OK: PASS, COMPILE_ERROR: FAIL, CRASH: CRASH, TIMEOUT: TIMEOUT, U
 # The checks a record belongs to; a lanes table may require only the first four.  "backward" holds the
 # backward kernels' evidence (their compiles and the gradient-parity tests), so the matrix shows the
 # training path in a column of its own and known-good can require it.
-CHECKS = ("compile", "parity", "bench", "backward", "compile-canary", "compile-static")
+CHECKS = ("compile", "parity", "bench", "backward", "compile-canary", "compile-static", "gpu-canary")
 REQUIRABLE = ("compile", "parity", "bench", "backward")
 BACKWARD_SPEC_PREFIX = "sel_bwd"            # compile specs of kernels/backward.py
 BACKWARD_TEST_MODULE_PREFIX = "test_backward"  # the gradient-parity test modules

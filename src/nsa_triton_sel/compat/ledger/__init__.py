@@ -11,7 +11,8 @@
 
 from .cells import NOT_RUN, by_release_check, cell, first_line, reasons, release_verdicts
 from .known_good import known_good_specifier, render_known_good
-from .matrix import gpu_evidence, render_matrix
+from .gpu_tables import gpu_evidence
+from .matrix import render_matrix
 from .pinning import PinError, main, pin, verify
 from .records import (IMPORTED_FIELDS, SCHEMA, base_record, enforce_isolation, imported_fields, imported_versions, isolation_problem,
                       now_iso, off_pair_reason, problems, record)

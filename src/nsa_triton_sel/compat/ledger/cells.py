@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ... import known_bad
+from . import evidence
 from ..verdicts import BAD, BAD_ORDER, NEUTRAL, PASS, SKIP
 
 NOT_RUN = "not run"
+CURRENT = object()  # release_verdicts' default: the kernel sources of this checkout
 
 
 def cell(recs: list[dict]) -> tuple[str, str]:
@@ -69,9 +71,20 @@ def by_release_check(recs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return out
 
 
-def release_verdicts(table, recs: list[dict], windows: list) -> dict[str, tuple[bool, list[str]]]:
-    """For each release of the table (by its version): (admitted to known-good?, reasons it is not)."""
-    grouped = by_release_check(recs)
+def release_verdicts(table, recs: list[dict], windows: list,
+                     current: str | None = CURRENT) -> dict[str, evidence.ReleaseVerdict]:
+    """For each release of the table (by its version): (admitted to known-good?, reasons it is not),
+    with what the evidence is about (:class:`.evidence.ReleaseVerdict`).
+
+    GPU records about other kernel sources than ``current`` (default: this checkout's) are stale:
+    they count for nothing here.
+    """
+    current = evidence.current_hash() if current is CURRENT else current
+    by_release = defaultdict(list)
+    for r in recs:
+        by_release[r["triton"]].append(r)
+    counted, _ = evidence.fresh(recs, current)
+    grouped = by_release_check(counted)
     out = {}
     for rel in table.releases:
         why = []
@@ -84,5 +97,8 @@ def release_verdicts(table, recs: list[dict], windows: list) -> dict[str, tuple[
                 why.append(f"{check} {verdict}" + (f" ({first[0]})" if first else ""))
         for w in known_bad.excluding_windows(rel.triton, windows):
             why.append(f"known-bad [{w.id}]: {w.reason}")
-        out[rel.triton] = (not why, why)
+        mine = by_release.get(rel.triton, [])
+        stale = len(evidence.fresh(mine, current)[1])
+        out[rel.triton] = evidence.ReleaseVerdict(not why, why, gpu=evidence.gpu_status(mine, current),
+                                                  tested=evidence.tested_with(mine), stale=stale)
     return out

@@ -7,17 +7,22 @@ patch releases).  The header names the ledger generation it came from, so a read
 
 from __future__ import annotations
 
-import statistics
-
 from ..verdicts import BAD, PASS
+from . import evidence
 from .cells import NOT_RUN, by_release_check, cell, reasons
+from .gpu_tables import gpu_evidence
 from .records import imported_versions
-from .store import run_key
 
-MATRIX_COLUMNS = (("compile", None, "compile (AOT)"), ("parity", "interp", "parity (interpreter)"),
-                  ("parity", "gpu", "parity (GPU)"), ("backward", None, "backward (AOT + gradient parity)"),
-                  ("bench", None, "bench"), ("compile-canary", None, "canaries"),
-                  ("compile-static", None, "static API range"))
+# (check, mode, column head, title in the reasons)
+MATRIX_COLUMNS = (("compile", None, "compile", "compile (AOT)"), ("parity", "interp", "interp", "parity (interpreter)"),
+                  ("parity", "gpu", "GPU parity", "parity (GPU)"),
+                  ("backward", None, "backward", "backward (AOT + gradient parity)"), ("bench", None, "bench", "bench"),
+                  ("compile-canary", None, "canaries", "canaries"), ("compile-static", None, "static", "static API range"))
+LEGEND = ("compile = AOT compile for every arch of the table; interp = parity under the Triton interpreter; "
+          "GPU parity = forward parity on a GPU; backward = the backward kernels' compiles and gradient parity "
+          "(interpreter and GPU); bench = pytest-benchmark on a GPU; canaries = deliberately broken kernels the "
+          "compile harness must classify; static = the Triton API range the sources need. GPU use: the GPUs "
+          "with non-stale GPU evidence (see known-good.txt).")
 
 
 def _select(recs: list[dict], mode: str | None) -> list[dict]:
@@ -25,9 +30,12 @@ def _select(recs: list[dict], mode: str | None) -> list[dict]:
 
 
 def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger_name: str,
-                  generation: str) -> str:
-    grouped = by_release_check(recs)
-    head = ["Triton", "lane"] + [c[2] for c in MATRIX_COLUMNS] + ["known-good"]
+                  generation: str, current: str | None = None) -> str:
+    current = current or evidence.current_hash()
+    counted, stale = evidence.fresh(recs, current)
+    grouped = by_release_check(counted)
+    head = ["Triton", "lane"] + [c[2] for c in MATRIX_COLUMNS] + ["known-good", "GPU use"]
+    other_cpu = sum(1 for r in counted if evidence.is_stale(r, current))
     out = [
         "# Triton compatibility matrix",
         "",
@@ -35,6 +43,11 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         "Do not edit by hand.",
         f"Required checks for known-good: {', '.join(table.required)}. Cells count records "
         "(kernel variants x archs for compile, test cases for parity and bench); — = not run.",
+        f"Kernel sources: `{current or '?'}` (`nsa_triton_sel.kernel_source_hash()`); {len(stale)} GPU record(s) "
+        f"about other sources are stale and not counted; {other_cpu} counted CPU record(s) are about other or unknown "
+        "kernel sources (CI re-runs the CPU lanes).",
+        "",
+        LEGEND,
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -42,7 +55,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
     notes: list[str] = []
     for rel in table.releases:
         row = [rel.triton, rel.label + (" (patch)" if rel.patch else "")]
-        for check, mode, title in MATRIX_COLUMNS:
+        for check, mode, _, title in MATRIX_COLUMNS:
             cell_recs = _select(grouped.get((rel.triton, check), []), mode)
             verdict, text = cell(cell_recs)
             row.append(text)
@@ -51,8 +64,9 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
                     notes.append(_note(rel, check, title, verdict, cell_recs, grouped, table.required))
         ok, why = verdicts[rel.triton]
         row.append("**yes**" if ok else "no")
+        row.append(_gpu_use(verdicts[rel.triton]))
         out.append("| " + " | ".join(row) + " |")
-    out += gpu_evidence(table, recs)
+    out += gpu_evidence(table, recs, windows, current)
     out += ["", "## Reasons for every non-pass", ""] + [n for n in notes if n]
     out += ["", "## Known-bad windows", ""]
     out += [f"- `{w.id}`: {w.describe()}" + (f" ({w.link})" if w.link else "") for w in windows] or ["- none"]
@@ -60,71 +74,15 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
     return "\n".join(out) + "\n"
 
 
-SEEDS_MAIN = "dense-N1024-H8-D128-"  # the seeds' main packed shape (N=1024, H=8, D=Dv=128), per L
-
-
-def _bench_point(rec: dict) -> tuple[str, str] | None:
-    """(group, impl) of a pytest-benchmark record: ``test_packed[dense-...-L256-triton]`` -> group, triton."""
-    m = rec.get("metrics") or {}
-    kernel = rec.get("kernel") or ""
-    if "[" not in kernel or "impl" not in m:
-        return None
-    param = kernel[kernel.index("[") + 1:].rstrip("]")
-    impl = str(m["impl"])
-    return (param[: -len(impl) - 1] if param.endswith("-" + impl) else param), impl
-
-
-def _fmt_x(vals: list[float]) -> str:
-    return "/".join(f"{v:.2f}x" for v in vals) if vals else "—"
-
-
-def gpu_evidence(table, recs: list[dict]) -> list[str]:
-    """Per release with GPU records: parity errors against the float64 oracle and the bench speedups."""
-    rows = []
-    for lane in table.releases:
-        par = [r for r in recs if r.get("triton") == lane.triton and r.get("check") == "parity"
-               and r.get("mode") == "gpu"]
-        ben = [r for r in recs if r.get("triton") == lane.triton and r.get("check") == "bench"
-               and r.get("mode") == "gpu"]
-        if not par and not ben:
-            continue
-        env = (par or ben)[0]
-        mets = [r.get("metrics") or {} for r in par]
-        abs_err = [m["max_abs_err"] for m in mets if isinstance(m.get("max_abs_err"), (int, float))]
-        ratio = [m["rel_err"] / m["sdpa_rel_err"] for m in mets
-                 if isinstance(m.get("rel_err"), (int, float)) and m.get("sdpa_rel_err")]
-        passed = sum(r["verdict"] == PASS for r in par)
-        points = {}
-        for r in ben:
-            gi = _bench_point(r)
-            if gi and r.get("verdict") == PASS:
-                points[gi] = r["metrics"]
-        seeds = [points[(g, "triton")]["speedup_vs_sdpa"] for g, i in sorted(points, key=lambda k: (len(k[0]), k[0]))
-                 if i == "triton" and g.startswith(SEEDS_MAIN) and "speedup_vs_sdpa" in points[(g, i)]]
-        nsa = []
-        for pattern in ("random", "local"):
-            t = points.get((f"nsa-T4096-{pattern}", "triton"))
-            f = points.get((f"nsa-T4096-{pattern}", "fla"))
-            nsa.append("—" if not t else f"{t['median_ms']:.2f} ms, {t['speedup_vs_sdpa']:.0f}x SDPA"
-                       + (f", fla {f['median_ms']:.2f} ms" if f else ", fla —"))
-        paired = "paired" if env.get("torch_paired") else "off-pair"
-        rows.append([lane.triton, f"{env.get('machine')}", f"{env.get('torch')} ({paired})",
-                     f"{passed}/{len(par)}" if par else "—",
-                     f"{max(abs_err):.2e}" if abs_err else "—", f"{max(ratio):.2f}" if ratio else "—",
-                     _fmt_x(seeds) + (f" (median {statistics.median(seeds):.2f}x)" if seeds else ""),
-                     nsa[0], nsa[1]])
-    if not rows:
-        return []
-    head = ["Triton", "GPU", "torch", "parity (GPU) pass", "max abs err", "max rel err / SDPA's",
-            "seeds N=1024 H=8 D=128: Triton speedup over SDPA, L=256/1024", "NSA T=4096 random (Triton)",
-            "NSA T=4096 local (Triton)"]
-    return ["", "## GPU evidence per version", "",
-            "Parity errors are against the float64 oracle over every GPU parity test (bf16 and fp16); the last "
-            "ratio compares the kernel's relative error with the packed-SDPA path's in the same dtype. Speedups "
-            "are pytest-benchmark medians on the GPU clock (CUDA-graph replay for the kernels, L2 flushed); "
-            "'x SDPA' on NSA shapes is against the packed-SDPA path (gather + SDPA), the dispatcher's fallback.",
-            "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
-        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+def _gpu_use(verdict) -> str:
+    gpu = getattr(verdict, "gpu", None)
+    if gpu is None or not verdict[0]:
+        return "—"
+    if gpu.admitted:
+        return ", ".join(evidence.short_gpu(g) for g in gpu.admitted)
+    if gpu.refused:
+        return "**no**"
+    return "stale" if gpu.stale else "—"
 
 
 def _note(lane, check, title, verdict, cell_recs, grouped, required) -> str:
@@ -146,21 +104,25 @@ def _imported(recs: list[dict], name: str) -> str:
 
 
 def _env_table(recs: list[dict]) -> list[str]:
-    head = ["lane", "check", "mode", "machine", "python", "torch", "torch paired", "triton", "triton imported",
-            "numpy imported", "CUDA", "driver", "knobs", "commit", "date"]
+    """One row per run (session, machine); the off-pair reasons, which are long, listed once below it."""
+    head = ["run", "mode", "machine", "python", "torch", "triton imported", "numpy", "kernels", "commit", "date"]
     runs: dict[tuple, list[dict]] = {}
     for r in recs:
-        runs.setdefault(run_key(r)[:2] + (r.get("session"), r.get("mode"), r.get("machine")), []).append(r)
-    rows = []
+        runs.setdefault((r.get("lane"), r.get("triton"), r.get("session"), r.get("mode"), r.get("machine")),
+                        []).append(r)
+    rows, reasons_seen = [], {}
     for run in runs.values():
         r = next((x for x in run if x.get("check") in ("compile", "parity", "bench")), run[0])
-        paired = "yes" if r.get("torch_paired") else f"no: {r.get('off_pair_reason') or '?'}"
-        knobs = ", ".join(f"{k}={v}" for k, v in sorted((r.get("knobs") or {}).items())) or "—"
-        commit = (r.get("git_commit") or "?")[:12]
-        rows.append([r.get("lane"), r.get("check"), r.get("mode"), r.get("machine"), r.get("python"),
-                     r.get("torch"), paired, r.get("triton"), _imported(run, "triton"),
-                     _imported(run, "numpy"), r.get("cuda") or "—",
-                     r.get("driver") or "—", knobs, commit, (r.get("date") or "")[:16]])
+        torch_v = f"{r.get('torch')}" + ("" if r.get("torch_paired") else " (off-pair)")
+        if not r.get("torch_paired"):
+            reasons_seen.setdefault(r.get("off_pair_reason") or "?", []).append(r.get("triton"))
+        rows.append([f"{r.get('session')} ({r.get('triton')})", r.get("mode"), evidence.short_gpu(r.get("machine"))
+                     if r.get("machine") not in (None, "cpu") else "cpu", r.get("python"), torch_v,
+                     _imported(run, "triton"), _imported(run, "numpy"), str(r.get("kernel_hash") or "?")[:8],
+                     (r.get("git_commit") or "?")[:8], (r.get("date") or "")[5:16]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    knobs = sorted({f"{k}={v}" for r in recs for k, v in (r.get("knobs") or {}).items()})
+    lines += ["", f"Knobs set in these runs: {', '.join(knobs) or 'none'}. Off-pair runs, why:", ""]
+    lines += [f"- {', '.join(dict.fromkeys(v))}: {why}" for why, v in reasons_seen.items()] or ["- none"]
     return lines

@@ -8,7 +8,7 @@ A *record* is a flat JSON object, one verdict of one kernel/test on one release:
      "triton_imported": "3.1.0", "process": {"numpy": "1.26.4", "torch": "2.13.0+cpu"},
      "torch": "2.13.0+cpu", "torch_paired": false, "off_pair_reason": "...", "python": "3.11.9",
      "numpy": "1.26.4", "cuda": null, "driver": null, "gpu": null, "knobs": {...}, "date": "...",
-     "git_commit": "abc123", "session": "parity-3.1", "run_id": "parity-3.1@...", "machine": "cpu"}
+     "git_commit": "abc123", "kernel_hash": "6ebda527089c5540", "session": "parity-3.1", "run_id": "parity-3.1@...", "machine": "cpu"}
 
 ``triton`` is the release the lane *declares*; ``triton_imported`` is the Triton the process that
 produced the verdict actually imported, and ``process`` the numpy and torch it imported (None: it
@@ -17,7 +17,9 @@ names is not evidence about that release: :func:`enforce_isolation` turns it int
 naming both versions, and the ledger keeps nothing else for it.  Schema 2 added the imported
 versions (schema-1 records came from lanes that were not isolated and were dropped; see
 ``constraints/HISTORY.md``); schema 3 moved numpy's and torch's into ``process``, so that every
-top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).
+top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).  ``kernel_hash``
+(optional; absent = unknown) names the kernel sources the run used: GPU evidence about other
+sources is stale (:mod:`.evidence`).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def base_record(lane, fp: dict, *, check: str, mode: str, session: str, run_id: 
         "knobs": knobs,
         "date": fp.get("date") or now_iso(),
         "git_commit": fp.get("git_commit"),
+        "kernel_hash": fp.get("kernel_hash"),  # the kernel sources it ran (nsa_triton_sel.provenance)
         "session": session,
         "run_id": run_id,
         "machine": fp.get("gpu_name") or "cpu",

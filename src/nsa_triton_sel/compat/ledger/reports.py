@@ -40,7 +40,8 @@ def records_from_smoke(report: dict, base: dict, windows: list | None = None) ->
         message = r.get("message") or ""
         check = backward_check(check, name)
         if check in ("compile", "backward") and verdict in BAD:
-            why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows, base.get("mode"))
+            why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows, base.get("mode"),
+                                             message=message)
             if why:
                 verdict, message = XFAIL, f"known-bad {why} | {message}"
         metrics = dict(r.get("metrics") or {})
@@ -89,12 +90,13 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None,
     """
     root = ET.fromstring(xml_text)
     arch = _arch_of(base)
-    why = known_bad.expected_failure(base["triton"], arch, base["check"], windows, base.get("mode"))
     out = []
     for case in root.iter("testcase"):
         verdict, message = _junit_verdict(case)
         message = tidy_message(message)
-        if why and verdict in BAD:
+        why = verdict in BAD and known_bad.expected_failure(base["triton"], arch, base["check"], windows,
+                                                            base.get("mode"), message=message)
+        if why:
             verdict, message = XFAIL, f"known-bad {why} | {message}"
         name = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
         metrics = {"seconds": float(case.get("time") or 0.0), **_junit_properties(case)}

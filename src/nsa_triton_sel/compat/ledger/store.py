@@ -88,9 +88,11 @@ def merge(ledger: list[dict], new: list[dict]) -> list[dict]:
 
 
 def sort_records(recs: list[dict]) -> list[dict]:
+    """Release, then session (one lane run), machine, check, mode, kernel, arch: the records of one run
+    are contiguous and keep their order, so re-pinning one re-run lane changes only that lane's lines."""
     def key(r):
-        return (Version(r.get("triton") or "0"), r.get("check") or "", r.get("mode") or "",
-                r.get("machine") or "", r.get("kernel") or "", r.get("arch") or 0)
+        return (Version(r.get("triton") or "0"), r.get("session") or "", r.get("machine") or "",
+                r.get("check") or "", r.get("mode") or "", r.get("kernel") or "", r.get("arch") or 0)
     return sorted(recs, key=key)
 
 
@@ -98,6 +100,15 @@ def dump_ledger(recs: list[dict]) -> str:
     return "".join(json.dumps(r, sort_keys=True) + "\n" for r in recs)
 
 
-def digest(ledger_text: str) -> str:
-    """The generation marker: MATRIX.md and known-good.txt name the ledger text they came from."""
-    return hashlib.sha256(ledger_text.encode()).hexdigest()[:16]
+def digest(ledger_text: str, kernel_hash: str | None = None) -> str:
+    """The generation marker: MATRIX.md and known-good.txt name the ledger text they came from, and the
+    kernel sources they judged it against (default: this checkout's, ``nsa_triton_sel.kernel_source_hash``).
+
+    Both are in it because both decide what the files say: after a kernel change the GPU evidence
+    is stale, so ``nsa-sel pin --check`` fails until a pin re-renders the files.
+    """
+    if kernel_hash is None:
+        from ...provenance import kernel_source_hash  # noqa: PLC0415
+
+        kernel_hash = kernel_source_hash()
+    return hashlib.sha256(ledger_text.encode() + b"\0kernels " + kernel_hash.encode()).hexdigest()[:16]

@@ -147,7 +147,7 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
     for i, spec in enumerate(specs):
         for arch in archs:
             if version != "unknown" and spec.skipped(version, arch):
-                skipped.append({"spec": spec.name, "arch": arch, "why": f"not launched there (skip={dict(spec.skip)})"})
+                skipped.append({"spec": spec.name, "arch": arch, "why": spec.skip_reason()})
                 bar.advance(f"{spec.name} sm_{arch}: skipped")
             elif probes[arch]["verdict"] != OK:
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))

@@ -1,0 +1,202 @@
+"""The GPU evidence of the Triton this environment imports, as lane run files: no nox, no network.
+
+``python -m nsa_triton_sel.compat.gpu_lane --results DIR [--stages compile,parity,canary,bench]``
+runs, for the Triton that ``import triton`` finds here (a wheel unpacked first on ``PYTHONPATH``
+is how another release comes in on a machine without a network; ``bench/run_release.sh`` does
+that for a list of wheels):
+
+- ``compile``: the compile smoke (``nsa-sel smoke``) for this GPU's arch, what the planner launches;
+- ``parity``: ``pytest -m gpu`` over ``tests/`` (forward parity and gradient parity: the
+  ``backward`` column), records through the toolkit's pytest plugin;
+- ``canary``: the GPU miscompile canaries (:mod:`.canaries.gpu`), each in its own process;
+- ``bench``: ``pytest bench/`` (pytest-benchmark against packed SDPA at the seeds' packed shapes and
+  the canonical NSA shape, forward and forward+backward; and ``bench/test_auto_route.py``: the
+  default ``backend="auto"`` within 5 % of ``backend="triton"``).
+
+Each stage writes a run file the way a nox lane session does (``running`` first, ``complete`` at the
+end), so a stage that is killed still leaves an ``interrupted`` record and ``nsa-sel pin --results
+DIR`` merges them.  The torch is whatever is installed: a release torch does not pin is recorded
+off-pair with the reason (``NSA_SEL_OFF_PAIR_NOTE`` adds why, e.g. "no network on the GPU machine").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from . import lanes, ledger, project
+from .lane_bodies import BODIES
+from .nox_lanes import Matrix, isolate
+
+STAGES = ("compile", "parity", "canary", "bench")
+MODES = {"compile": "aot", "parity": "gpu", "canary": "gpu", "bench": "gpu"}
+CHECK = {"compile": "compile", "parity": "parity", "canary": "gpu-canary", "bench": "bench"}
+# Seconds per stage (NSA_SEL_STAGE_LIMITS="parity=200,bench=120" overrides): at the limit the stage's
+# process group gets SIGINT, so pytest still writes its report of the tests that ran, then SIGKILL.
+LIMITS = {"compile": 90, "parity": 150, "canary": 60, "bench": 150}
+GRACE_S = 30
+
+
+def stage_limits(text: str | None) -> dict[str, float]:
+    out = dict(LIMITS)
+    for part in filter(None, (text or "").split(",")):
+        name, _, value = part.partition("=")
+        if name not in LIMITS:
+            raise ValueError(f"NSA_SEL_STAGE_LIMITS: unknown stage {name!r}; accepted: {', '.join(LIMITS)}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"NSA_SEL_STAGE_LIMITS: {part!r} is not STAGE=SECONDS") from None
+    return out
+
+
+class LocalSession:
+    """The part of a nox session the lane bodies use, running commands in this environment."""
+
+    def __init__(self, name: str, env: dict, limit_s: float | None = None):
+        self.name, self.env, self.limit_s = name, env, limit_s
+
+    def run(self, *args, env=None, log=True, silent=False, success_codes=None):  # noqa: ARG002 - nox's signature
+        cmd = [sys.executable if args[0] == "python" else args[0], *args[1:]]
+        if log:
+            self.log(" ".join(cmd))
+        proc = subprocess.Popen(cmd, env={**os.environ, **self.env, **(env or {})}, text=True, start_new_session=True,
+                                stdout=subprocess.PIPE if silent else None, stderr=subprocess.STDOUT if silent else None)
+        try:
+            out, _ = proc.communicate(timeout=self.limit_s)
+        except subprocess.TimeoutExpired:
+            self.log(f"stage limit {self.limit_s:.0f} s reached: SIGINT (pytest writes what ran), then SIGKILL")
+            out = _stop(proc)
+        return out if silent else None
+
+    def log(self, msg: str) -> None:
+        print(f"[{self.name}] {msg}", flush=True)
+
+    warn = log
+
+
+def _stop(proc: subprocess.Popen) -> str | None:
+    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=wait)[0]
+        except subprocess.TimeoutExpired:
+            continue
+    return None
+
+
+def fingerprint() -> dict:
+    """This process's fingerprint with what it imported (triton, numpy, torch)."""
+    from . import env  # noqa: PLC0415
+
+    fp = env.fingerprint()
+    for name in ("triton", "numpy", "torch"):
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - reported, and the lane refuses below
+            fp.setdefault("import_errors", {})[name] = repr(exc)
+    fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
+    fp["git_commit"] = fp.get("git_commit") or os.environ.get("NSA_SEL_GIT_COMMIT") or None
+    return fp
+
+
+def lane_for(version: str, table: lanes.Table) -> lanes.Lane:
+    """The table's row for this release, or a temporary (never paired) lane for an unlisted one."""
+    listed = table.for_version(version)
+    return listed if listed is not None else lanes.candidate_lane(version, table)
+
+
+def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
+    session = f"{kind}-{lane.name}"
+    base = ledger.base_record(lane, fp, check=CHECK[kind], mode=MODES[kind], session=session,
+                              run_id=f"{session}@{started}", knobs=dict(table.knobs))
+    base["date"] = started
+    note = os.environ.get("NSA_SEL_OFF_PAIR_NOTE")
+    if note and not base["torch_paired"]:
+        base["off_pair_reason"] = f"{base['off_pair_reason']}; {note}"
+    return base
+
+
+def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: float) -> tuple[int, str | None]:
+    """One stage -> its run file; (number of records, problem or None)."""
+    started = ledger.now_iso()
+    base = base_for(kind, lane, fp, m.table, started)
+    path = ledger.run_file(results, base["session"])
+    ledger.write_run(path, base=base, status="running", started=started, records=[], stage="checks")
+    session = LocalSession(base["session"], {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, limit_s)
+    try:
+        if kind == "canary":
+            from .canaries import gpu  # noqa: PLC0415
+
+            results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
+            records, problem = gpu.records(results_, base, imported=fp["imported"]), None
+        else:
+            records, problem = BODIES[kind](session, lane, base, results, [], m)
+        records, leak = isolate(records, lane)
+        problem = leak or problem
+    except BaseException as exc:
+        ledger.write_run(path, base=base, status="error", started=started, records=[],
+                         note=f"{kind} stage failed: {type(exc).__name__}: {exc}", stage="checks")
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return 0, f"{type(exc).__name__}: {exc}"
+    ledger.write_run(path, base=base, status="complete", started=started, records=records)
+    session.log(f"{len(records)} record(s) -> {path}" + (f"; {problem}" if problem else ""))
+    return len(records), problem
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.gpu_lane", description=__doc__.split("\n")[0])
+    p.add_argument("--results", required=True, type=Path, help="directory for the run files")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {', '.join(STAGES)}")
+    p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
+    args = p.parse_args(argv)
+    stages = [s for s in args.stages.split(",") if s]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        print(f"gpu_lane: unknown stage(s) {unknown}; accepted: {', '.join(STAGES)}", file=sys.stderr)
+        return 2
+    try:
+        limits = stage_limits(os.environ.get("NSA_SEL_STAGE_LIMITS"))
+    except ValueError as exc:
+        print(f"gpu_lane: {exc}", file=sys.stderr)
+        return 2
+    table = lanes.load_table(project.constraints_dir(args.constraints) / project.TABLE_NAME)
+    for knob, value in table.knobs.items():
+        os.environ.setdefault(knob, str(value))  # as the nox lanes: explicit, recorded, user-overridable
+    fp = fingerprint()
+    got = fp["imported"].get("triton")
+    if not got:
+        print(f"gpu_lane: triton does not import here: {fp.get('import_errors', {}).get('triton')}", file=sys.stderr)
+        return 2
+    lane = lane_for(got, table)
+    arch = fp.get("compute_capability")
+    os.environ.setdefault("NSA_SEL_ARCHS", str(arch).replace(".", "") if arch else ",".join(map(str, table.archs)))
+    os.environ.setdefault("NSA_SEL_JOBS", str(max(1, min(12, (os.cpu_count() or 2) - 2))))
+    m = Matrix(table=table, root=project.constraints_dir(args.constraints).parent, gpu=True)
+    args.results.mkdir(parents=True, exist_ok=True)
+    print(f"gpu_lane: triton {got} from {fp['origins'].get('triton')} (lane {lane.label}"
+          f"{', not in the table: candidate' if lane.candidate else ''}); torch {fp.get('torch')}; "
+          f"GPU {fp.get('gpu_name')} (sm_{os.environ['NSA_SEL_ARCHS']}); kernels {fp.get('kernel_hash')}", flush=True)
+    problems = {}
+    for kind in stages:
+        n, problem = run_stage(kind, lane, fp, m, args.results, limits[kind])
+        if problem:
+            problems[kind] = problem
+    summary = {"triton": got, "lane": lane.label, "problems": problems, "kernel_hash": fp.get("kernel_hash"),
+               "torch": fp.get("torch"), "gpu": fp.get("gpu_name")}
+    (args.results / f"summary-{got}.txt").write_text(json.dumps(summary, indent=1) + "\n")
+    print("gpu_lane: " + ("all stages passed" if not problems else f"problems: {problems}"), flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""MATRIX.md's GPU evidence: one row per release that ran on a GPU, in two tables of ~120 columns.
+
+- *Correctness*: GPU parity (forward) and gradient parity pass counts and their largest errors
+  against the float64 oracle, the torch it ran with, the kernel sources it is about (stale when
+  they are not the pinned ones), and which GPU canaries fired (``check: gpu-canary``: a verdict
+  ``fail`` means the canary's miscompile showed on that release; our kernels are judged by the
+  parity columns, not by the canaries).
+- *Speed*: pytest-benchmark medians at the canonical NSA shape (G=4 x h=16, D=128, block 64,
+  top-16, random selection) for the forward (``test_nsa``) and forward + backward
+  (``test_train``), each with its ratio to the newest release measured on the same GPU with the
+  same kernels; the seeds' packed shape (Triton over SDPA); ``auto`` over ``backend="triton"``
+  (``test_auto_route``, must be <= 1.05); and the advisory rule: a release that is correct but
+  more than 15 % slower than the newest needs an advisory known-bad window (like
+  ``triton30-sm90-slow``), named here when one covers it.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from packaging.version import Version
+
+from ..verdicts import BAD, PASS
+from .evidence import is_gpu, is_stale, on_gpu_machine, short_gpu
+
+SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
+SPEED_POINTS = (("fwd 4K", "nsa-T4096-random", "triton"), ("fwd 32K", "nsa-T32768-random", "triton"),
+                ("fwd+bwd 4K", "train-T4096-random", "ours-api"), ("fwd+bwd 32K", "train-T32768-random", "ours-api"))
+SEEDS_PREFIXES = ("dense-", "varlen-", "decode-")  # the seeds' packed groups of bench/test_bench_sel.py
+
+
+def bench_point(rec: dict) -> tuple[str, str] | None:
+    """(group, impl) of a pytest-benchmark record: ``test_packed[dense-...-L256-triton]`` -> group, triton."""
+    m = rec.get("metrics") or {}
+    kernel = rec.get("kernel") or ""
+    if "[" not in kernel or "impl" not in m:
+        return None
+    param = kernel[kernel.index("[") + 1:].rstrip("]")
+    impl = str(m["impl"])
+    return (param[: -len(impl) - 1] if param.endswith("-" + impl) else param), impl
+
+
+def _runs(table, recs: list[dict]) -> list[tuple]:
+    """(release, GPU, its GPU records) for every release and GPU with GPU records, in table order."""
+    out = []
+    for rel in table.releases:
+        mine = [r for r in recs if r.get("triton") == rel.triton and is_gpu(r) and on_gpu_machine(r)]
+        for gpu in sorted({r.get("machine") for r in mine}):
+            out.append((rel, gpu, [r for r in mine if r.get("machine") == gpu]))
+    return out
+
+
+def _count(recs: list[dict], check: str) -> str:
+    sel = [r for r in recs if r.get("check") == check and r.get("mode") == "gpu"]
+    if not sel:
+        return "—"
+    bad = sum(r["verdict"] in BAD for r in sel)
+    return f"**{bad} bad**/{len(sel)}" if bad else f"{sum(r['verdict'] == PASS for r in sel)}/{len(sel)}"
+
+
+def _max_metric(recs: list[dict], check: str, key: str) -> str:
+    vals = [m[key] for r in recs if r.get("check") == check and r.get("mode") == "gpu"
+            for m in [r.get("metrics") or {}] if isinstance(m.get(key), (int, float))]
+    return f"{max(vals):.2e}" if vals else "—"
+
+
+def canaries_fired(recs: list[dict]) -> str:
+    sel = [r for r in recs if r.get("check") == "gpu-canary"]
+    if not sel:
+        return "—"
+    fired = [r["kernel"].rpartition("/")[2] + ("" if r["verdict"] == "fail" else f" ({r['verdict']})")
+             for r in sel if r["verdict"] in BAD]
+    return ", ".join(fired) if fired else f"none of {len(sel)}"
+
+
+def _kernels(recs: list[dict], current: str | None) -> str:
+    hashes = sorted({str(r.get("kernel_hash") or "unknown") for r in recs})
+    stale = any(is_stale(r, current) for r in recs)
+    return "/".join(h[:8] for h in hashes) + (" **stale**" if stale else "")
+
+
+def _torch(recs: list[dict]) -> str:
+    r = next((x for x in recs if x.get("mode") == "gpu"), recs[0])
+    return f"{r.get('torch')}" + ("" if r.get("torch_paired") else " (off-pair)")
+
+
+def _points(recs: list[dict]) -> dict:
+    out = {}
+    for r in recs:
+        gi = bench_point(r) if r.get("check") == "bench" else None
+        if gi and r.get("verdict") == PASS and "median_ms" in (r.get("metrics") or {}):
+            out[gi] = r["metrics"]
+    return out
+
+
+def correctness_rows(table, recs: list[dict], current: str | None) -> list[list[str]]:
+    rows = []
+    for rel, gpu, mine in _runs(table, recs):
+        rows.append([rel.triton, short_gpu(gpu), _torch(mine), _kernels(mine, current), _count(mine, "parity"),
+                     _count(mine, "backward"), _max_metric(mine, "parity", "max_abs_err"),
+                     _max_metric(mine, "backward", "max_abs_err"), canaries_fired(mine)])
+    return rows
+
+
+def speed_rows(table, recs: list[dict], windows: list) -> list[list[str]]:
+    runs = [(rel, gpu, mine, _points(mine)) for rel, gpu, mine in _runs(table, recs)]
+    newest: dict[tuple, tuple] = {}  # (GPU, kernel hash) -> (version, points) of the newest release with points
+    for rel, gpu, mine, pts in runs:
+        key = (gpu, _hash_of(mine))
+        if pts and (key not in newest or rel.version > newest[key][0]):
+            newest[key] = (rel.version, pts)
+    rows = []
+    for rel, gpu, mine, pts in runs:
+        base = newest.get((gpu, _hash_of(mine)), (None, {}))
+        cells, worst = [], 0.0
+        for _, group, impl in SPEED_POINTS:
+            t, ref = pts.get((group, impl)), base[1].get((group, impl))
+            if not t:
+                cells.append("—")
+                continue
+            ratio = t["median_ms"] / ref["median_ms"] if ref else None
+            worst = max(worst, ratio or 0.0)
+            cells.append(f"{t['median_ms']:.2f}" + (f" ({ratio:.2f}x)" if ratio else ""))
+        seeds = [m["speedup_vs_sdpa"] for (g, i), m in pts.items()
+                 if i == "triton" and g.startswith(SEEDS_PREFIXES) and "speedup_vs_sdpa" in m]
+        rows.append([rel.triton, short_gpu(gpu)] + cells + [
+            f"{statistics.median(seeds):.2f}x ({min(seeds):.2f}-{max(seeds):.2f})" if seeds else "—",
+            _auto(mine), _advisory(rel, mine, worst, base[0], windows)])
+    return rows
+
+
+def _hash_of(recs: list[dict]) -> str:
+    return "/".join(sorted({str(r.get("kernel_hash")) for r in recs}))
+
+
+def _auto(recs: list[dict]) -> str:
+    sel = [r for r in recs if "test_auto_route" in (r.get("kernel") or "")]
+    if not sel:
+        return "—"
+    ratios = [m["auto_over_triton"] for r in sel for m in [r.get("metrics") or {}]
+              if isinstance(m.get("auto_over_triton"), (int, float))]
+    bad = any(r["verdict"] in BAD for r in sel)
+    text = f"{max(ratios):.2f}" if ratios else sel[0]["verdict"]
+    return f"**{text}**" if bad else text
+
+
+def _advisory(rel, recs: list[dict], worst: float, newest: Version | None, windows: list) -> str:
+    if worst <= SLOW or newest is None:
+        return "—"
+    arch = _arch(recs)
+    cover = [w.id for w in windows if w.covers(rel.triton, arch, "bench", "gpu")]
+    slower = f"+{(worst - 1) * 100:.0f} % vs {newest}"
+    return f"`{cover[0]}` ({slower})" if cover else f"**needs an advisory window** ({slower})"
+
+
+def _arch(recs: list[dict]) -> int | None:
+    cc = next((r.get("compute_capability") for r in recs if r.get("compute_capability")), None)
+    try:
+        major, minor = str(cc).split(".")
+        return int(major) * 10 + int(minor)
+    except (ValueError, AttributeError):
+        return None
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: str | None = None) -> list[str]:
+    """The GPU section of MATRIX.md (empty when no record came from a GPU)."""
+    rows = correctness_rows(table, recs, current)
+    if not rows:
+        return []
+    out = ["", "## GPU evidence per release", "",
+           f"Kernel sources now: `{current or '?'}`; rows about other sources are **stale**: they count for "
+           "nothing (not the cells above, not known-good) until the release is re-run. Errors are the largest "
+           "absolute errors against the float64 oracle (forward: GPU parity tests; backward: gradient parity). "
+           "Canaries: minimal kernels of public GPU miscompile classes (`nsa_triton_sel.compat.canaries.gpu`).", ""]
+    out += _table(["Triton", "GPU", "torch", "kernels", "parity", "backward", "fwd err", "bwd err", "canaries fired"],
+                  rows)
+    out += ["", "Speed: pytest-benchmark medians in ms on the GPU clock (canonical NSA shape: G=4 x h=16, D=128, "
+            "block 64, top-16, random selection; `(x)` = ratio to the newest release on that GPU with the same "
+            "kernels); seeds = the seeds' packed shapes, Triton's speedup over SDPA (median, range); auto = "
+            f"`backend=\"auto\"` over `backend=\"triton\"` at T=8K (worst of inference, training; must be <= 1.05); "
+            f"advisory: correct but more than {round((SLOW - 1) * 100)} % slower than the newest release.", ""]
+    out += _table(["Triton", "GPU"] + [p[0] for p in SPEED_POINTS] + ["seeds vs SDPA", "auto", "advisory"],
+                  speed_rows(table, recs, windows or []))
+    return out
