@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -257,11 +258,15 @@ def install(session, opts, *args: str) -> None:
 
 
 def package_deps(root: Path) -> list[str]:
-    """The package's own runtime requirements except torch and triton, which the lane decides."""
+    """The library's requirements except torch and triton (the lane decides those), plus the toolkit's
+    runtime ones from the ``matrix`` extra (rich, filelock) but not its drivers (nox, uv): a lane runs
+    ``nsa-sel smoke`` and pytest, never nox."""
     from .. import _toml  # noqa: PLC0415
 
-    deps = _toml.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    return [d for d in deps if not d.replace(" ", "").lower().startswith(("torch", "triton"))]
+    project = _toml.loads((root / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project.get("optional-dependencies", {}).get("matrix", [])
+    skip = ("torch", "triton", "nox", "uv")
+    return [d for d in deps if re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() not in skip]
 
 
 def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
