@@ -47,10 +47,10 @@ def run_rc(session, rc_file: Path, *args: str, env: dict | None = None) -> int |
 
 
 def summary(records: list[dict]) -> str:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    """Counts per check and verdict, the same everywhere a lane reports them (lane_summary)."""
+    from .lane_summary import counts_by_check  # noqa: PLC0415 - lane_summary is the one definition
+
+    return counts_by_check(records)
 
 
 def compile_body(session, lane, base, results, rest, m):
@@ -63,7 +63,7 @@ def compile_body(session, lane, base, results, rest, m):
     # on this Triton; they are reported in their own column and never block the lane.
     extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
-                "--arch", archs, "--json", str(report_path), "--no-progress", "--expect-triton", lane.triton, *extra)
+                "--arch", archs, "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
     if not report_path.exists():
         rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
                             message=f"nsa-sel smoke wrote no report (exit status {rc})")

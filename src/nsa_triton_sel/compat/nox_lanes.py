@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from packaging.version import Version
 
 from . import lanes, ledger
 from .lane_bodies import BODIES, bench_skip, raw_path
+from .lane_summary import summary_lines
 from .verdicts import ERROR
 
 KINDS = ("compile", "parity", "bench")
@@ -126,6 +128,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
     The run file is rewritten atomically at each step, so a lane that crashes or is killed
     leaves a valid 'running' file that ``pin`` reports as interrupted.
     """
+    t0 = time.monotonic()
     opts, rest = options(session)
     results = Path(opts.results) if opts.results else m.root / "out" / "lanes"
     path = ledger.run_file(results, session.name)
@@ -164,7 +167,8 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
                          note=f"{stage} ({what}) failed: {type(exc).__name__}: {exc}", stage=stage)
         raise
     ledger.write_run(path, base=base, status="complete", started=started, records=records)
-    session.log(f"{len(records)} record(s) -> {path}")
+    for line in summary_lines(session.name, base, records, path, problem, time.monotonic() - t0):
+        session.log(line)
     if problem == "skip":
         session.skip(records[-1]["message"])
     if problem:
