@@ -323,6 +323,9 @@ def _doctor_report(probe: bool) -> dict:
     # The key knobs shown even when unset, so "unset" is visible, not just absent.
     report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
     report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
+    from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
+
+    report["known_good"] = standing(report)
     return report
 
 
