@@ -40,8 +40,18 @@ def test_evidence_names_cpu_only_or_the_gpus_and_whether_this_gpu_ran_it():
     per = standing.evidence(gpu, Version("3.1.0"))
     assert per["NVIDIA H100"] == "parity (gpu) 1 pass; torch 2.5.1+cu124"
     assert standing.summary(per, "NVIDIA H100") == "CPU and GPU: NVIDIA H100; this GPU (NVIDIA H100) is among them"
-    assert standing.summary(per, "NVIDIA A100").endswith("this GPU (NVIDIA A100) has not run it")
+    assert standing.summary(per, "NVIDIA A100").endswith("this GPU (NVIDIA A100) has not run them")
     assert standing.summary({}, None).startswith("none")
+
+
+def test_gpu_evidence_about_other_kernel_sources_is_stale():
+    recs = [dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="old"),
+            dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="new")]
+    per = standing.evidence(recs, Version("3.1.0"), kernel_hash="new")
+    assert set(per) == {"NVIDIA H100", "NVIDIA H100" + standing.STALE}
+    only_old = standing.evidence(recs[:1], Version("3.1.0"), kernel_hash="new")
+    assert standing.summary(only_old, None) == ("no current evidence (stale GPU evidence, about other kernel "
+                                                "sources: NVIDIA H100)")
 
 
 def test_pairing_needs_a_cuda_build_of_a_torch_that_pins_the_release():

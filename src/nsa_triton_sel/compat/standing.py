@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 from . import lanes, project
 
 CHECK_ORDER = ("compile", "backward", "parity", "bench")
+STALE = " (stale: other kernel sources)"
 
 
 def known_good(path: Path, triton: Version) -> tuple[str, str]:
@@ -55,14 +56,19 @@ def pairing(table: lanes.Table, triton: Version, torch: str | None, cuda: str | 
     return f"off-pair: torch {torch or '(none)'}; triton {triton} pairs with torch {want}"
 
 
-def evidence(records: list[dict], triton: Version) -> dict[str, str]:
-    """Per machine ("cpu" or a GPU name): the checks run on this release, their verdict counts, the torch."""
+def evidence(records: list[dict], triton: Version, kernel_hash: str | None = None) -> dict[str, str]:
+    """Per machine ("cpu" or a GPU name): the checks run on this release, their verdict counts, the torch.
+
+    With ``kernel_hash`` (the installed kernels' source hash), GPU records that carry another hash,
+    or none, are about other kernel sources: they are listed apart, as stale (the ledger's rule)."""
     by_machine: dict[str, dict[tuple[str, str], dict[str, int]]] = {}
     torches: dict[str, set] = {}
     for r in records:
         if _version(r.get("triton")) != triton or r.get("check") not in CHECK_ORDER:
             continue
         machine = r.get("machine") or r.get("gpu") or "cpu"
+        if kernel_hash and machine != "cpu" and r.get("kernel_hash") != kernel_hash:
+            machine += STALE
         counts = by_machine.setdefault(machine, {}).setdefault((r["check"], r.get("mode") or "?"), {})
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         torches.setdefault(machine, set()).add(f"{r.get('torch')}{'' if r.get('torch_paired') else ' off-pair'}")
@@ -82,14 +88,22 @@ def _version(text) -> Version | None:
 
 
 def summary(per_machine: dict[str, str], gpu_name: str | None) -> str:
-    gpus = [m for m in per_machine if m != "cpu"]
+    """One line: CPU only, or CPU and which GPUs (stale GPU evidence named apart); whether this GPU ran it."""
+    gpus = [m for m in per_machine if m != "cpu" and not m.endswith(STALE)]
+    stale = [m.removesuffix(STALE) for m in per_machine if m.endswith(STALE)]
     if not per_machine:
         return "none: the ledger has no record of this release"
-    kind = ("CPU only (AOT compiles for the table's archs, interpreter parity); no GPU has run it" if not gpus
-            else f"{'CPU and ' if 'cpu' in per_machine else ''}GPU: {', '.join(gpus)}")
+    if gpus:
+        text = f"{'CPU and ' if 'cpu' in per_machine else ''}GPU: {', '.join(gpus)}"
+    elif "cpu" in per_machine:
+        text = "CPU only (AOT compiles for the table's archs, interpreter parity); no GPU has run these kernels"
+    else:
+        text = "no current evidence"
+    if stale:
+        text += f" (stale GPU evidence, about other kernel sources: {', '.join(stale)})"
     if gpu_name:
-        kind += f"; this GPU ({gpu_name}) " + ("is among them" if gpu_name in gpus else "has not run it")
-    return kind
+        text += f"; this GPU ({gpu_name}) " + ("is among them" if gpu_name in gpus else "has not run them")
+    return text
 
 
 def standing(fp: dict, constraints: str | None = None) -> dict:
@@ -111,7 +125,7 @@ def standing(fp: dict, constraints: str | None = None) -> dict:
         return out
     from .ledger import load_ledger  # noqa: PLC0415 - the ledger only when there is one to read
 
-    per_machine = evidence(load_ledger(ledger_path), triton)
+    per_machine = evidence(load_ledger(ledger_path), triton, fp.get("kernel_hash"))
     out["evidence"] = summary(per_machine, fp.get("gpu_name"))
     out.update({f"on {machine}": text for machine, text in per_machine.items()})
     return out
