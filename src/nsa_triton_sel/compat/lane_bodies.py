@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from . import ledger
+from . import bench_store, ledger
 from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -83,7 +83,7 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     for stale in (xml, imported_json):
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
-    extra = [f"--benchmark-json={bench_json}"] if kind == "bench" else []
+    extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
@@ -98,12 +98,22 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
         return records, "pytest did not report the versions it imported"
     if rc in (0, 1) and records:
         bad = [r for r in records if r["verdict"] in BAD]
+        if rc == 1 and not bad and kind == "bench" and bench_store.gate_armed():
+            return records + [_regression(base, imported)], "a benchmark regressed against the baseline's saved run"
         return records, (f"{len(bad)} test(s) failed" if bad else None)
     if rc == 5 or (rc == 0 and not records):
         return [ledger.record(base, kernel="(pytest)", verdict=SKIP, message="no tests collected", imported={})], None
     records.append(ledger.record(base, kernel="(pytest)", verdict=CRASH, imported=imported,
                                  message=f"pytest exited with status {rc} (interrupted, usage error or crash)"))
     return records, f"pytest exited with status {rc}"
+
+
+def _regression(base, imported) -> dict:
+    """Every benchmark passed but pytest-benchmark's --benchmark-compare-fail failed the run."""
+    return ledger.record({**base, "check": "bench"}, kernel=bench_store.GATE_KERNEL, verdict=FAIL, imported=imported,
+                         message=f"pytest-benchmark --benchmark-compare-fail={bench_store.gate_armed()} against saved "
+                                 f"run {os.environ.get(bench_store.COMPARE_ENV)}: a median regressed (the lane's log "
+                                 "lists each one: 'Performance has regressed')")
 
 
 def parity_body(session, lane, base, results, rest, m):

@@ -39,7 +39,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import known_bad
-from . import lanes, ledger, project
+from . import bench_store, lanes, ledger, project
 from .admit import admit
 from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
@@ -154,6 +154,8 @@ def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs
         else:
             d.notes.append(f"known-bad on some GPUs [{w.id}]: {w.describe()}")
     d.reasons += _slowdowns(cand_recs, base_recs, max_slowdown)
+    d.reasons += [f"bench: {r['message']}" for r in cand_recs if r.get("kernel") == bench_store.GATE_KERNEL
+                  and r["verdict"] in BAD]
     d.notes += _metric_notes(cand_recs, base_recs)
     if not any(r["check"] == "bench" and r["verdict"] == PASS for r in cand_recs):
         d.notes.append("no benchmark ran (no GPU): performance not compared")
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     base = baseline_release(table, recs, windows, version)
     base_recs = [r for r in recs if base and r["triton"] == base.triton]
     gpu = gpu_mode()
+    if gpu and not args.from_results:  # pytest-benchmark's own gate against the baseline's saved run
+        print(bench_store.arm_gate(base.triton if base else None, args.max_slowdown, project.results_dir()))
     # The noxfile beside the constraints directory, else the project's found from the cwd (a
     # --constraints copy elsewhere, e.g. to try --admit, still runs the project's lanes).
     root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
