@@ -79,3 +79,9 @@ def test_known_good_header_says_how_to_install_from_the_checkout():
     header = [ln for ln in (ROOT / "constraints" / "known-good.txt").read_text().splitlines() if ln.startswith("#")]
     text = "\n".join(header)
     assert "nsa-triton-sel\n" not in text + "\n" and "-c constraints/known-good.txt ." in text
+
+
+def test_lane_constraints_files_say_how_to_install_beside_a_pinned_pair():
+    for path in sorted((ROOT / "constraints").glob("triton-*.txt")):
+        use = [ln for ln in path.read_text().splitlines() if ln.startswith("# Use")]
+        assert use and use[0].endswith(f"pip install -c constraints/{path.name} ."), path.name
