@@ -85,3 +85,18 @@ def test_lane_constraints_files_say_how_to_install_beside_a_pinned_pair():
     for path in sorted((ROOT / "constraints").glob("triton-*.txt")):
         use = [ln for ln in path.read_text().splitlines() if ln.startswith("# Use")]
         assert use and use[0].endswith(f"pip install -c constraints/{path.name} ."), path.name
+
+
+def test_readme_variant_count_is_the_registrys():
+    from nsa_triton_sel.compat.specs import SPECS
+
+    readme = (ROOT / "README.md").read_text()
+    counts = re.findall(r"(\d+) variants\)", readme)
+    assert counts == [str(len(SPECS))], f"README says {counts} variants; the registry has {len(SPECS)}"
+
+
+def test_readme_commands_do_not_share_a_venv():
+    """Both README commands created .venv: the second silently reused the first's environment."""
+    readme = (ROOT / "README.md").read_text()
+    venvs = re.findall(r"python3 -m venv (\S+) &&", readme)
+    assert len(venvs) >= 2 and len(set(venvs)) == len(venvs), venvs
