@@ -86,3 +86,24 @@ def test_the_same_over_http_from_a_local_server(tmp_path):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):  # keep the test output clean
         pass
+
+
+def test_a_toolkit_command_without_the_matrix_extra_says_what_to_install(monkeypatch, capsys):
+    """`pip install .` is the library only: a toolkit command names the missing extra instead of a traceback."""
+    import types
+
+    def main(argv):
+        raise ModuleNotFoundError("No module named 'rich'", name="rich")
+
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: types.SimpleNamespace(main=main))
+    assert cli.main(["smoke"]) == 2
+    assert "pip install '.[matrix]'" in capsys.readouterr().err
+
+
+def test_a_toolkit_command_checks_its_dependencies_before_running(monkeypatch, capsys):
+    """The smoke used to compile every variant for minutes, then fail to import rich for its table."""
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "rich" else real(name))
+    monkeypatch.setattr(cli.importlib, "import_module", lambda name: pytest.fail("the command must not start"))
+    assert cli.main(["smoke", "--arch", "90"]) == 2
+    assert "nsa-sel smoke: needs 'rich'" in capsys.readouterr().err
