@@ -56,3 +56,16 @@ def test_the_cli_refuses_a_bad_progress_interval(capsys):
 
     assert smoke.main(["--arch", "80", "--progress-every", "0"]) == 2
     assert "--progress-every 0: expected a whole number >= 1" in capsys.readouterr().err
+
+
+def test_canaries_count_as_expected_or_unexpected_not_as_failures():
+    from nsa_triton_sel.compat.smoke import run
+
+    ok = _result("a", 80)
+    ok.verdict = "compile_error"
+    assert run._tally(ok) == "compile_error"
+    canary = _result("c", 80, canary=True)
+    canary.verdict, canary.as_expected = "crash", True
+    assert run._tally(canary) == "canary as expected"
+    canary.as_expected = False
+    assert run._tally(canary) == "canary UNEXPECTED"

@@ -172,13 +172,20 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
                 res = make_result(spec, arch, fut.result(), version)
                 with lock:
                     results.append(res)
-                bar.advance(f"{spec.name} sm_{arch}: {res.verdict}", res.verdict)
+                bar.advance(f"{spec.name} sm_{arch}: {res.verdict}", _tally(res))
     finally:
         if servers:
             servers.close()
     order = {s.name: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: (order[r.spec], r.arch))
     return results, skipped
+
+
+def _tally(res: SmokeResult) -> str:
+    """The progress count a result goes to: a canary is meant to fail, so it counts as (un)expected."""
+    if not res.canary:
+        return res.verdict
+    return {True: "canary as expected", False: "canary UNEXPECTED"}.get(res.as_expected, f"canary {res.verdict}")
 
 
 def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
