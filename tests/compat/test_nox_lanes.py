@@ -277,3 +277,22 @@ def test_the_smoke_in_a_lane_prints_progress_lines(tmp_path):
     nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
     args = list(seen[0])
     assert args[args.index("--progress") + 1] == "lines" and "--no-progress" not in args
+
+
+def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
+    """The lane log said 'parity 50 pass' and, one line later, its summary 'parity 51 pass' (the probe)."""
+    def pytest_run(args, env):
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        xml.write_text('<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"/></testsuite>')
+        Path(env[lane_bodies.IMPORTED_ENV]).write_text(json.dumps(
+            {"imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0")
+
+    probe = {"status": "ok", "detail": "fine", "imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": None}}
+    s = FakeSession("parity-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": pytest_run,
+                                            lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(probe)},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    body = next(line for line in s.logs if line.startswith("parity-3.1 (interpreter): "))
+    assert body == "parity-3.1 (interpreter): 2 test records + the interpreter probe: parity 3 pass"
+    assert "ran:      parity (interp), 3 records: parity 3 pass" in s.logs

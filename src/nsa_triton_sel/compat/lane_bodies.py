@@ -123,7 +123,9 @@ def parity_body(session, lane, base, results, rest, m):
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
     records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"})
-    session.log(f"parity-{lane.name} (interpreter): {summary(records)}")
+    # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
+    session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
+                f"{summary([probe_rec] + records)}")
     return [probe_rec] + records, problem
 
 
