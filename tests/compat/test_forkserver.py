@@ -50,6 +50,17 @@ def test_an_abort_kills_only_its_compile_and_reads_as_a_crash(tmp_path):
     assert rc == 0
 
 
+def test_a_crash_dump_goes_to_the_compiles_stderr_file_not_the_parents(tmp_path):
+    """pytest enables faulthandler on a copy of its stderr: the forked compile's dump used to land in the
+    test run's output ("Fatal Python error: Aborted" and a traceback, although every test passed)."""
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
+    forkserver.run_one(_job(tmp_path, "abort"), _compile, write_json)
+    assert "Fatal Python error: Aborted" in (tmp_path / "abort.stderr").read_text()
+
+
 def test_a_compile_past_its_timeout_is_killed(tmp_path):
     t0 = time.perf_counter()
     rc, seconds = forkserver.run_one(_job(tmp_path, "hang", timeout=0.5), _compile, write_json)

@@ -241,3 +241,58 @@ def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
     assert problem is None and [r["verdict"] for r in out] == ["pass", "pass"]
     out, problem = nox_lanes.isolate([{**rec, "mode": "interp"}], lane)
     assert out[0]["verdict"] == "error" and "numpy 2.5.2 outside numpy<2.4" in problem
+
+
+def test_a_lane_ends_with_a_summary_versions_pairing_results_and_next_command(tmp_path):
+    """Issue 25: the end of a lane's log says what ran, with which Triton/torch (off-pair here: a CPU
+    torch), the counts per check, where the run file is and what to run next."""
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    tail = s.logs[-5:]
+    assert tail[0].startswith("== compile-3.1: PASSED (")
+    assert tail[1] == "ran:      compile (aot), 1 records: compile 1 pass"
+    assert tail[2].startswith("versions: triton 3.1.0 (lane 3.1), torch 2.13.0+cpu (off-pair: CPU build torch")
+    assert tail[3].startswith(f"results:  {tmp_path / 'results' / 'compile-3.1.json'} ")
+    assert tail[4].startswith(f"next:     nox -s pin -- --results {tmp_path / 'results'} ")
+
+
+def test_a_failed_lane_summary_names_the_problem(tmp_path):
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.9.0")},
+                    posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError):
+        nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    summary = [line for line in s.logs if line.startswith("== compile-3.1: ")]
+    assert summary and summary[0].startswith("== compile-3.1: FAILED: lane 3.1 is not isolated")
+    assert any(line.startswith("ran:      compile (aot), 1 records: compile 1 error") for line in s.logs)
+
+
+def test_the_smoke_in_a_lane_prints_progress_lines(tmp_path):
+    """The compile lane asks the smoke for plain progress lines (its output is a log, not a terminal)."""
+    seen = []
+    smoke = _smoke("3.1.0")
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(),
+                                              "smoke": lambda args, env: seen.append(args) or smoke(args, env)},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    args = list(seen[0])
+    assert args[args.index("--progress") + 1] == "lines" and "--no-progress" not in args
+
+
+def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
+    """The lane log said 'parity 50 pass' and, one line later, its summary 'parity 51 pass' (the probe)."""
+    def pytest_run(args, env):
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        xml.write_text('<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"/></testsuite>')
+        Path(env[lane_bodies.IMPORTED_ENV]).write_text(json.dumps(
+            {"imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0")
+
+    probe = {"status": "ok", "detail": "fine", "imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": None}}
+    s = FakeSession("parity-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": pytest_run,
+                                            lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(probe)},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    body = next(line for line in s.logs if line.startswith("parity-3.1 (interpreter): "))
+    assert body == "parity-3.1 (interpreter): 2 test records + the interpreter probe: parity 3 pass"
+    assert "ran:      parity (interp), 3 records: parity 3 pass" in s.logs

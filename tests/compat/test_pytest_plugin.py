@@ -20,3 +20,27 @@ def test_plugin_writes_the_imported_versions(tmp_path):
 
     assert doc["imported"]["numpy"] == numpy.__version__
     assert set(doc["imported"]) == {"triton", "numpy", "torch"} and doc["origins"]["numpy"]
+
+
+def test_plugin_prints_a_progress_line_every_n_tests_without_a_terminal(tmp_path):
+    """Issue 25: a lane's log showed nothing for minutes; now a line every N tests with counts and time."""
+    tests = "import pytest\n" + "".join(f"def test_{i}():\n    pass\n" for i in range(5))
+    tests += "@pytest.mark.skip(reason='x')\ndef test_s():\n    pass\ndef test_f():\n    assert 0\n"
+    (tmp_path / "test_x.py").write_text(tests)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.pytest_plugin",
+                          "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
+                         env={**__import__("os").environ, "NSA_SEL_PROGRESS_EVERY": "3"},
+                         capture_output=True, text=True)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("tests: ")]
+    assert len(lines) == 3, res.stdout  # after 3, 6 and the 7th (last) test
+    assert lines[0].startswith("tests: 3/7 (3 passed), ") and "elapsed" in lines[0]
+    assert lines[-1].startswith("tests: 7/7 (1 failed, 5 passed, 1 skipped), ")
+
+
+def test_plugin_rejects_a_bad_progress_setting(tmp_path):
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.pytest_plugin",
+                          "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
+                         env={**__import__("os").environ, "NSA_SEL_PROGRESS_EVERY": "often"},
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "NSA_SEL_PROGRESS_EVERY='often'" in res.stdout + res.stderr

@@ -8,6 +8,8 @@ Each sub-command lives in the module that owns its logic and exposes
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import shutil
 import sys
 
 COMMANDS = {
@@ -15,7 +17,14 @@ COMMANDS = {
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
     "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one"),
+    "releases": ("nsa_triton_sel.compat.releases", "Triton releases and torch pins on the index that lanes.toml lacks"),
 }
+
+
+TOOLKIT_DEPS = {"rich", "filelock", "nox"}  # the matrix extra; the kernel library needs none of them
+# What each command imports of them, checked before it runs (a smoke used to compile for minutes, then
+# fail to print its table).
+NEEDS = {"smoke": ("rich",), "pin": ("filelock",), "check-upgrade": ("nox", "filelock")}
 
 
 def _usage() -> str:
@@ -35,8 +44,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nsa-sel: unknown command {name!r}; accepted: {', '.join(COMMANDS)}\n", file=sys.stderr)
         print(_usage(), file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    missing = [dep for dep in NEEDS.get(name, ()) if importlib.util.find_spec(dep) is None]
+    if missing and not (name == "check-upgrade" and shutil.which("nox") and "nox" in missing and len(missing) == 1):
+        return _missing(name, missing[0])
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in TOOLKIT_DEPS:
+            raise
+        return _missing(name, exc.name)
+
+
+def _missing(command: str, dep: str) -> int:
+    """`pip install .` installs the kernel library only; the toolkit's dependencies are the matrix extra."""
+    print(f"nsa-sel {command}: needs {dep!r}, one of the toolkit's dependencies; install them with "
+          "pip install '.[matrix]' in a checkout (or pip install rich filelock nox)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -335,6 +335,9 @@ def _doctor_report(probe: bool) -> dict:
     report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
     report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
     report["sel_triton_min_L"] = threshold_in_force(report.get("gpu_name"), report.get("triton"))
+    from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
+
+    report["known_good"] = standing(report)
     return report
 
 

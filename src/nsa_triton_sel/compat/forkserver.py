@@ -47,6 +47,16 @@ def main() -> int:
     return 0
 
 
+def _fault_dump_to_fd2() -> None:
+    """An enabled faulthandler dumps to the file it was enabled on, which may be a copy of the parent's
+    stderr (pytest enables it on a dup of fd 2): re-enable it on fd 2, so a compile's crash dump lands in
+    that compile's own stderr file, never in the parent's output."""
+    import faulthandler  # noqa: PLC0415
+
+    if faulthandler.is_enabled():
+        faulthandler.enable(file=2, all_threads=True)
+
+
 def run_one(job: dict, compile_request, write_json) -> tuple[int | None, float]:
     """Compile ``job`` in a forked process; ``(exit status, seconds)``, status None after a timeout."""
     t0 = time.perf_counter()
@@ -57,6 +67,7 @@ def run_one(job: dict, compile_request, write_json) -> tuple[int | None, float]:
             os.setpgid(0, 0)  # its own group: a timeout kills it with its ptxas
             err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(err, 2)  # faulthandler (PYTHONFAULTHANDLER=1) writes to fd 2: the file
+            _fault_dump_to_fd2()
             os.environ["TRITON_CACHE_DIR"] = job["cache"]
             with open(job["request"]) as f:
                 req = json.load(f)

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from . import ledger
+from . import bench_store, ledger
 from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -47,10 +47,10 @@ def run_rc(session, rc_file: Path, *args: str, env: dict | None = None) -> int |
 
 
 def summary(records: list[dict]) -> str:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    """Counts per check and verdict, the same everywhere a lane reports them (lane_summary)."""
+    from .lane_summary import counts_by_check  # noqa: PLC0415 - lane_summary is the one definition
+
+    return counts_by_check(records)
 
 
 def compile_body(session, lane, base, results, rest, m):
@@ -63,7 +63,7 @@ def compile_body(session, lane, base, results, rest, m):
     # on this Triton; they are reported in their own column and never block the lane.
     extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
-                "--arch", archs, "--json", str(report_path), "--no-progress", "--expect-triton", lane.triton, *extra)
+                "--arch", archs, "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
     if not report_path.exists():
         rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
                             message=f"nsa-sel smoke wrote no report (exit status {rc})")
@@ -83,7 +83,7 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     for stale in (xml, imported_json):
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
-    extra = [f"--benchmark-json={bench_json}"] if kind == "bench" else []
+    extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
@@ -98,12 +98,22 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
         return records, "pytest did not report the versions it imported"
     if rc in (0, 1) and records:
         bad = [r for r in records if r["verdict"] in BAD]
+        if rc == 1 and not bad and kind == "bench" and bench_store.gate_armed():
+            return records + [_regression(base, imported)], "a benchmark regressed against the baseline's saved run"
         return records, (f"{len(bad)} test(s) failed" if bad else None)
     if rc == 5 or (rc == 0 and not records):
         return [ledger.record(base, kernel="(pytest)", verdict=SKIP, message="no tests collected", imported={})], None
     records.append(ledger.record(base, kernel="(pytest)", verdict=CRASH, imported=imported,
                                  message=f"pytest exited with status {rc} (interrupted, usage error or crash)"))
     return records, f"pytest exited with status {rc}"
+
+
+def _regression(base, imported) -> dict:
+    """Every benchmark passed but pytest-benchmark's --benchmark-compare-fail failed the run."""
+    return ledger.record({**base, "check": "bench"}, kernel=bench_store.GATE_KERNEL, verdict=FAIL, imported=imported,
+                         message=f"pytest-benchmark --benchmark-compare-fail={bench_store.gate_armed()} against saved "
+                                 f"run {os.environ.get(bench_store.COMPARE_ENV)}: a median regressed (the lane's log "
+                                 "lists each one: 'Performance has regressed')")
 
 
 def parity_body(session, lane, base, results, rest, m):
@@ -113,7 +123,9 @@ def parity_body(session, lane, base, results, rest, m):
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
     records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"})
-    session.log(f"parity-{lane.name} (interpreter): {summary(records)}")
+    # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
+    session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
+                f"{summary([probe_rec] + records)}")
     return [probe_rec] + records, problem
 
 

@@ -274,7 +274,8 @@ def constraints_text(lane: Lane) -> str:
         f"# Lane {lane.label}: GENERATED from constraints/lanes.toml by `nox -s constraints`; do not edit.",
         f"# Triton {lane.triton} is pinned by torch {' / '.join(lane.torch) or '(none known yet)'}"
         f" (CUDA {lane.torch_cuda or '?'}); Python {lane.python}.",
-        "# Use: pip install -c constraints/triton-%s.txt nsa-triton-sel" % lane.label,
+        f"# Use, in a checkout (the package is not on PyPI): pip install -c constraints/triton-{lane.label}.txt .",
+        "# (into an environment that already has this Triton: the file keeps pip from moving it or torch)",
         f"triton=={lane.triton}",
     ]
     if lane.paired_torch:

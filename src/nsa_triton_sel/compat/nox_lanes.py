@@ -18,9 +18,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from packaging.version import Version
 
 from . import lanes, ledger
 from .lane_bodies import BODIES, bench_skip, raw_path
+from .lane_summary import summary_lines
 from .verdicts import ERROR
 
 KINDS = ("compile", "parity", "bench")
@@ -125,6 +128,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
     The run file is rewritten atomically at each step, so a lane that crashes or is killed
     leaves a valid 'running' file that ``pin`` reports as interrupted.
     """
+    t0 = time.monotonic()
     opts, rest = options(session)
     results = Path(opts.results) if opts.results else m.root / "out" / "lanes"
     path = ledger.run_file(results, session.name)
@@ -163,7 +167,8 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
                          note=f"{stage} ({what}) failed: {type(exc).__name__}: {exc}", stage=stage)
         raise
     ledger.write_run(path, base=base, status="complete", started=started, records=records)
-    session.log(f"{len(records)} record(s) -> {path}")
+    for line in summary_lines(session.name, base, records, path, problem, time.monotonic() - t0):
+        session.log(line)
     if problem == "skip":
         session.skip(records[-1]["message"])
     if problem:
@@ -257,11 +262,15 @@ def install(session, opts, *args: str) -> None:
 
 
 def package_deps(root: Path) -> list[str]:
-    """The package's own runtime requirements except torch and triton, which the lane decides."""
+    """The library's requirements except torch and triton (the lane decides those), plus the toolkit's
+    runtime ones from the ``matrix`` extra (rich, filelock) but not its drivers (nox, uv): a lane runs
+    ``nsa-sel smoke`` and pytest, never nox."""
     from .. import _toml  # noqa: PLC0415
 
-    deps = _toml.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    return [d for d in deps if not d.replace(" ", "").lower().startswith(("torch", "triton"))]
+    project = _toml.loads((root / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project.get("optional-dependencies", {}).get("matrix", [])
+    skip = ("torch", "triton", "nox", "uv")
+    return [d for d in deps if re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() not in skip]
 
 
 def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:

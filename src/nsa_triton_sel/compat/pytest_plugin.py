@@ -1,20 +1,98 @@
 """A pytest plugin the lanes load (``-p nsa_triton_sel.compat.pytest_plugin``): it reports what
-the pytest process imported.
+the pytest process imported, and shows progress where there is no terminal.
 
 At the end of the session it writes ``{"triton": ..., "numpy": ..., "torch": ...}`` (the
 versions in ``sys.modules``, None for a package never imported) and where each came from to
 the file named by ``$NSA_SEL_IMPORTED_JSON``.  The lane puts these versions on every record of
 the run, so a test process that imported another Triton than the lane's cannot pass for it.
+
+Progress: a nox lane's output goes to a log, not a terminal, and an interpreter lane's tests take
+minutes.  Every ``$NSA_SEL_PROGRESS_EVERY`` tests (default 10; 0 turns it off) the plugin writes one
+line with the count, the outcomes so far and the elapsed time, on a terminal too when the variable
+is set.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 
 from .env import imported_origins, imported_versions
 
 ENV = "NSA_SEL_IMPORTED_JSON"
+EVERY_ENV = "NSA_SEL_PROGRESS_EVERY"
+DEFAULT_EVERY = 10
+
+
+class LaneProgress:
+    """Counts finished tests (one per test: its call, or the setup that skipped or failed it)."""
+
+    def __init__(self, every: int, write_line):
+        self.every, self.write_line = every, write_line
+        self.total, self.done, self.outcomes, self.t0 = 0, 0, {}, time.monotonic()
+
+    def collected(self, n: int) -> None:
+        self.total, self.t0 = n, time.monotonic()
+
+    def report(self, rep) -> None:
+        finished = rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed")
+        if not finished:
+            return
+        outcome = "xfailed" if hasattr(rep, "wasxfail") and rep.outcome == "skipped" else rep.outcome
+        self.done += 1
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if self.done % self.every == 0 or self.done == self.total:
+            self.write_line(self.status())
+
+    def status(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        outcomes = ", ".join(f"{n} {o}" for o, n in sorted(self.outcomes.items()))
+        left = f", about {elapsed / self.done * (self.total - self.done):.0f} s left" if 0 < self.done < self.total else ""
+        return f"tests: {self.done}/{self.total} ({outcomes}), {elapsed:.0f} s elapsed{left}"
+
+
+def _every() -> int:
+    raw = os.environ.get(EVERY_ENV, "").strip()
+    if not raw:
+        return DEFAULT_EVERY if not sys.stdout.isatty() else 0
+    if not raw.isdigit():
+        raise ValueError(f"{EVERY_ENV}={raw!r}: expected a whole number of tests (0 turns progress lines off)")
+    return int(raw)
+
+
+def pytest_sessionstart(session):  # after every plugin's configure: the terminal reporter exists
+    config = session.config
+    every = _every()
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    if every and reporter is not None:
+        config.pluginmanager.register(_hooks(LaneProgress(every, _line_writer(reporter))), "nsa-sel-lane-progress")
+
+
+def _line_writer(reporter):
+    """A whole line of its own, after the outcome letters pytest has written so far on the current line."""
+    def write(text: str) -> None:
+        reporter.ensure_newline()  # normal verbosity: ends the "file.py ..." line
+        if getattr(reporter._tw, "width_of_current_line", 0):  # noqa: SLF001 - -q: letters with no file name
+            reporter.write("\n")
+        reporter.write_line(text)
+        reporter.currentfspath = -2  # pytest's own marker: the next outcome letter starts a fresh line
+    return write
+
+
+def _hooks(progress: LaneProgress):
+    import pytest  # noqa: PLC0415 - only inside a pytest process (the toolkit imports stdlib at module level)
+
+    class Hooks:
+        def pytest_collection_finish(self, session):
+            progress.collected(len(session.items))
+
+        @pytest.hookimpl(trylast=True)  # after the terminal reporter wrote this test's outcome letter
+        def pytest_runtest_logreport(self, report):
+            progress.report(report)
+
+    return Hooks()
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature

@@ -44,7 +44,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import known_bad
-from . import lanes, ledger, project
+from . import bench_store, lanes, ledger, project
 from .admit import admit
 from .atomic import FileProblem
 from .ledger.pinning import PinError, normalise_releases
@@ -176,6 +176,8 @@ def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs
         else:
             d.notes.append(f"known-bad on some GPUs [{w.id}]: {w.describe()}")
     d.reasons += _slowdowns(cand_recs, base_recs, max_slowdown)
+    d.reasons += [f"bench: {r['message']}" for r in cand_recs if r.get("kernel") == bench_store.GATE_KERNEL
+                  and r["verdict"] in BAD]
     d.notes += _metric_notes(cand_recs, base_recs)
     if not any(r["check"] == "bench" and r["verdict"] == PASS for r in cand_recs):
         d.notes.append("no benchmark ran (no GPU): performance not compared")
@@ -350,6 +352,8 @@ def _check_upgrade(args) -> int:
     base = baseline_release(table, recs, windows, version)
     base_recs = [r for r in recs if base and r["triton"] == base.triton]
     gpu = gpu_mode()
+    if gpu and not args.from_results:  # pytest-benchmark's own gate against the baseline's saved run
+        print(bench_store.arm_gate(base.triton if base else None, args.max_slowdown, project.results_dir()))
     cand_recs, results = _candidate_records(version, args, root, gpu)
     report = judge(version, cand_recs, base.triton if base else None, base_recs, table.required, windows,
                    args.max_slowdown)

@@ -78,7 +78,8 @@ def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, ge
         "# on every machine the ledger has results from; every other release is excluded below, with its reason.",
         "# Each line names the torch the release pairs with and the torch builds its evidence actually ran with",
         f"# (CPU = AOT compile + interpreter, no GPU); 'GPU use' needs GPU evidence about these kernels ({current}).",
-        "# Use: pip install -c constraints/known-good.txt nsa-triton-sel",
+        "# Use, from a checkout of this repository (the package is not on PyPI):",
+        "#   pip install -c constraints/known-good.txt .            (or: pip install -c constraints/known-good.txt triton)",
         "#",
     ]
     for rel in releases:

@@ -98,7 +98,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the Triton release this run is for (a lane's): canaries are judged for it, and "
                         "children importing another one fail the run (exit 4)")
     p.add_argument("--keep", metavar="DIR", help="keep each compile's request, stderr and cache under DIR")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress output (same as --progress off)")
+    p.add_argument("--progress", choices=("auto", "bar", "lines", "off"), default="auto",
+                   help="auto (default): a bar on a terminal, else a plain line every --progress-every compiles")
+    p.add_argument("--progress-every", type=int, default=None, metavar="N",
+                   help="compiles between two progress lines (default 20)")
     return p
 
 
@@ -177,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         archs = parse_archs(args.arch)
+        if args.progress_every is not None and args.progress_every < 1:
+            raise ValueError(f"--progress-every {args.progress_every}: expected a whole number >= 1")
         check_paths(args)
         specs = collect_specs(args)
     except ValueError as e:
@@ -187,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
               "that its default becomes 'disabled' in 3.10) and the report records it", file=sys.stderr)
     from .render import render  # noqa: PLC0415
 
-    report = run_smoke(specs, archs=archs, jobs=args.jobs, timeout=args.timeout, progress=not args.no_progress,
-                       python=args.python, keep=args.keep, expect_triton=args.expect_triton)
+    report = run_smoke(specs, archs=archs, jobs=args.jobs, timeout=args.timeout, progress="off" if args.no_progress else args.progress,
+                       python=args.python, keep=args.keep, expect_triton=args.expect_triton,
+                       progress_every=args.progress_every)
     render(report)
     if args.json:
         try:  # atomically: a full disk leaves the old report (or none), never a 0-byte one

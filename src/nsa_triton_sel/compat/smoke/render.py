@@ -1,23 +1,46 @@
-"""The smoke harness's output: a progress bar while it runs, then the verdict table and messages.
+"""The smoke harness's output: progress while it runs (a bar on a terminal, plain lines elsewhere), then
+the verdict table and messages.
 
 ``rich`` is imported only here, and only when something is printed.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+
 from ..verdicts import COMPILE_STYLE, OK
 from .report import SmokeReport, SmokeResult
 
 
-class Progress:
-    """A rich progress bar on stderr (or nothing); ``advance(text)`` after each compile."""
+PROGRESS_MODES = ("auto", "bar", "lines", "off")
+PROGRESS_EVERY = 20  # compiles between two progress lines (without a terminal)
 
-    def __init__(self, enabled, console, total):
-        self.enabled, self.console, self.total = enabled, console, total
+
+def progress_mode(progress) -> str:
+    """``True`` is "auto", ``False`` "off"; "auto" is a bar on a terminal, lines elsewhere (CI, nox logs)."""
+    mode = {True: "auto", False: "off", None: "auto"}.get(progress, progress)
+    if mode not in PROGRESS_MODES:
+        raise ValueError(f"progress {progress!r}: accepted {', '.join(PROGRESS_MODES)}")
+    if mode == "auto":
+        return "bar" if sys.stderr.isatty() else "lines"
+    return mode
+
+
+class Progress:
+    """Progress over the run's (spec, arch) pairs, on stderr: a rich bar on a terminal, else one plain
+    line every ``every`` pairs and at the end (counts, verdicts so far, elapsed).  ``advance(text, verdict)``
+    after each pair is decided (compiled, skipped, or unsupported arch); the arch probes are not counted."""
+
+    def __init__(self, mode, console, total, every: int = PROGRESS_EVERY, stream=None):
+        self.mode, self.console, self.total = progress_mode(mode), console, total
+        self.every, self.stream = max(1, int(every)), stream
         self._p = self._task = None
+        self.done, self.tally, self.t0 = 0, {}, time.monotonic()
 
     def __enter__(self):
-        if self.enabled:
+        self.t0 = time.monotonic()
+        if self.mode == "bar":
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -26,11 +49,37 @@ class Progress:
                                console=self.console or Console(stderr=True), transient=False)
             self._p.__enter__()
             self._task = self._p.add_task("", total=self.total)
+        elif self.mode == "lines":
+            self._line(f"smoke: {self.total} compiles to decide ((spec, arch) pairs); a line every {self.every}")
         return self
 
-    def advance(self, text: str) -> None:
+    def probe(self, text: str) -> None:
+        """An arch probe finished (not one of the counted pairs)."""
+        if self._p is not None:
+            self._p.update(self._task, description=text)
+        elif self.mode == "lines":
+            self._line(f"smoke: {text}")
+
+    def advance(self, text: str, verdict: str = "") -> None:
+        self.done += 1
+        if verdict:
+            self.tally[verdict] = self.tally.get(verdict, 0) + 1
         if self._p is not None:
             self._p.update(self._task, advance=1, description=text)
+        elif self.mode == "lines" and (self.done % self.every == 0 or self.done == self.total):
+            self._line(self.status())
+
+    def status(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(self.tally.items()))
+        left = ""
+        if 0 < self.done < self.total:
+            left = f", about {elapsed / self.done * (self.total - self.done):.0f} s left"
+        return f"smoke: {self.done}/{self.total} compiles ({verdicts or 'none yet'}), {elapsed:.0f} s elapsed{left}"
+
+    def _line(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        print(text, file=stream, flush=True)
 
     def __exit__(self, *exc):
         if self._p is not None:
@@ -62,7 +111,7 @@ def render(report: SmokeReport, console=None) -> None:
         console = Console()
         if not console.is_terminal:  # CI logs: do not squeeze the table into 80 columns
             console = Console(width=170)
-    table = Table(title=f"nsa-sel smoke - triton {_triton_title(report)}, {len(report.results)} compiles, "
+    table = Table(title=f"nsa-sel smoke - triton {_triton_title(report)}, {count_line(report)}, "
                         f"{report.wall_s:.0f} s wall, --jobs {report.jobs}")
     table.add_column("spec", no_wrap=True)
     for a in report.archs:
@@ -133,6 +182,21 @@ def _print_static(report, console) -> None:
                           + "; ".join(sorted({f["api"] for f in info["findings"]})), highlight=False, soft_wrap=True)
 
 
+def counts(report) -> dict:
+    """The one count of a smoke run, used by every line that reports it: (spec, arch) pairs, of which
+    compiled (variants and canaries) and skipped (never launched on this Triton/arch)."""
+    variants = sum(not r.canary for r in report.results)
+    canaries = len(report.results) - variants
+    skipped = len(report.skipped)
+    return {"pairs": variants + canaries + skipped, "variants": variants, "canaries": canaries, "skipped": skipped}
+
+
+def count_line(report) -> str:
+    c = counts(report)
+    return (f"{c['pairs']} compiles: {c['variants']} variant + {c['canaries']} canary compiled, "
+            f"{c['skipped']} skipped")
+
+
 def _print_summary(report, console) -> None:
     n_ok = sum(r.verdict == OK for r in report.results if not r.canary)
     n = sum(not r.canary for r in report.results)
@@ -140,6 +204,6 @@ def _print_summary(report, console) -> None:
         console.print(f"  skipped (never launched there): {len(report.skipped)} compiles, e.g. "
                       f"{report.skipped[0]['spec']} sm_{report.skipped[0]['arch']}: {report.skipped[0]['why']}",
                       highlight=False, soft_wrap=True)
-    console.print(f"variants ok: {n_ok}/{n}; canaries unexpected: {len(report.canary_mismatches)}; "
+    console.print(f"{count_line(report)}; variants ok: {n_ok}/{n}; canaries unexpected: {len(report.canary_mismatches)}; "
                   f"TRITON_DEFAULT_FP_FUSION={report.env.get('TRITON_DEFAULT_FP_FUSION')}; "
                   f"wall {report.wall_s:.1f} s", highlight=False)

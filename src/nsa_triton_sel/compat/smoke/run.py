@@ -66,14 +66,17 @@ def _probe_spec(workdir: Path) -> CompileSpec:
 
 
 def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progress=True,
-              python=None, keep=None, console=None, expect_triton: str | None = None) -> SmokeReport:
+              python=None, keep=None, console=None, expect_triton: str | None = None,
+              progress_every: int | None = None) -> SmokeReport:
     """Compile ``specs`` (default: the package registry) for each arch; returns the report.
 
     ``python`` runs the children under another interpreter (a lane's venv); ``keep`` is a
     directory to keep each compile's request, stderr and cache in (default: a temp dir
     that is removed); ``expect_triton`` is the release the run is for (see the module docstring).
+    ``progress``: True/"auto" (a bar on a terminal, else a line every ``progress_every`` compiles),
+    "bar", "lines", False/"off".
     """
-    from .render import Progress  # noqa: PLC0415 - rich only when a run happens
+    from .render import PROGRESS_EVERY, Progress  # noqa: PLC0415 - rich only when a run happens
 
     specs = _resolve_specs(specs)
     archs = parse_archs(archs)
@@ -84,7 +87,8 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="nsa-smoke-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        with Progress(progress, console, total=len(archs) * (len(specs) + 1)) as bar:
+        every = progress_every or PROGRESS_EVERY
+        with Progress(progress, console, total=len(archs) * len(specs), every=every) as bar:
             probes = _run_probes(root, archs, jobs, timeout, python, bar)
             version = _triton_version(probes, python)
             judged = expect_triton or version
@@ -124,7 +128,7 @@ def _run_probes(root, archs, jobs, timeout, python, bar) -> dict:
         futs = {pool.submit(run_child, probe.request(a), root / f"probe-sm{a}", timeout, python): a for a in archs}
         for fut in as_completed(futs):
             out[futs[fut]] = fut.result()
-            bar.advance(f"probe sm_{futs[fut]}: {out[futs[fut]]['verdict']}")
+            bar.probe(f"probe sm_{futs[fut]}: {out[futs[fut]]['verdict']}")
     return out
 
 
@@ -148,10 +152,10 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
         for arch in archs:
             if version != "unknown" and spec.skipped(version, arch):
                 skipped.append({"spec": spec.name, "arch": arch, "why": spec.skip_reason()})
-                bar.advance(f"{spec.name} sm_{arch}: skipped")
+                bar.advance(f"{spec.name} sm_{arch}: skipped", "skipped")
             elif probes[arch]["verdict"] != OK:
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))
-                bar.advance(f"{spec.name} sm_{arch}: unsupported")
+                bar.advance(f"{spec.name} sm_{arch}: unsupported", UNSUPPORTED)
             else:
                 todo.append((i, spec, arch))
     lock = threading.Lock()
@@ -168,13 +172,20 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
                 res = make_result(spec, arch, fut.result(), version)
                 with lock:
                     results.append(res)
-                bar.advance(f"{spec.name} sm_{arch}: {res.verdict}")
+                bar.advance(f"{spec.name} sm_{arch}: {res.verdict}", _tally(res))
     finally:
         if servers:
             servers.close()
     order = {s.name: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: (order[r.spec], r.arch))
     return results, skipped
+
+
+def _tally(res: SmokeResult) -> str:
+    """The progress count a result goes to: a canary is meant to fail, so it counts as (un)expected."""
+    if not res.canary:
+        return res.verdict
+    return {True: "canary as expected", False: "canary UNEXPECTED"}.get(res.as_expected, f"canary {res.verdict}")
 
 
 def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:

@@ -1,0 +1,131 @@
+"""Where the installed torch + Triton pair stands in the matrix, for ``nsa-sel doctor``.
+
+Three answers, each with its source: whether ``constraints/known-good.txt`` admits the installed
+Triton (and if not, the reason written beside it); whether the installed torch is the one that
+release is paired with (a CUDA build of a torch whose wheel pins it); and what the evidence is,
+read from ``constraints/ledger.jsonl``: which machines ran which checks on that release (CPU only:
+AOT compiles and the interpreter; or which GPUs), and whether this machine's GPU is among them.
+
+Needs the project's constraints directory (found as :mod:`.project` says); without one it says
+so instead of guessing.  Standard library and ``packaging`` only at import, like the toolkit.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from . import lanes, project
+
+CHECK_ORDER = ("compile", "backward", "parity", "bench")
+STALE = " (stale: other kernel sources)"
+
+
+def known_good(path: Path, triton: Version) -> tuple[str, str]:
+    """``(status, why)`` from known-good.txt: "known-good", "excluded" (with the file's reason) or
+    "not listed" (a release the table does not test)."""
+    lines = path.read_text().splitlines()
+    spec_line = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("triton")), None)
+    if spec_line is None:
+        return "unknown", f"{path} has no 'triton...' line"
+    try:
+        spec = SpecifierSet(spec_line[len("triton"):])
+    except InvalidSpecifier:
+        return "unknown", f"{path}: cannot parse {spec_line!r}"
+    entry = next((ln for ln in lines if re.match(rf"#\s+(admitted|excluded)\s+{re.escape(str(triton))}\s", ln)), None)
+    if triton in spec:
+        return "known-good", f"admitted by {path.name} ({spec_line})"
+    if entry and "excluded" in entry:
+        return "excluded", entry.split(":", 1)[1].strip() if ":" in entry else entry.lstrip("# ")
+    return "not listed", (f"{path.name} does not admit it ({spec_line}) and the table has no lane for it; "
+                          f"`nsa-sel check-upgrade {triton}` decides it")
+
+
+def pairing(table: lanes.Table, triton: Version, torch: str | None, cuda: str | None) -> str:
+    rel = table.for_version(str(triton))
+    if rel is None:
+        return "unknown: no lane tests this Triton release"
+    want = " or ".join(rel.torch) or "(no torch pins it yet)"
+    if rel.torch_is_paired(torch, cuda):
+        return f"paired: torch {torch} pins triton {triton}"
+    if torch and not cuda:
+        return f"off-pair: torch {torch} is a CPU build (no Triton pin); triton {triton} pairs with CUDA torch {want}"
+    return f"off-pair: torch {torch or '(none)'}; triton {triton} pairs with torch {want}"
+
+
+def evidence(records: list[dict], triton: Version, kernel_hash: str | None = None) -> dict[str, str]:
+    """Per machine ("cpu" or a GPU name): the checks run on this release, their verdict counts, the torch.
+
+    With ``kernel_hash`` (the installed kernels' source hash), GPU records that carry another hash,
+    or none, are about other kernel sources: they are listed apart, as stale (the ledger's rule)."""
+    by_machine: dict[str, dict[tuple[str, str], dict[str, int]]] = {}
+    torches: dict[str, set] = {}
+    for r in records:
+        if _version(r.get("triton")) != triton or r.get("check") not in CHECK_ORDER:
+            continue
+        machine = r.get("machine") or r.get("gpu") or "cpu"
+        if kernel_hash and machine != "cpu" and r.get("kernel_hash") != kernel_hash:
+            machine += STALE
+        counts = by_machine.setdefault(machine, {}).setdefault((r["check"], r.get("mode") or "?"), {})
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        torches.setdefault(machine, set()).add(f"{r.get('torch')}{'' if r.get('torch_paired') else ' off-pair'}")
+    out = {}
+    for machine, checks in sorted(by_machine.items(), key=lambda kv: kv[0] != "cpu"):
+        parts = [f"{check} ({mode}) " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+                 for (check, mode), counts in sorted(checks.items(), key=lambda kv: CHECK_ORDER.index(kv[0][0]))]
+        out[machine] = "; ".join(parts) + f"; torch {', '.join(sorted(torches[machine]))}"
+    return out
+
+
+def _version(text) -> Version | None:
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return None
+
+
+def summary(per_machine: dict[str, str], gpu_name: str | None) -> str:
+    """One line: CPU only, or CPU and which GPUs (stale GPU evidence named apart); whether this GPU ran it."""
+    gpus = [m for m in per_machine if m != "cpu" and not m.endswith(STALE)]
+    stale = [m.removesuffix(STALE) for m in per_machine if m.endswith(STALE)]
+    if not per_machine:
+        return "none: the ledger has no record of this release"
+    if gpus:
+        text = f"{'CPU and ' if 'cpu' in per_machine else ''}GPU: {', '.join(gpus)}"
+    elif "cpu" in per_machine:
+        text = "CPU only (AOT compiles for the table's archs, interpreter parity); no GPU has run these kernels"
+    else:
+        text = "no current evidence"
+    if stale:
+        text += f" (stale GPU evidence, about other kernel sources: {', '.join(stale)})"
+    if gpu_name:
+        text += f"; this GPU ({gpu_name}) " + ("is among them" if gpu_name in gpus else "has not run them")
+    return text
+
+
+def standing(fp: dict, constraints: str | None = None) -> dict:
+    """The doctor's ``known_good`` section for the fingerprint ``fp`` (installed triton, torch, CUDA, GPU)."""
+    triton = _version(fp.get("triton"))
+    if triton is None:
+        return {"status": "unknown", "why": "no Triton installed"}
+    try:
+        cdir = project.constraints_dir(constraints)
+    except project.ProjectNotFound as exc:
+        return {"status": "unknown", "why": f"{exc}"}
+    status, why = known_good(cdir / "known-good.txt", triton) if (cdir / "known-good.txt").exists() else (
+        "unknown", f"no known-good.txt in {cdir}")
+    out = {"status": f"{status}: triton {triton}", "why": why,
+           "pair": pairing(lanes.load_table(cdir / "lanes.toml"), triton, fp.get("torch"), fp.get("cuda_runtime"))}
+    ledger_path = cdir / "ledger.jsonl"
+    if not ledger_path.exists():
+        out["evidence"] = f"unknown: no {ledger_path}"
+        return out
+    from .ledger import load_ledger  # noqa: PLC0415 - the ledger only when there is one to read
+
+    per_machine = evidence(load_ledger(ledger_path), triton, fp.get("kernel_hash"))
+    out["evidence"] = summary(per_machine, fp.get("gpu_name"))
+    out.update({f"on {machine}": text for machine, text in per_machine.items()})
+    return out

@@ -1,0 +1,80 @@
+"""``nsa-sel doctor``'s known-good section (issue 25): the installed pair's status and its evidence."""
+
+from __future__ import annotations
+
+import json
+
+from packaging.version import Version
+
+from nsa_triton_sel.compat import cli, env, lanes, project, standing
+
+TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
+KNOWN_GOOD = """# GENERATED
+# admitted  3.1.0   (lane 3.1; torch 2.5.1 / 2.5.0)
+# excluded  3.2.0   (lane 3.2; torch 2.6.0): parity: 3 fail
+triton>=3.1.0,<=3.1.0
+"""
+
+
+def _rec(check, mode, verdict, machine="cpu", triton="3.1.0", torch="2.13.0+cpu", paired=False):
+    return {"triton": triton, "check": check, "mode": mode, "verdict": verdict, "machine": machine,
+            "torch": torch, "torch_paired": paired}
+
+
+def test_known_good_admitted_excluded_and_unlisted(tmp_path):
+    path = tmp_path / "known-good.txt"
+    path.write_text(KNOWN_GOOD)
+    assert standing.known_good(path, Version("3.1.0"))[0] == "known-good"
+    assert standing.known_good(path, Version("3.2.0")) == ("excluded", "parity: 3 fail")
+    status, why = standing.known_good(path, Version("3.10.0"))
+    assert status == "not listed" and "nsa-sel check-upgrade 3.10.0" in why
+
+
+def test_evidence_names_cpu_only_or_the_gpus_and_whether_this_gpu_ran_it():
+    cpu = [_rec("compile", "aot", "pass"), _rec("compile", "aot", "pass"), _rec("parity", "interp", "pass"),
+           _rec("parity", "interp", "pass", triton="3.2.0"), _rec("compile-static", "aot", "pass")]
+    per = standing.evidence(cpu, Version("3.1.0"))
+    assert per == {"cpu": "compile (aot) 2 pass; parity (interp) 1 pass; torch 2.13.0+cpu off-pair"}
+    assert standing.summary(per, None).startswith("CPU only")
+    gpu = cpu + [_rec("parity", "gpu", "pass", machine="NVIDIA H100", torch="2.5.1+cu124", paired=True)]
+    per = standing.evidence(gpu, Version("3.1.0"))
+    assert per["NVIDIA H100"] == "parity (gpu) 1 pass; torch 2.5.1+cu124"
+    assert standing.summary(per, "NVIDIA H100") == "CPU and GPU: NVIDIA H100; this GPU (NVIDIA H100) is among them"
+    assert standing.summary(per, "NVIDIA A100").endswith("this GPU (NVIDIA A100) has not run them")
+    assert standing.summary({}, None).startswith("none")
+
+
+def test_gpu_evidence_about_other_kernel_sources_is_stale():
+    recs = [dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="old"),
+            dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="new")]
+    per = standing.evidence(recs, Version("3.1.0"), kernel_hash="new")
+    assert set(per) == {"NVIDIA H100", "NVIDIA H100" + standing.STALE}
+    only_old = standing.evidence(recs[:1], Version("3.1.0"), kernel_hash="new")
+    assert standing.summary(only_old, None) == ("no current evidence (stale GPU evidence, about other kernel "
+                                                "sources: NVIDIA H100)")
+
+
+def test_pairing_needs_a_cuda_build_of_a_torch_that_pins_the_release():
+    v = Version("3.1.0")
+    assert standing.pairing(TABLE, v, "2.5.1+cu124", "12.4").startswith("paired")
+    assert standing.pairing(TABLE, v, "2.13.0+cpu", None).startswith("off-pair: torch 2.13.0+cpu is a CPU build")
+    assert standing.pairing(TABLE, v, "2.6.0", "12.4").startswith("off-pair: torch 2.6.0; triton 3.1.0 pairs with")
+
+
+def test_outside_the_project_it_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(project.ENV_CONSTRAINTS, raising=False)
+    out = standing.standing({"triton": "3.1.0"})
+    assert out["status"] == "unknown" and "no constraints/lanes.toml" in out["why"]
+
+
+def test_doctor_reports_the_installed_pair(capsys):
+    assert cli.main(["doctor", "--no-interp", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    kg = doc["known_good"]
+    import triton
+
+    assert kg["status"].endswith(f"triton {triton.__version__}") and kg["pair"] and kg["evidence"]
+    if kg["status"].startswith("known-good"):  # admitted: the committed ledger holds its evidence
+        assert any(key.startswith("on ") for key in kg)
+    assert env._doctor_report(probe=False)["known_good"]["why"]

@@ -1,0 +1,37 @@
+"""The CI workflow (issue 25): a pinned CPU torch, a pin job that opens a pull request, a nightly
+release watcher that opens an issue.  Text checks: the test environment has no YAML parser."""
+
+from __future__ import annotations
+
+import re
+
+from nsa_triton_sel.compat import project
+
+WORKFLOW = (project.project_root() / ".github" / "workflows" / "compat.yml").read_text()
+
+
+def _job(name: str) -> str:
+    """The text of one job (from its key to the next job's key)."""
+    jobs = WORKFLOW[WORKFLOW.index("\njobs:\n"):]
+    match = re.search(rf"\n  {re.escape(name)}:\n(.*?)(?=\n  [a-z-]+:\n|\Z)", jobs, re.S)
+    assert match, f"no job {name!r}"
+    return match.group(1)
+
+
+def test_every_torch_install_is_pinned():
+    assert re.search(r'CPU_TORCH: "torch==\d+\.\d+\.\d+"', WORKFLOW)
+    for line in WORKFLOW.splitlines():
+        if "pip install" in line and "torch" in line:
+            assert '"$CPU_TORCH"' in line, line
+
+
+def test_the_pin_job_opens_a_pull_request_outside_pull_requests():
+    pin = _job("pin")
+    assert "peter-evans/create-pull-request@" in pin and "if: github.event_name != 'pull_request'" in pin
+    assert "pull-requests: write" in pin and "constraints/known-good.txt" in pin
+
+
+def test_the_release_watcher_runs_nightly_and_opens_an_issue():
+    job = _job("releases")
+    assert "github.event_name == 'schedule'" in job and "releases --json releases.json --fail-on-new" in job
+    assert "gh issue create" in job and "issues: write" in job
