@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import static_check
 from ..specs import CompileSpec, check_unique, load_specs
-from ..verdicts import OK, UNSUPPORTED
+from ..verdicts import CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
@@ -116,8 +116,16 @@ def _resolve_specs(specs) -> list[CompileSpec]:
     return specs
 
 
+# Probe verdicts after which every variant is compiled for the arch.  A probe that *raised* means this
+# Triton cannot target the arch (its ptxas, or Triton itself, says so): every variant is
+# ``unsupported`` with that reason, uncompiled.  A probe that *crashed* is a compiler abort, a defect
+# of the release, not a missing target: every variant is compiled, so each gets its own verdict
+# (``crash`` where it aborts too, which a known-bad window then names; Triton 3.0 on sm_100).
+PROBE_COMPILES_ALL = (OK, CRASH)
+
+
 def _run_probes(root, archs, jobs, timeout, python, bar) -> dict:
-    """Compile the probe kernel once per arch: a failure means the arch is unsupported."""
+    """Compile the probe kernel once per arch (what its verdict means: :data:`PROBE_COMPILES_ALL`)."""
     probe = _probe_spec(root)
     out = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -149,7 +157,7 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
             if version != "unknown" and spec.skipped(version, arch):
                 skipped.append({"spec": spec.name, "arch": arch, "why": f"not launched there (skip={dict(spec.skip)})"})
                 bar.advance(f"{spec.name} sm_{arch}: skipped")
-            elif probes[arch]["verdict"] != OK:
+            elif probes[arch]["verdict"] not in PROBE_COMPILES_ALL:
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))
                 bar.advance(f"{spec.name} sm_{arch}: unsupported")
             else:

@@ -1,0 +1,140 @@
+"""Blackwell and consumer targets (issue 27): what a release that cannot target an arch gets.
+
+No compile happens here: the toolchain is a fake ``ptxas`` (a shell script printing what a CUDA 12.4
+ptxas prints) and the smoke's children are stand-ins, so each test takes milliseconds.
+"""
+
+import stat
+import textwrap
+
+import pytest
+
+from nsa_triton_sel.compat import aot
+from nsa_triton_sel.compat.smoke import run as smoke_run
+from nsa_triton_sel.compat.specs import SPECS
+from nsa_triton_sel.compat.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
+
+# What `ptxas --version` and `ptxas --help` of CUDA 12.4 (Triton 3.0's bundled one) print, abridged.
+PTXAS_124 = textwrap.dedent("""\
+    #!/bin/sh
+    if [ "$1" = "--version" ]; then
+      echo "ptxas: NVIDIA (R) Ptx optimizing assembler"
+      echo "Cuda compilation tools, release 12.4, V12.4.131"
+      exit 0
+    fi
+    cat <<'EOF'
+    --gpu-name <gpu name>                               (-arch)
+            Specify name of NVIDIA GPU to generate code for.
+            Allowed values for this option:  'compute_50','compute_90','compute_90a','sm_50',
+            'sm_80','sm_86','sm_89','sm_90','sm_90a'.
+            Default value:  'sm_52'.
+
+    --help                                              (-h)
+            Print this help information on this tool.
+            Allowed values: 'sm_100'.
+    EOF
+    """)
+PTXAS_REJECTS_103 = "ptxas fatal   : Value 'sm_103a' is not defined for option 'gpu-name'"
+
+
+@pytest.fixture
+def ptxas124(tmp_path, monkeypatch):
+    path = tmp_path / "ptxas"
+    path.write_text(PTXAS_124)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(aot, "ptxas_path", lambda arch: str(path))
+    return str(path)
+
+
+def test_ptxas_that_predates_the_arch_names_its_version(ptxas124):
+    version, names = aot.ptxas_targets(ptxas124)
+    assert version == "CUDA 12.4, V12.4.131"
+    assert "sm_90a" in names and "sm_100" not in names  # only the --gpu-name section counts
+    why = aot.target_problem(100)
+    assert why == "the bundled ptxas (CUDA 12.4, V12.4.131) cannot target sm_100: its --gpu-name accepts up to sm_90a"
+    assert aot.target_problem(90) is None and aot.target_problem(89) is None
+
+
+def test_unreadable_ptxas_falls_back_to_its_message(monkeypatch):
+    monkeypatch.setattr(aot, "ptxas_path", lambda arch: None)
+    assert aot.target_problem(103) is None
+    assert "rejects sm_103" in aot.target_problem(103, PTXAS_REJECTS_103)
+    assert "version unknown" in aot.target_problem(103, PTXAS_REJECTS_103)
+
+
+def _ptxas_failure():
+    try:
+        try:
+            raise RuntimeError(f"Internal Triton PTX codegen error\n`ptxas` stderr:\n{PTXAS_REJECTS_103}\n")
+        except RuntimeError as inner:
+            raise RuntimeError("") from inner  # Triton 3.0-3.4: the outer text says nothing
+    except RuntimeError as outer:
+        return outer
+
+
+def test_ptxas_rejecting_the_target_is_unsupported_not_a_compile_error(ptxas124):
+    verdict, message = aot.classify_exception(_ptxas_failure(), 103)
+    assert verdict == UNSUPPORTED
+    assert message.startswith("the bundled ptxas (CUDA 12.4, V12.4.131) cannot target sm_103")
+    assert "is not defined for option 'gpu-name'" in message  # Triton's own message is kept
+
+
+def test_a_real_compile_error_on_a_supported_target_stays_one(ptxas124):
+    exc = ValueError("Cannot broadcast, the expanded size of the tensor (1) must match")
+    assert aot.classify_exception(exc, 90)[0] == COMPILE_ERROR
+    assert aot.classify_exception(exc)[0] == COMPILE_ERROR
+
+
+def test_compile_request_through_a_toolchain_without_the_target(ptxas124, monkeypatch):
+    """The whole child path (compile_request) with triton.compile replaced by ptxas's refusal."""
+
+    class FakeTriton:
+        __version__ = "3.0.0"
+
+        @staticmethod
+        def compile(src, target, options):
+            raise _ptxas_failure()
+
+    monkeypatch.setattr(aot, "triton_api", lambda: (FakeTriton, None, lambda *a: a, "constants"))
+    monkeypatch.setattr(aot, "_load_kernel", lambda ref: object())
+    monkeypatch.setattr(aot, "derive_signature", lambda fn, req: ({}, {}))
+    monkeypatch.setattr(aot, "make_source", lambda *a, **k: "src")
+    req = SPECS[0].request(103)
+    res = aot.compile_request(req)
+    assert res["verdict"] == UNSUPPORTED and "CUDA 12.4" in res["message"]
+
+
+def _fake_child(probe_verdict, spec_verdict, calls):
+    def run_child(req, workdir, timeout, python):
+        calls.append((req["name"], req["arch"]))
+        verdict = probe_verdict if req["name"] == "probe/dot" else spec_verdict
+        message = {CRASH: "killed by SIGABRT (rc=-6): Assertion `computeCapability not supported' failed",
+                   UNSUPPORTED: "the bundled ptxas (CUDA 12.4, V12.4.131) cannot target sm_100"}.get(verdict, "")
+        return {"verdict": verdict, "message": message, "seconds": 0.1, "triton": "3.0.0",
+                "imported": {"triton": "3.0.0"}}
+    return run_child
+
+
+def _smoke(monkeypatch, probe_verdict, spec_verdict):
+    calls = []
+    monkeypatch.setattr(smoke_run, "run_child", _fake_child(probe_verdict, spec_verdict, calls))
+    monkeypatch.setattr(smoke_run, "forking", lambda: False)
+    spec = next(s for s in SPECS if not s.skip)
+    report = smoke_run.run_smoke([spec], archs=(100,), jobs=1, progress=False, expect_triton="3.0.0")
+    return report, calls
+
+
+def test_a_compiler_abort_on_the_probe_still_compiles_every_variant(monkeypatch):
+    """Triton 3.0 on sm_100: each variant gets its own crash (a known-bad window names it), not an
+    'unsupported' inferred from the probe."""
+    report, calls = _smoke(monkeypatch, CRASH, CRASH)
+    assert len(calls) == 2  # the probe and the variant
+    (res,) = report.results
+    assert res.verdict == CRASH and "computeCapability" in res.message
+
+
+def test_a_target_the_toolchain_lacks_is_unsupported_with_the_reason(monkeypatch):
+    report, calls = _smoke(monkeypatch, UNSUPPORTED, OK)
+    assert calls == [("probe/dot", 100)]  # nothing else compiled
+    (res,) = report.results
+    assert res.verdict == UNSUPPORTED and "ptxas (CUDA 12.4, V12.4.131) cannot target sm_100" in res.message
