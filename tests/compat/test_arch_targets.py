@@ -4,12 +4,17 @@ No compile happens here: the toolchain is a fake ``ptxas`` (a shell script print
 ptxas prints) and the smoke's children are stand-ins, so each test takes milliseconds.
 """
 
+import json
 import stat
 import textwrap
 
+from dataclasses import replace
+
+import ledger_factory as F
 import pytest
 
-from nsa_triton_sel.compat import aot
+from nsa_triton_sel.compat import aot, env, ledger
+from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
 from nsa_triton_sel.compat.specs import SPECS
 from nsa_triton_sel.compat.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
@@ -138,3 +143,75 @@ def test_a_target_the_toolchain_lacks_is_unsupported_with_the_reason(monkeypatch
     assert calls == [("probe/dot", 100)]  # nothing else compiled
     (res,) = report.results
     assert res.verdict == UNSUPPORTED and "ptxas (CUDA 12.4, V12.4.131) cannot target sm_100" in res.message
+
+
+# ---------------------------------------------------------------- what MATRIX.md, known-good.txt and doctor say
+
+BLACKWELL_TABLE = replace(F.TABLE, archs=(80, 90, 100, 120))
+
+
+def _compiles(version, arch, verdicts, message=""):
+    b = F.base(version, "compile")
+    return [ledger.record(b, kernel=f"sel_fwd/v{i}", verdict=v, arch=arch, message=message)
+            for i, v in enumerate(verdicts)]
+
+
+def _blackwell_ledger():
+    out = []
+    for v in ("3.1.0", "3.3.0", "3.3.1", "3.5.0", "3.5.1", "3.9.0"):
+        out += _compiles(v, 80, ["pass", "pass"]) + _compiles(v, 90, ["pass", "skip"])
+        if v == "3.1.0":
+            out += _compiles(v, 100, ["unsupported"] * 2, "the bundled ptxas (CUDA 12.4, V12.4.131) cannot "
+                                                          "target sm_100: its --gpu-name accepts up to sm_90a")
+            out += _compiles(v, 120, ["xfail"] * 2, "known-bad [triton30-sm100-abort] ... | killed by SIGABRT")
+        else:
+            out += _compiles(v, 100, ["pass", "pass"]) + _compiles(v, 120, ["pass", "pass"])
+    gpu = F.base("3.5.1", "parity", mode="gpu")
+    out.append(ledger.record({**gpu, "compute_capability": "9.0", "gpu": "NVIDIA H100 80GB HBM3"},
+                             kernel="t::gpu", verdict="pass"))
+    return out
+
+
+def test_matrix_has_a_column_per_arch_and_says_compile_only():
+    recs = _blackwell_ledger()
+    text = ledger.render_matrix(BLACKWELL_TABLE, recs, [], ledger.release_verdicts(BLACKWELL_TABLE, recs, []),
+                                "ledger.jsonl", "0123456789abcdef")
+    section = text.split("## Evidence per arch")[1]
+    assert "| Triton | sm_80 | sm_90 | sm_100 | sm_120 |" in section
+    assert "| 3.1.0 | pass 2/2 | pass 1/2, 1 skip | unsupported | known-bad 2/2 |" in section
+    assert "- sm_90: GPU runs on NVIDIA H100 80GB HBM3 (3.5.1) + compile" in section
+    assert "- sm_100: compile only (no GPU run): every variant compiles on 3.3.0, 3.3.1, 3.5.0, 3.5.1, 3.9.0; " \
+           "unsupported (the release's toolchain cannot target it) on 3.1.0" in section
+    assert "- 3.1.0 sm_100: the bundled ptxas (CUDA 12.4, V12.4.131) cannot target sm_100" in section
+
+
+def test_known_good_says_per_arch_what_is_known():
+    recs = _blackwell_ledger()
+    verdicts = ledger.release_verdicts(BLACKWELL_TABLE, recs, [])
+    text = ledger.render_known_good(BLACKWELL_TABLE, verdicts, [], "ledger.jsonl", "0123456789abcdef", recs)
+    assert "#   sm_120: compile only (no GPU run): every variant compiles on 3.3.0, 3.3.1, 3.5.0, 3.5.1, 3.9.0; " \
+           "known-bad on 3.1.0" in text
+    assert "#   sm_80: compile only (no GPU run): every variant compiles on all 6 releases (3.1.0 - 3.9.0)" in text
+    assert text.rstrip().splitlines()[-1].startswith("triton")  # still one constraint line, last
+
+
+def test_doctor_tells_a_blackwell_user_it_is_compile_only():
+    recs = _blackwell_ledger()
+    said = archs.doctor_answer(100, recs, BLACKWELL_TABLE)
+    assert "ONLY COMPILE EVIDENCE exists for sm_100" in said and "never ran on such a GPU" in said
+    assert "ONLY COMPILE" not in archs.doctor_answer(90, recs, BLACKWELL_TABLE)
+    assert "NOTHING is known about sm_103" in archs.doctor_answer(103, recs, BLACKWELL_TABLE)
+    assert "no ledger found" in archs.doctor_answer(120, None)
+
+
+def test_doctor_reads_the_project_ledger_for_the_asked_arch(tmp_path, monkeypatch, capsys):
+    cons = tmp_path / "constraints"
+    cons.mkdir()
+    (cons / "lanes.toml").write_text(F.table_toml().replace('required = ["compile", "parity"]',
+                                                            'required = ["compile", "parity"]\narchs = [80, 120]'))
+    (cons / "ledger.jsonl").write_text(ledger.dump_ledger(_blackwell_ledger()))
+    monkeypatch.setenv("NSA_SEL_CONSTRAINTS", str(cons))
+    monkeypatch.setattr(env, "interpreter_usable", lambda *a, **k: {"status": "skipped"})
+    assert env.main(["--json", "--no-interp", "--arch", "120"]) == 0
+    said = json.loads(capsys.readouterr().out)["arch_evidence"]
+    assert said.startswith("sm_120: compile only (no GPU run)") and "ONLY COMPILE EVIDENCE" in said

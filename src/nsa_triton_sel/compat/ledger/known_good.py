@@ -10,6 +10,8 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from .archs import known_good_lines
+
 
 def known_good_specifier(admitted: list[str], excluded: list[str]) -> str:
     """A PEP 440 specifier admitting exactly ``admitted`` among ``admitted + excluded``.
@@ -40,8 +42,10 @@ def _torch(rel) -> str:
     return " / ".join(rel.torch) or "none known"
 
 
-def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, generation: str) -> str:
-    """The file's text; ``verdicts`` is :func:`.cells.release_verdicts`, ``generation`` the ledger's digest."""
+def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, generation: str,
+                      recs: list[dict] | None = None) -> str:
+    """The file's text; ``verdicts`` is :func:`.cells.release_verdicts`, ``generation`` the ledger's digest;
+    with the ledger's ``recs``, what is known per arch (:func:`.archs.known_good_lines`)."""
     releases = table.releases
     admitted = [r.triton for r in releases if verdicts[r.triton][0]]
     excluded = [r.triton for r in releases if not verdicts[r.triton][0]]
@@ -62,5 +66,6 @@ def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, ge
             lines.append(f"# note: [{w.id}] {w.describe()} (runtime guard; not excluded here)")
         elif w.interp_only:
             lines.append(f"# note: [{w.id}] {w.describe()} (a Triton-interpreter defect; not excluded here)")
+    lines += known_good_lines(table, recs) if recs is not None else []
     lines.append(f"triton{known_good_specifier(admitted, excluded)}")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from ..verdicts import BAD, PASS
+from .archs import matrix_section
 from .cells import NOT_RUN, by_release_check, cell, reasons
 from .records import imported_versions
 from .store import run_key
@@ -53,6 +54,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         row.append("**yes**" if ok else "no")
         out.append("| " + " | ".join(row) + " |")
     out += gpu_evidence(table, recs)
+    out += matrix_section(table, recs)  # evidence per arch (issue 27)
     out += ["", "## Reasons for every non-pass", ""] + [n for n in notes if n]
     out += ["", "## Known-bad windows", ""]
     out += [f"- `{w.id}`: {w.describe()}" + (f" ({w.link})" if w.link else "") for w in windows] or ["- none"]
