@@ -5,14 +5,18 @@ ptxas prints) and the smoke's children are stand-ins, so each test takes millise
 """
 
 import json
+import re
 import stat
+import sys
 import textwrap
 
 from dataclasses import replace
+from pathlib import Path
 
 import ledger_factory as F
 import pytest
 
+from nsa_triton_sel import known_bad
 from nsa_triton_sel.compat import aot, env, ledger
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
@@ -215,3 +219,67 @@ def test_doctor_reads_the_project_ledger_for_the_asked_arch(tmp_path, monkeypatc
     assert env.main(["--json", "--no-interp", "--arch", "120"]) == 0
     said = json.loads(capsys.readouterr().out)["arch_evidence"]
     assert said.startswith("sm_120: compile only (no GPU run)") and "ONLY COMPILE EVIDENCE" in said
+
+
+# ---------------------------------------------------------------- the window triton30-sm100-abort
+
+REPO = Path(__file__).resolve().parents[2]
+PATH_RE = re.compile(r"(?<![\w/])((?:[\w.-]+/)+[\w.-]+\.\w+)")
+
+
+def test_every_window_link_names_files_that_exist():
+    """A window's link is its evidence: every repository path it names must be in the repository."""
+    for w in known_bad.load():
+        paths = [p for p in PATH_RE.findall(w.link) if not p.startswith(("http", "www."))]
+        for p in paths:
+            assert (REPO / p.split("::")[0]).exists(), f"window {w.id}: link names {p}, not in the repository"
+    abort = next(w for w in known_bad.load() if w.id == "triton30-sm100-abort")
+    assert PATH_RE.findall(abort.link), "triton30-sm100-abort must link its evidence inside the repository"
+
+
+def _installed_triton():
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+@pytest.mark.skipif(not known_bad.matching(_installed_triton() or "0", 100, "compile"),
+                    reason="reproducer of window triton30-sm100-abort: needs Triton 3.0 (run it with a 3.0 lane's "
+                           "python, e.g. .nox/compile-3-0/bin/python -m pytest -k reproducer)")
+def test_reproducer_triton30_aborts_the_compiler_for_blackwell(tmp_path):
+    """The smoke's probe (a 32x32 fp16 tl.dot) for sm_100 kills the compiler process on Triton 3.0."""
+    from nsa_triton_sel.compat.smoke.children import run_child
+
+    req = smoke_run._probe_spec(tmp_path).request(100)
+    res = run_child(req, tmp_path / "sm100", 300, sys.executable)
+    assert res["verdict"] == CRASH and res["returncode"] == -6  # SIGABRT
+    assert "computeCapability not supported" in res["message"]
+
+
+# ---------------------------------------------------------------- the planner's tables on the new archs
+
+def test_a_variant_over_the_archs_shared_memory_is_a_compile_error():
+    """sm_120 (RTX 50xx) gives a program 99 KiB, sm_100 227 KiB: the same cubin fits one, not the other."""
+    spec = next(s for s in SPECS if not s.skip)
+    raw = {"verdict": OK, "metrics": {"shared": 120 * 1024}, "seconds": 1.0}
+    on_120 = smoke_run.make_result(spec, 120, dict(raw), "3.9.0")
+    assert on_120.verdict == COMPILE_ERROR and "sm_120 allows 101376" in on_120.message
+    assert smoke_run.make_result(spec, 100, dict(raw), "3.9.0").verdict == OK
+    assert smoke_run.make_result(spec, 75, dict(raw), "3.9.0").verdict == OK  # not in the table: not judged
+
+
+def test_the_registry_is_what_the_planner_launches_on_every_matrix_arch():
+    """No window caps the new archs on 3.9, so the planner launches there exactly the registry's variants
+    (planned once, for sm_90): one table for every arch (rows from known_bad.toml, tiles/warps/stages from
+    kernels/meta.py, shared memory per program from plan.SHARED_PER_BLOCK)."""
+    from nsa_triton_sel import plan
+    from nsa_triton_sel.compat import lanes
+
+    hopper = plan.Device.target(90, "3.9.0")
+    for arch in lanes.load_table(REPO / "constraints" / "lanes.toml").archs:
+        dev = plan.Device.target(arch, "3.9.0")
+        assert replace(dev, arch=90) == hopper and plan.shared_limit(arch) is not None, arch
+    forward = [s.name for s in SPECS if not s.name.startswith("sel_bwd")]
+    assert [c.name for c in plan.smoke_cases(plan.Device.target(120, "3.9.0"))] == forward

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import static_check
 from ..specs import CompileSpec, check_unique, load_specs
-from ..verdicts import CRASH, OK, UNSUPPORTED
+from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
@@ -191,6 +191,18 @@ def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
     return make_result(spec, arch, raw, version)
 
 
+def _check_shared(res: SmokeResult) -> None:
+    """An ``ok`` compile that needs more shared memory than the arch gives a program cannot launch
+    there (Triton raises OutOfResources at the first call): a compile error, found without the GPU."""
+    from ... import plan  # noqa: PLC0415 - the library's table of shared memory per arch
+
+    limit, used = plan.shared_limit(res.arch), res.metrics.get("shared")
+    if res.verdict == OK and limit and isinstance(used, int) and used > limit:
+        res.verdict = COMPILE_ERROR
+        res.message = (f"needs {used} bytes of shared memory per program; sm_{res.arch} allows {limit} "
+                       "(plan.SHARED_PER_BLOCK): the launch would fail with OutOfResources on that GPU")
+
+
 def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeResult:
     """A :class:`SmokeResult` from a child's raw result, with the canary expectation checked.
 
@@ -203,6 +215,7 @@ def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeR
         stderr_tail=raw.get("stderr_tail", "") if raw["verdict"] != OK else "",
         imported=raw.get("imported") or {},
     )
+    _check_shared(res)
     if spec.canary and version != "unknown":
         res.expected = spec.expected_verdicts(version)
         if res.expected is not None:
