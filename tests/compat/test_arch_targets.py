@@ -20,6 +20,7 @@ from nsa_triton_sel import known_bad
 from nsa_triton_sel.compat import aot, env, ledger
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
+from nsa_triton_sel.compat.canaries import SPECS as CANARIES
 from nsa_triton_sel.compat.specs import SPECS
 from nsa_triton_sel.compat.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 
@@ -59,14 +60,21 @@ def test_ptxas_that_predates_the_arch_names_its_version(ptxas124):
     version, names = aot.ptxas_targets(ptxas124)
     assert version == "CUDA 12.4, V12.4.131"
     assert "sm_90a" in names and "sm_100" not in names  # only the --gpu-name section counts
-    why = aot.target_problem(100)
+    why = aot.target_problem(100, "CalledProcessError: Command 'ptxas -v --gpu-name=sm_100' returned 255")
     assert why == "the bundled ptxas (CUDA 12.4, V12.4.131) cannot target sm_100: its --gpu-name accepts up to sm_90a"
-    assert aot.target_problem(90) is None and aot.target_problem(89) is None
+    assert aot.target_problem(90, "ptxas failed") is None and aot.target_problem(89, "ptxas failed") is None
+
+
+def test_a_front_end_error_is_the_kernels_even_where_ptxas_lacks_the_target(ptxas124):
+    """Seen on the real 3.0 wheel for sm_100: a broadcast error never reaches ptxas, so it is no target problem."""
+    exc = ValueError("Cannot broadcast, the expanded size of the tensor (1) must match the existing size (64)")
+    assert aot.target_problem(100, str(exc)) is None
+    assert aot.classify_exception(exc, 100)[0] == COMPILE_ERROR
 
 
 def test_unreadable_ptxas_falls_back_to_its_message(monkeypatch):
     monkeypatch.setattr(aot, "ptxas_path", lambda arch: None)
-    assert aot.target_problem(103) is None
+    assert aot.target_problem(103, "ptxas failed") is None
     assert "rejects sm_103" in aot.target_problem(103, PTXAS_REJECTS_103)
     assert "version unknown" in aot.target_problem(103, PTXAS_REJECTS_103)
 
@@ -110,7 +118,7 @@ def test_compile_request_through_a_toolchain_without_the_target(ptxas124, monkey
     monkeypatch.setattr(aot, "make_source", lambda *a, **k: "src")
     req = SPECS[0].request(103)
     res = aot.compile_request(req)
-    assert res["verdict"] == UNSUPPORTED and "CUDA 12.4" in res["message"]
+    assert res["verdict"] == UNSUPPORTED and "CUDA 12.4" in res["message"] and res["target_unsupported"]
 
 
 def _fake_child(probe_verdict, spec_verdict, calls):
@@ -147,6 +155,17 @@ def test_a_target_the_toolchain_lacks_is_unsupported_with_the_reason(monkeypatch
     assert calls == [("probe/dot", 100)]  # nothing else compiled
     (res,) = report.results
     assert res.verdict == UNSUPPORTED and "ptxas (CUDA 12.4, V12.4.131) cannot target sm_100" in res.message
+
+
+def test_a_canary_is_not_judged_on_a_target_its_release_cannot_compile_for():
+    """Canary block_ptr expects 'ok' before 3.9; on sm_100 with Triton 3.0's ptxas it cannot be ok, and that
+    says nothing about the harness (seen on the real 3.0 wheel)."""
+    canary = next(s for s in CANARIES if s.name == "canary/block_ptr")
+    raw = {"verdict": UNSUPPORTED, "message": "the bundled ptxas (CUDA 12.4, V12.4.99) cannot target sm_100",
+           "target_unsupported": True}
+    res = smoke_run.make_result(canary, 100, raw, "3.0.0")
+    assert res.expected is None and res.as_expected is None
+    assert smoke_run.make_result(canary, 80, {**raw, "target_unsupported": False}, "3.0.0").as_expected is False
 
 
 # ---------------------------------------------------------------- what MATRIX.md, known-good.txt and doctor say

@@ -116,7 +116,7 @@ def compile_request(req: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - every compiler failure is a verdict, not a harness error
         verdict, message = classify_exception(e, int(req["arch"]))
         result.update(verdict=verdict, message=message, chain=error_chain(e),
-                      traceback=traceback.format_exc()[-4000:])
+                      traceback=traceback.format_exc()[-4000:], target_unsupported=message.startswith(TARGET))
     result["seconds"] = round(time.perf_counter() - t0, 3)
     result["imported"] = imported_versions()  # what this child really compiled with
     return result
@@ -176,7 +176,7 @@ def classify_exception(exc: BaseException, arch: int | None = None) -> tuple[str
         if isinstance(e, AttributeError) and "triton" in str(e):
             return UNSUPPORTED, message  # e.g. "module 'triton.language' has no attribute 'advance'"
     if arch is not None:
-        why = target_problem(arch, "\n".join(str(e) for e in cause_chain(exc)))
+        why = target_problem(arch, "\n".join(f"{e!r} {e}" for e in cause_chain(exc)))
         if why:
             return UNSUPPORTED, f"{why} | {message}"[:1000]
     return COMPILE_ERROR, message
@@ -225,11 +225,17 @@ def ptxas_targets(ptxas: str) -> tuple[str, list[str]]:
     return version, re.findall(r"'(sm_\d+[a-z]?)'", section)
 
 
-def target_problem(arch: int, error_text: str = "", ptxas: str | None = None) -> str | None:
-    """Why the installed Triton's ptxas cannot target ``sm_<arch>``, or None (it can, or we cannot tell)."""
+TARGET = "the bundled ptxas"  # how a target_problem() message starts
+
+
+def target_problem(arch: int, error_text: str, ptxas: str | None = None) -> str | None:
+    """Why the compile that failed with ``error_text`` failed for want of a ptxas that targets ``sm_<arch>``,
+    or None: a failure that never reached ptxas (a front-end error) is the kernel's, on any arch."""
+    if "ptxas" not in error_text.lower() and not any(p in error_text for p in PTXAS_TARGET_REJECTIONS):
+        return None
     ptxas = ptxas or ptxas_path(arch)
     version, names = ptxas_targets(ptxas) if ptxas else ("", [])
-    tool = f"the bundled ptxas ({version or 'version unknown'})"
+    tool = f"{TARGET} ({version or 'version unknown'})"
     if names and not any(n in (f"sm_{arch}", f"sm_{arch}a") for n in names):
         newest = max(names, key=lambda n: (int(re.sub(r"\D", "", n)), n))
         return f"{tool} cannot target sm_{arch}: its --gpu-name accepts up to {newest}"
