@@ -5,7 +5,7 @@
   nox -s compile-3.3.0               a patch release of lane 3.3   nox -s constraints      regenerate triton-X.txt
   nox -s check-upgrade -- 3.10.0     pre-upgrade check (add --admit to record a SAFE one)
 
-compile-X: AOT compile smoke (nsa-sel smoke, sm_80/89/90, no GPU).  parity-X: GPU parity, or without a
+compile-X: AOT compile smoke (nsa-sel smoke, lanes.toml's archs, no GPU).  parity-X: GPU parity, or without a
 GPU the interpreter suite (pytest -m interp) with the lane's numpy after an interpreter probe.  bench-X:
 pytest-benchmark vs SDPA on a GPU, else a recorded skip.  After `--`: --results DIR (NSA_SEL_RESULTS),
 --wheelhouse DIR (NSA_SEL_WHEELHOUSE, offline), --torch SPEC (NSA_SEL_TORCH, CPU lanes), --allow-off-pair

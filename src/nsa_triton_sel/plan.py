@@ -37,6 +37,22 @@ INTERPRETER_SMS = 8  # the interpreter has no SMs: any small number exercises th
 # (128: 66 splits for 4 rows) took 27 us instead of 9-13 us.
 MAX_DECODE_SPLITS = 4
 
+# Shared memory one program (thread block) may use, per compute capability (CUDA programming guide,
+# "technical specifications per compute capability": the opt-in maximum per block).  The consumer
+# parts (sm_86/89 Ada, sm_120/121 RTX 50xx) have less than half of Hopper's and Blackwell-datacenter's,
+# so a tile that fits sm_90 may not launch there: the compile smoke checks every compiled variant's
+# shared memory against this table (an arch missing here is not checked).
+SHARED_PER_BLOCK = {
+    80: 166912, 86: 101376, 87: 166912, 89: 101376,  # Ampere 163 KiB, consumer Ampere / Ada 99 KiB
+    90: 232448, 100: 232448, 103: 232448,            # Hopper, Blackwell B200/GB200, B300/GB300: 227 KiB
+    120: 101376, 121: 101376,                        # Blackwell RTX 50xx / DGX Spark: 99 KiB
+}
+
+
+def shared_limit(arch: int | None) -> int | None:
+    """Bytes of shared memory a program may use on ``arch`` (None: unknown arch, or no GPU)."""
+    return None if arch is None else SHARED_PER_BLOCK.get(int(arch))
+
 
 @dataclass(frozen=True)
 class Device:

@@ -114,9 +114,9 @@ def compile_request(req: dict) -> dict:
     except Unsupported as e:
         result.update(verdict=UNSUPPORTED, message=str(e))
     except Exception as e:  # noqa: BLE001 - every compiler failure is a verdict, not a harness error
-        verdict, message = classify_exception(e)
+        verdict, message = classify_exception(e, int(req["arch"]))
         result.update(verdict=verdict, message=message, chain=error_chain(e),
-                      traceback=traceback.format_exc()[-4000:])
+                      traceback=traceback.format_exc()[-4000:], target_unsupported=message.startswith(TARGET))
     result["seconds"] = round(time.perf_counter() - t0, 3)
     result["imported"] = imported_versions()  # what this child really compiled with
     return result
@@ -166,15 +166,81 @@ def root_message(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """``unsupported`` for an API this Triton removed or lacks, else ``compile_error``."""
+def classify_exception(exc: BaseException, arch: int | None = None) -> tuple[str, str]:
+    """``unsupported`` for an API this Triton removed or lacks, or for a target its bundled ``ptxas``
+    cannot assemble for (``arch``); else ``compile_error``."""
     message = root_message(exc)
     for e in cause_chain(exc):
         if isinstance(e, NotImplementedError):
             return UNSUPPORTED, message
         if isinstance(e, AttributeError) and "triton" in str(e):
             return UNSUPPORTED, message  # e.g. "module 'triton.language' has no attribute 'advance'"
+    if arch is not None:
+        why = target_problem(arch, "\n".join(f"{e!r} {e}" for e in cause_chain(exc)))
+        if why:
+            return UNSUPPORTED, f"{why} | {message}"[:1000]
     return COMPILE_ERROR, message
+
+
+# ---------------------------------------------------------------- can the bundled toolchain target the arch?
+#
+# A release whose ptxas predates an arch (sm_100 needs CUDA 12.8, sm_103 12.9) cannot compile for it:
+# that is an ``unsupported`` verdict about the release, not a compile error of our kernels.  Asked only
+# after a compile failed, so a working compile never pays for the two ptxas runs.
+
+# What ptxas (or Triton quoting it) says when it does not know the target or the PTX ISA asked for.
+PTXAS_TARGET_REJECTIONS = ("is not defined for option 'gpu-name'", "Unsupported .target", "Unsupported .version")
+
+
+def ptxas_path(arch: int) -> str | None:
+    """The ptxas Triton runs for ``arch``: its own lookup where it has one, else the bundled binary."""
+    try:
+        import triton
+        from triton.backends.nvidia import compiler as nv
+    except Exception:  # noqa: BLE001 - no NVIDIA backend: nothing to ask
+        return None
+    for lookup in (lambda: nv.get_ptxas(arch).path, lambda: nv.get_ptxas().path,  # 3.4+ (per arch from 3.7)
+                   lambda: nv._path_to_binary("ptxas")[0]):  # 3.0 - 3.3
+        try:
+            path = lookup()
+        except Exception:  # noqa: BLE001 - that lookup does not exist in this release
+            continue
+        if path:
+            return str(path)
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    return path if os.access(path, os.X_OK) else None
+
+
+def ptxas_targets(ptxas: str) -> tuple[str, list[str]]:
+    """``(version line, sm_* names its --gpu-name accepts)`` of a ptxas binary (empty when unreadable)."""
+    def run(flag):
+        try:
+            return subprocess.run([ptxas, flag], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    m = re.search(r"release ([\d.]+), (V[\d.]+)", run("--version"))
+    version = f"CUDA {m.group(1)}, {m.group(2)}" if m else ""
+    section = run("--help").partition("--gpu-name")[2].split("\n--", 1)[0]
+    return version, re.findall(r"'(sm_\d+[a-z]?)'", section)
+
+
+TARGET = "the bundled ptxas"  # how a target_problem() message starts
+
+
+def target_problem(arch: int, error_text: str, ptxas: str | None = None) -> str | None:
+    """Why the compile that failed with ``error_text`` failed for want of a ptxas that targets ``sm_<arch>``,
+    or None: a failure that never reached ptxas (a front-end error) is the kernel's, on any arch."""
+    if "ptxas" not in error_text.lower() and not any(p in error_text for p in PTXAS_TARGET_REJECTIONS):
+        return None
+    ptxas = ptxas or ptxas_path(arch)
+    version, names = ptxas_targets(ptxas) if ptxas else ("", [])
+    tool = f"{TARGET} ({version or 'version unknown'})"
+    if names and not any(n in (f"sm_{arch}", f"sm_{arch}a") for n in names):
+        newest = max(names, key=lambda n: (int(re.sub(r"\D", "", n)), n))
+        return f"{tool} cannot target sm_{arch}: its --gpu-name accepts up to {newest}"
+    hit = next((p for p in PTXAS_TARGET_REJECTIONS if p in error_text), None)
+    return f"{tool} rejects sm_{arch} code ({hit!r})" if hit else None
 
 
 # ---------------------------------------------------------------- metrics

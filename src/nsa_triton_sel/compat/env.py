@@ -328,8 +328,8 @@ def _judge(errs: dict) -> dict:
     return {**errs, "status": "ok" if ok else "wrong", "detail": detail}
 
 
-def _doctor_report(probe: bool) -> dict:
-    """Fingerprint plus, unless skipped, the interpreter verdict."""
+def _doctor_report(probe: bool, arch: int | None = None) -> dict:
+    """Fingerprint plus, unless skipped, the interpreter verdict, and what the ledger knows of the arch."""
     report = fingerprint()
     # The key knobs shown even when unset, so "unset" is visible, not just absent.
     report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
@@ -338,7 +338,27 @@ def _doctor_report(probe: bool) -> dict:
     from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
 
     report["known_good"] = standing(report)
+    cc = report.get("compute_capability")
+    report["arch_evidence"] = arch_evidence(arch if arch is not None else _arch_int(cc))
     return report
+
+
+def _arch_int(cc: str | None) -> int | None:
+    return int(cc.replace(".", "")) if cc else None  # "10.0" -> 100, "9.0" -> 90
+
+
+def arch_evidence(arch: int | None) -> str:
+    """The ledger's answer for ``arch`` (issue 27: Blackwell users must hear that it is compile-only)."""
+    from . import lanes, project  # noqa: PLC0415 - only doctor needs the project's files
+    from .ledger import archs, load_ledger  # noqa: PLC0415
+
+    try:
+        where = project.constraints_dir()
+        table = lanes.load_table(where / "lanes.toml")
+        recs = load_ledger(where / "ledger.jsonl") or None
+    except (OSError, ValueError):  # no project here, or its files are unreadable: say so
+        table, recs = None, None
+    return archs.doctor_answer(arch, recs, table)
 
 
 def threshold_in_force(gpu_name: str | None, triton: str | None) -> dict:
@@ -412,8 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-interp", action="store_true", help="skip the Triton interpreter probe (a child process)"
     )
+    p.add_argument("--arch", type=int, metavar="CC", help="ask about this compute capability (e.g. 100, 120) "
+                   "instead of the local GPU's")
     args = p.parse_args(argv)
-    report = _doctor_report(probe=not args.no_interp)
+    report = _doctor_report(probe=not args.no_interp, arch=args.arch)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from .archs import known_good_lines
+
 
 def known_good_specifier(admitted: list[str], excluded: list[str]) -> str:
     """A PEP 440 specifier admitting exactly ``admitted`` among ``admitted + excluded``.
@@ -63,9 +65,10 @@ def _gpu_line(table, verdicts: dict, current: str | None) -> str:
 
 
 def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, generation: str,
-                      current: str | None = None) -> str:
+                      current: str | None = None, recs: list[dict] | None = None) -> str:
     """The file's text; ``verdicts`` is :func:`.cells.release_verdicts`, ``generation`` the ledger's digest,
-    ``current`` the kernel-source hash the evidence is judged against (default: this checkout's)."""
+    ``current`` the kernel-source hash the evidence is judged against (default: this checkout's); with the
+    ledger's ``recs``, what is known per arch (:func:`.archs.known_good_lines`)."""
     from .evidence import current_hash  # noqa: PLC0415
 
     current = current or current_hash()
@@ -96,5 +99,6 @@ def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, ge
         elif w.interp_only:
             lines.append(f"# note: [{w.id}] {w.describe()} (a Triton-interpreter defect; not excluded here)")
     lines.append(_gpu_line(table, verdicts, current))
+    lines += known_good_lines(table, recs) if recs is not None else []
     lines.append(f"triton{known_good_specifier(admitted, excluded)}")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..verdicts import BAD, PASS
 from . import evidence
+from .archs import matrix_section
 from .cells import NOT_RUN, by_release_check, cell, reasons
 from .gpu_tables import gpu_evidence
 from .records import imported_versions
@@ -67,6 +68,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         row.append(_gpu_use(verdicts[rel.triton]))
         out.append("| " + " | ".join(row) + " |")
     out += gpu_evidence(table, recs, windows, current)
+    out += matrix_section(table, recs)  # evidence per arch (issue 27)
     out += ["", "## Reasons for every non-pass", ""] + [n for n in notes if n]
     out += ["", "## Known-bad windows", ""]
     out += [f"- `{w.id}`: {w.describe()}" + (f" ({w.link})" if w.link else "") for w in windows] or ["- none"]

@@ -93,7 +93,7 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
         gen = digest(text)
         commit({ledger_path: text,
                 matrix_path: render_matrix(table, merged, windows, verdicts, name, gen),
-                known_good_path: render_known_good(table, verdicts, windows, name, gen)},
+                known_good_path: render_known_good(table, verdicts, windows, name, gen, recs=merged)},
                journal_path(ledger_path))
     log(f"ledger: {len(merged)} records ({len(new)} from {len(result_dirs)} results dir(s)"
         f"{', previous records dropped' if reset else ''}) -> {ledger_path} (generation {gen})")

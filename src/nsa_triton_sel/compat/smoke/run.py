@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import static_check
 from ..specs import CompileSpec, check_unique, load_specs
-from ..verdicts import OK, UNSUPPORTED
+from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
@@ -120,8 +120,16 @@ def _resolve_specs(specs) -> list[CompileSpec]:
     return specs
 
 
+# Probe verdicts after which every variant is compiled for the arch.  A probe that *raised* means this
+# Triton cannot target the arch (its ptxas, or Triton itself, says so): every variant is
+# ``unsupported`` with that reason, uncompiled.  A probe that *crashed* is a compiler abort, a defect
+# of the release, not a missing target: every variant is compiled, so each gets its own verdict
+# (``crash`` where it aborts too, which a known-bad window then names; Triton 3.0 on sm_100).
+PROBE_COMPILES_ALL = (OK, CRASH)
+
+
 def _run_probes(root, archs, jobs, timeout, python, bar) -> dict:
-    """Compile the probe kernel once per arch: a failure means the arch is unsupported."""
+    """Compile the probe kernel once per arch (what its verdict means: :data:`PROBE_COMPILES_ALL`)."""
     probe = _probe_spec(root)
     out = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -153,7 +161,7 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
             if version != "unknown" and spec.skipped(version, arch):
                 skipped.append({"spec": spec.name, "arch": arch, "why": spec.skip_reason()})
                 bar.advance(f"{spec.name} sm_{arch}: skipped", "skipped")
-            elif probes[arch]["verdict"] != OK:
+            elif probes[arch]["verdict"] not in PROBE_COMPILES_ALL:
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))
                 bar.advance(f"{spec.name} sm_{arch}: unsupported", UNSUPPORTED)
             else:
@@ -190,8 +198,21 @@ def _tally(res: SmokeResult) -> str:
 
 def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
     msg = f"sm_{arch} not supported by this Triton (probe kernel: {probe['verdict']}: {probe.get('message', '')})"
-    raw = {"verdict": UNSUPPORTED, "message": msg[:1000], "seconds": 0.0, "imported": probe.get("imported") or {}}
+    raw = {"verdict": UNSUPPORTED, "message": msg[:1000], "seconds": 0.0, "imported": probe.get("imported") or {},
+           "target_unsupported": True}
     return make_result(spec, arch, raw, version)
+
+
+def _check_shared(res: SmokeResult) -> None:
+    """An ``ok`` compile that needs more shared memory than the arch gives a program cannot launch
+    there (Triton raises OutOfResources at the first call): a compile error, found without the GPU."""
+    from ... import plan  # noqa: PLC0415 - the library's table of shared memory per arch
+
+    limit, used = plan.shared_limit(res.arch), res.metrics.get("shared")
+    if res.verdict == OK and limit and isinstance(used, int) and used > limit:
+        res.verdict = COMPILE_ERROR
+        res.message = (f"needs {used} bytes of shared memory per program; sm_{res.arch} allows {limit} "
+                       "(plan.SHARED_PER_BLOCK): the launch would fail with OutOfResources on that GPU")
 
 
 def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeResult:
@@ -206,7 +227,9 @@ def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeR
         stderr_tail=raw.get("stderr_tail", "") if raw["verdict"] != OK else "",
         imported=raw.get("imported") or {},
     )
-    if spec.canary and version != "unknown":
+    _check_shared(res)
+    # A canary's expectation is about a target the release has: where its toolchain has none, it is not judged.
+    if spec.canary and version != "unknown" and not raw.get("target_unsupported"):
         res.expected = spec.expected_verdicts(version)
         if res.expected is not None:
             needle = spec.expected_substring(version)
