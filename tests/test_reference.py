@@ -213,25 +213,6 @@ def test_chunking_bounds_memory_and_changes_nothing(monkeypatch, chunk_bytes, se
     assert torch.equal(out, whole) and torch.equal(lse, whole_lse)
 
 
-def test_row_subset_computes_only_those_rows(monkeypatch, seed):
-    p = make_problem(B=2, S=5, G=3, h=3, Dk=32, Dv=16, T=200, n=4, dtype=torch.float32, seed=seed)
-    whole, whole_lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True)
-    rows = torch.tensor([0, 7, 29, 13])  # any order, rows from both batches and every group
-    spy = _SdpaSpy(monkeypatch)
-    out, lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, rows=rows)
-    assert sum(c["rows"] for c in spy.calls) == 4  # the other 26 rows are not computed
-    assert out.shape == (4, 3, 16) and lse.shape == (4, 3)
-    torch.testing.assert_close(out, whole.reshape(30, 3, 16)[rows], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(lse, whole_lse.reshape(30, 3)[rows], rtol=1e-5, atol=1e-6)
-    lens = (p.ranges[..., 1] - p.ranges[..., 0]).clamp_min(0).sum(-1).reshape(-1)[rows]
-    bounded, bounded_lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, rows=rows,
-                                       max_len=int(lens.max()) + 7)  # a bound, not the exact longest row
-    torch.testing.assert_close(bounded, out, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(bounded_lse, lse, rtol=1e-5, atol=1e-6)
-    none, none_lse = packed_sdpa(p.q, p.k, p.v, p.ranges, return_lse=True, rows=torch.tensor([], dtype=torch.long))
-    assert none.shape == (0, 3, 16) and none_lse.shape == (0, 3)
-
-
 def test_default_chunk_is_one_call_for_small_problems(monkeypatch):
     p = make_problem(dtype=torch.float16, seed=1)
     spy = _SdpaSpy(monkeypatch)
