@@ -146,7 +146,8 @@ def _dq_tile(
     if DOT_F32:
         vt = vt.to(tl.float32)
     dp = tl.dot(do, vt)
-    ds = (p * (dp - delta[:, None])).to(k1.dtype)
+    # where, not p * ...: a (row, key) pair that does not count must give 0 even if dp or delta is inf/NaN
+    ds = tl.where(valid, p * (dp - delta[:, None]), 0.0).to(k1.dtype)
     dq1 += tl.dot(ds, k1)
     if DK2 > 0:
         dq2 += tl.dot(ds, k2)
@@ -474,7 +475,8 @@ def sel_bwd_dkdv_kernel(
         pt = tl.where(inside, tl.exp2(st * qk_scale - lse2[None, :]), 0.0)
         dv += tl.dot(pt.to(do.dtype), do)
         dpt = tl.dot(v, tl.trans(do))
-        dst = (pt * (dpt - delta[None, :])).to(q1.dtype)
+        # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
         dk1 += tl.dot(dst, q1)
         if DK2 > 0:
             dk2 += tl.dot(dst, q2)

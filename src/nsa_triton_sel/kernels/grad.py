@@ -22,7 +22,7 @@ from . import backward
 from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size,
                             dq_tokens_per_program)
 from .. import plan as P
-from ..contract import resolve_scale
+from ..contract import clamp_ranges, resolve_scale
 from .launch import _check_kernel_inputs, _interpreter_dot_f32
 from .meta import LOG2E
 
@@ -222,6 +222,9 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     _check_backward_inputs(q, k, v, ranges, out, lse, grad_out)
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
+    # Clamped like the forward kernels clamp them: no value can make the dq kernel or the reader
+    # list (which indexes by span) leave [0, T), with validate=False too.  One small op on the device.
+    ranges = clamp_ranges(ranges, T)
     n = ranges.shape[3]
     dev = P.device_of(q.device)
     tune.setdefault("max_rows", dev.max_rows)
