@@ -135,13 +135,13 @@ def fill_readers(c: ReaderCounts, n_entries: int, *, h: int, rows_per_step: int,
     return ReaderCSR(entries, chunks, tile_slots, slots, c.nt, chunk, n_entries)
 
 
-def _host_int_later(x: torch.Tensor):
-    """A callable returning ``int(x)`` (one element), copied to the host without draining the
+def _host_ints_later(x: torch.Tensor):
+    """A callable returning ``x.tolist()`` (a few int64), copied to the host without draining the
     stream: on CUDA the copy is asynchronous and the callable waits on an event recorded right
     after it, so kernels enqueued in between keep running."""
     if x.device.type != "cuda":
-        value = int(x)
-        return lambda: value
+        values = x.tolist()
+        return lambda: values
     buf = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
     buf.copy_(x, non_blocking=True)
     done = torch.cuda.Event()
@@ -149,9 +149,27 @@ def _host_int_later(x: torch.Tensor):
 
     def get():
         done.synchronize()
-        return int(buf[0])
+        return buf.tolist()
 
     return get
+
+
+def _nonfinite_rows(q, grad_out) -> torch.Tensor:
+    """``[B, S, G, h]`` bool: the (row, head) pairs whose q or dO holds an inf or NaN."""
+    return ~(torch.isfinite(q).all(-1) & torch.isfinite(grad_out).all(-1))
+
+
+def _isolate(q, grad_out, lse, bad):
+    """q, dO and LSE for the dk/dv kernel with the non-finite (row, head) pairs isolated.
+
+    A key tile's dot products mix every reader of the tile, so one inf in q or dO would turn the
+    0 weights of the keys its row never read into NaN (0 * inf) in their dk/dv.  Such pairs get
+    q = dO = 0 and LSE = NaN instead: their own keys still get NaN (as in exact arithmetic), the
+    other keys of the tile nothing.  Runs only when the host already knows there is such a pair."""
+    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+    nan = torch.full((), float("nan"), device=q.device)
+    return (torch.where(bad[..., None], zero, q), torch.where(bad[..., None], zero, grad_out),
+            torch.where(bad, nan, lse))
 
 
 def _chunk_table(per_tile, offsets, n_entries: int, chunk: int):
@@ -239,7 +257,9 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
     # enqueued behind it, so the GPU never waits for the host.
     counts = count_readers(ranges, T, meta.KV_BLOCK_N)
-    n_entries = _host_int_later(counts.offsets[-1:])
+    bad = _nonfinite_rows(q, grad_out)
+    # The entry count and "any non-finite q or dO" reach the host in one copy, behind the dq kernel.
+    host = _host_ints_later(torch.cat([counts.offsets[-1:], bad.any().reshape(1).to(torch.int64)]))
     programs = meta.programs_per_sm * dev.sm_count
     if meta.streams > 1 and q.is_cuda:
         # dq (L2-bound on K/V tiles) on a side stream beside the CSR and dk/dv (which gather
@@ -249,15 +269,19 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
         side.wait_stream(main)
         with torch.cuda.stream(side):
             _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-        csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
-        _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
+        n_entries, nonfinite = host()
+        csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+        qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
+        _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
         main.wait_stream(side)
         return dq, dk, dv
     if meta.streams > 1:
         _launch_delta(out, grad_out, delta, meta, h)
     _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-    csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
-    _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
+    n_entries, nonfinite = host()
+    csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+    qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
+    _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
 
 
