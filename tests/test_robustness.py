@@ -131,6 +131,19 @@ def test_triton_backward_keeps_a_nonfinite_q_or_do_row_to_its_own_keys(where, ev
         assert torch.equal(g_[0, 0, 1:], torch.zeros_like(g_[0, 0, 1:]))
 
 
+@needs_interp
+@pytest.mark.xfail(strict=True, reason="documented limit (README, Non-finite values): the multi-token forward kernel "
+                   "multiplies one v tile for all the tokens of a program")
+def test_multi_token_kernel_keeps_an_inf_value_to_its_readers():
+    from nsa_triton_sel.kernels import launch
+
+    q, k, v = problem(torch.float16, T=16, S=8, h=16)
+    v[0, 0, 0] = float("inf")
+    r = torch.tensor([[4, 8]] * 7 + [[0, 8]], dtype=torch.int32).view(1, 8, 1, 1, 2)  # only token 7 reads key 0
+    out = launch.sel_attn_tokens(q, k, v, r, tokens=4)
+    assert torch.isfinite(out[0, :7]).all()
+
+
 # -- item 8: only a real kernel failure is remembered ------------------------------------------
 
 

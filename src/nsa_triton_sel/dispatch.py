@@ -21,7 +21,10 @@ Following ``q`` through one call:
 
 A Triton failure in an eager call is reported once with its reason, remembered for that
 (device, dtype, Dk, Dv, h) and answered by the packed-SDPA path.  Only the kernel call is
-guarded: a bad flag or a bad input raises and is never remembered as a kernel failure.
+guarded: a bad flag or a bad input raises and is never remembered as a kernel failure, nor is
+an error the packed-SDPA path then hits on the same inputs (it is raised).  Under ``torch.func``
+transforms the call takes the torch paths (``transforms``); meta tensors and FakeTensors get
+their shapes from the operator's fake implementation on every backend.
 
 Inside ``torch.compile`` (and during CUDA-graph capture) nothing may wait for the GPU, so the
 decisions that would need the host are fixed when the graph is traced: no value validation
