@@ -154,8 +154,7 @@ def _dq_tile(
     if DOT_F32:
         vt = vt.to(tl.float32)
     dp = tl.dot(do, vt)
-    # where, not p * ...: a (row, key) pair that does not count must give 0 even if dp or delta is inf/NaN
-    ds = tl.where(valid, p * (dp - delta[:, None]), 0.0).to(k1.dtype)
+    ds = (p * (dp - delta[:, None])).to(k1.dtype)
     dq1 += tl.dot(ds, k1)
     if DK2 > 0:
         dq2 += tl.dot(ds, k2)
