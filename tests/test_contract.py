@@ -105,8 +105,9 @@ def test_fp32_only_on_reference_paths():
     check_qkv(q, k, v, allow_fp32=True)
     with pytest.raises(TypeError, match="q has dtype torch.float32"):
         check_qkv(q, k, v)
-    with pytest.raises(TypeError, match="accepted: float16, bfloat16, float32"):
-        check_qkv(q.double(), k, v, allow_fp32=True)
+    check_qkv(q.double(), k.double(), v.double(), allow_fp32=True)  # the float64 oracle takes float64 (issue 23)
+    with pytest.raises(TypeError, match="accepted: float16, bfloat16, float32, float64"):
+        check_qkv(q.to(torch.int32), k, v, allow_fp32=True)
 
 
 def test_mixed_dtypes_are_refused():
@@ -234,7 +235,9 @@ def test_reference_paths_enforce_the_contract():
     for fn in (oracle, packed_sdpa):
         with pytest.raises(ValueError, match=r"ranges\[b=0, s=1, g=0, span=0\].*end > T"):
             fn(p.q, p.k, p.v, bad)
-        with pytest.raises(TypeError, match="^k has dtype torch.float64"):
+        with pytest.raises(TypeError, match="^k has dtype torch.int32"):
+            fn(p.q, p.k.to(torch.int32), p.v, p.ranges)
+        with pytest.raises(TypeError, match=r"^q, k and v must share one dtype.*k=torch\.float64"):
             fn(p.q, p.k.double(), p.v, p.ranges)
 
 

@@ -24,7 +24,7 @@ import torch
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 _is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
-REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class Dims(NamedTuple):
@@ -67,7 +67,10 @@ def resolve_scale(scale, Dk: int) -> float:
                         f"{scale!r}; accepted: a finite float, or None for 1/sqrt(Dk)")
     if isinstance(scale, torch.SymFloat) or _is_compiling():
         return scale  # a float traced by torch.compile is a graph input: its value is checked in eager calls
-    value = float(scale)
+    try:
+        value = float(scale)
+    except OverflowError:  # an int beyond the float range (10**400)
+        value = math.inf if scale > 0 else -math.inf
     if not math.isfinite(value):
         raise ValueError(f"scale={value!r} is not finite; accepted: a finite float, or None for 1/sqrt(Dk)")
     return value
@@ -158,6 +161,17 @@ def check_ranges(ranges, dims: Dims, device: torch.device, *, validate: bool = T
         raise ValueError(f"ranges is on {ranges.device} but q, k and v are on {device}")
     if validate and ranges.numel() and ranges.device.type != "meta":
         raise_range_errors(ranges, dims.T, range_flags(ranges, dims.T).tolist())  # the one host sync
+
+
+def clamp_ranges(ranges: torch.Tensor, T: int) -> torch.Tensor:
+    """``ranges`` as the kernels read them: int32 (as the kernels load them), every span clamped into
+    ``[0, T]`` with ``end >= start`` (``forward._clamp_spans``).  Valid spans pass unchanged; with any
+    values (``validate=False``), nothing outside ``[0, T)`` is read, and the backward differentiates
+    exactly what the forward computed.  Device ops only, no host sync."""
+    r = ranges.to(torch.int32)
+    start = r[..., 0].clamp(0, T)
+    end = torch.maximum(r[..., 1], start).clamp_max(T)
+    return torch.stack([start, end], dim=-1)
 
 
 def _first_index(mask: torch.Tensor) -> tuple[int, ...]:

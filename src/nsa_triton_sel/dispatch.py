@@ -21,7 +21,10 @@ Following ``q`` through one call:
 
 A Triton failure in an eager call is reported once with its reason, remembered for that
 (device, dtype, Dk, Dv, h) and answered by the packed-SDPA path.  Only the kernel call is
-guarded: a bad flag or a bad input raises and is never remembered as a kernel failure.
+guarded: a bad flag or a bad input raises and is never remembered as a kernel failure, nor is
+an error the packed-SDPA path then hits on the same inputs (it is raised).  Under ``torch.func``
+transforms the call takes the torch paths (``transforms``); meta tensors and FakeTensors get
+their shapes from the operator's fake implementation on every backend.
 
 Inside ``torch.compile`` (and during CUDA-graph capture) nothing may wait for the GPU, so the
 decisions that would need the host are fixed when the graph is traced: no value validation
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from . import checks as value_checks
-from . import config, contract, known_bad, op, plan, reference, share, varlen
+from . import config, contract, known_bad, op, plan, reference, share, transforms, varlen
 from .contract import (
     block_indices_to_ranges,
     check_block_indices,
@@ -240,9 +243,13 @@ def _structure(q, k, v, ranges, block_indices, block_size, positions, eager: boo
     """
     spans = ranges if block_indices is None else block_indices
     key = None
-    if eager and isinstance(spans, torch.Tensor) and (ranges is None or block_indices is None):
-        pos = None if positions is None else (getattr(positions, "shape", positions), getattr(positions, "dtype", None),
-                                              getattr(positions, "device", None), getattr(positions, "layout", None))
+    # Only a signature of real tensors and a plain int block_size is remembered: a numpy array, a list or
+    # block_size=8.0 / True must reach the checks (and raise) on every call, not match a cached 8 / 1.
+    cacheable = (all(isinstance(x, torch.Tensor) for x in (q, k, v, spans))
+                 and (block_size is None or type(block_size) is int)
+                 and (positions is None or isinstance(positions, torch.Tensor)))
+    if eager and cacheable and (ranges is None or block_indices is None):
+        pos = None if positions is None else (positions.shape, positions.dtype, positions.device, positions.layout)
         key = (q.shape, k.shape, v.shape, spans.shape, q.dtype, k.dtype, v.dtype, spans.dtype, q.device, k.device,
                v.device, spans.device, q.layout, k.layout, v.layout, spans.layout, ranges is None, block_size, pos)
         hit = _CHECKED.get(key)
@@ -292,6 +299,8 @@ def _below_threshold(spans, positions, block_size, T: int, min_L: int) -> bool:
 
 def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eager: bool, checks=None):
     if r.path != "triton":
+        if transforms.shapes_only(q):  # no values to compute with: the operator's fake implementation gives the shapes
+            return _kernel_call(q, k, v, spans, positions, block_size, scale, r, None, False), r
         return _reference_path(r.path, q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), r
     if not eager:  # traced, captured or meta: no host decision, no fallback
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, False), r
@@ -301,7 +310,14 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eag
         return _reference_path("sdpa", q, k, v, _as_ranges(spans, positions, block_size, k.shape[2]), scale), below
     try:
         return _kernel_call(q, k, v, spans, positions, block_size, scale, r, tokens, True), r
-    except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per config
+    except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per config
+        if checks is not None:
+            checks()  # the fallback gathers by index: bad values must raise before it runs
+        ranges = _as_ranges(spans, positions, block_size, k.shape[2])
+        try:
+            result = _reference_path("sdpa", q, k, v, ranges, scale)
+        except Exception:  # noqa: BLE001 - the fallback fails too: the inputs, not the kernel
+            raise exc from None  # nothing is remembered: the next call tries the kernel again
         key = _failure_key(q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _FAILED[key] = reason
@@ -313,10 +329,7 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, tokens, eag
             RuntimeWarning,
             stacklevel=4,
         )
-        if checks is not None:
-            checks()  # the fallback gathers by index: bad values must raise before it runs
-        ranges = _as_ranges(spans, positions, block_size, k.shape[2])
-        return _reference_path("sdpa", q, k, v, ranges, scale), Route("sdpa", f"Triton failed: {reason}")
+        return result, Route("sdpa", f"Triton failed: {reason}")
 
 
 def _debug(flags, stage, q, k, v, spans, positions, block_size, scale, r, out, t0):
@@ -363,7 +376,10 @@ def selection_attention(
     eager = _plain_eager(q)
     dims, spans, block_size = _structure(q, k, v, ranges, block_indices, block_size, positions, eager)
     scale = resolve_scale(scale, dims.Dk)
-    if eager:
+    transform = transforms.transform_of(q, k, v, spans, positions) if eager else None
+    if transform:  # torch.func: the torch paths, never the operator (no functorch rule)
+        eager, r = False, Route(*transforms.route_under(backend, transform, BACKENDS))
+    elif eager:
         r = route(q, k, v, backend=backend)
     else:
         grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
@@ -372,7 +388,7 @@ def selection_attention(
             r = dataclasses.replace(r, tokens=1)  # one query position: no multi-token program
     tokens = r.tokens
     checks = None
-    if validate and eager and spans.numel():
+    if validate and (eager or transform) and spans.numel():
         if value_checks.beside_the_kernel(r, q.device):
             checks = value_checks.start_beside(spans, positions, block_size, dims, q.device)
         else:

@@ -44,7 +44,7 @@ from packaging.version import Version
 import warnings
 
 from . import plan, reference, share
-from .contract import KERNEL_DTYPES, block_indices_to_ranges
+from .contract import KERNEL_DTYPES, block_indices_to_ranges, clamp_ranges
 
 try:
     from .kernels import launch
@@ -82,7 +82,7 @@ def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens
 def reference_backward(q, k, v, ranges, out, lse, grad_out, scale):
     """Gradients from the packed reference in float32 (``reference.packed_backward``): the fallback of
     :func:`kernel_backward`.  ``out`` and ``lse`` are unused here (the kernels use them)."""
-    dq, dk, dv = reference.packed_backward(q, k, v, ranges, grad_out, scale=scale)
+    dq, dk, dv = reference.packed_backward(q, k, v, clamp_ranges(ranges, k.shape[2]), grad_out, scale=scale)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -113,14 +113,18 @@ def kernel_backward(q, k, v, ranges, out, lse, grad_out, scale):
         tune["dq_tokens"] = dq_tokens_per_program(q.shape[3], dev.max_rows) or None
     try:
         return grad.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, scale=scale, **tune)
-    except Exception as exc:  # noqa: BLE001 - any kernel failure falls back, once per configuration
+    except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per configuration
+        try:
+            grads = reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
+        except Exception:  # noqa: BLE001 - the fallback fails too: the inputs, not the kernels
+            raise exc from None  # nothing is remembered: the next backward tries the kernels again
         key = (str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         _BWD_FAILED[key] = reason
         warnings.warn(f"nsa_triton_sel: the Triton backward kernels failed for device={key[0]}, dtype={key[1]}, "
                       f"Dk={key[2]}, Dv={key[3]}, h={key[4]} ({reason}); using the packed-SDPA gradients for this "
                       f"configuration from now on", RuntimeWarning, stacklevel=2)
-        return reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
+        return grads
 
 
 backward = kernel_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (dq, dk, dv): replaceable

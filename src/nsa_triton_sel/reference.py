@@ -61,8 +61,20 @@ def oracle(q, k, v, ranges, *, scale=None, return_lse=False, validate=True):
                 outs.append((p @ vd[b, g, sel]) / denom)
                 lses.append((m + torch.log(denom))[:, 0])
     out = torch.stack(outs).reshape(B, S, G, h, Dv)
+    if all(o is zero_o for o in outs):  # every row empty: still a graph, zero gradients
+        out = _differentiable_zeros(out.shape, qd, kd, vd)
     lse = torch.stack(lses).reshape(B, S, G, h)
     return (out, lse) if return_lse else out
+
+
+def _differentiable_zeros(shape, q, k, v):
+    """Zeros in v's dtype that, when q, k or v require grad, hang on the graph with zero gradients:
+    a call whose rows are all empty must still support ``backward()`` (as the Triton operator does).
+    The link is the sum of an empty slice of each input (0, no copy, never NaN)."""
+    out = torch.zeros(shape, dtype=v.dtype, device=v.device)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        out = out + sum(x[:0].sum() for x in (q, k, v)).to(v.dtype)
+    return out
 
 
 def _row_key_index(ranges_rows: torch.Tensor, L_max: int):
@@ -81,6 +93,16 @@ def _row_key_index(ranges_rows: torch.Tensor, L_max: int):
     key = start.gather(-1, span) + slot - first
     valid = slot < cum[:, -1:]
     return torch.where(valid, key, torch.zeros_like(key)), valid
+
+
+def _gather_keys(x, b_of, g_of, key, valid):
+    """``x[b, g, key]`` per row and slot ``[r, L, D]``, zero in the padding slots.
+
+    A padding slot indexes key 0 (any in-range index would do); its gathered row is replaced by
+    zeros with ``where``, not multiplied by 0, so an inf or NaN at key 0 cannot reach the rows that
+    never selected it (0 * inf = NaN), in the forward or in the gradients."""
+    xb = x[b_of[:, None], g_of[:, None], key]
+    return torch.where(valid[..., None], xb, torch.zeros((), dtype=xb.dtype, device=xb.device))
 
 
 def _bytes_per_row(L_max: int, h: int, Dk: int, Dv: int, elem: int) -> int:
@@ -124,7 +146,7 @@ def packed_sdpa(
     L_row = lens.sum(-1)
     L_max = int(L_row.max()) if n and R else 0  # the one host synchronisation
     if L_max == 0:
-        out = torch.zeros(shape_o, dtype=v.dtype, device=q.device)
+        out = _differentiable_zeros(shape_o, q, k, v)
         lse = torch.full(shape_l, float("-inf"), device=q.device)
         return (out, lse) if return_lse else out
     q_rows = q.reshape(R, h, Dk)
@@ -135,8 +157,8 @@ def packed_sdpa(
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
         key, valid = _row_key_index(rows_r[r0:r1], L_max)
-        kb = k[b_of[r0:r1, None], g_of[r0:r1, None], key]  # [r, L_max, Dk]
-        vb = v[b_of[r0:r1, None], g_of[r0:r1, None], key]  # [r, L_max, Dv]
+        kb = _gather_keys(k, b_of[r0:r1], g_of[r0:r1], key, valid)  # [r, L_max, Dk]
+        vb = _gather_keys(v, b_of[r0:r1], g_of[r0:r1], key, valid)  # [r, L_max, Dv]
         nonempty = (L_row[r0:r1] > 0)[:, None]
         # An empty row would make SDPA divide 0 by 0 (NaN, also in the backward):
         # let it see slot 0 (key 0) and zero its output afterwards.
@@ -185,8 +207,8 @@ def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int =
     for r0 in range(0, R if L_max else 0, chunk):
         r1 = min(R, r0 + chunk)
         key, valid = _row_key_index(rows_r[r0:r1], L_max)  # [r, L]
-        kb = k[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dk]
-        vb = v[b_of[r0:r1, None], g_of[r0:r1, None], key].float()  # [r, L, Dv]
+        kb = _gather_keys(k, b_of[r0:r1], g_of[r0:r1], key, valid).float()  # [r, L, Dk]
+        vb = _gather_keys(v, b_of[r0:r1], g_of[r0:r1], key, valid).float()  # [r, L, Dv]
         qc = q.reshape(R, h, Dk)[r0:r1].float()
         go = grad_out.reshape(R, h, Dv)[r0:r1].float()
         s = torch.einsum("rhd,rld->rhl", qc, kb).mul_(sc).masked_fill_(~valid[:, None, :], float("-inf"))
@@ -197,9 +219,11 @@ def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int =
         ds = p * (torch.einsum("rhd,rld->rhl", go, vb) - (go * o).sum(-1, keepdim=True))
         dq[r0:r1] = torch.einsum("rhl,rld->rhd", ds, kb) * sc
         flat = ((b_of[r0:r1] * G + g_of[r0:r1]) * T)[:, None] + key  # [r, L] rows of k viewed as [B*G*T]
-        w = valid[..., None].float()
-        dk.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", ds, qc) * sc * w).reshape(-1, Dk))
-        dv.index_add_(0, flat.reshape(-1), (torch.einsum("rhl,rhd->rld", p, go) * w).reshape(-1, Dv))
+        w = valid[..., None]  # padding slots add exactly 0 to key 0 (where, not * 0: a NaN row stays its own)
+        zero = torch.zeros((), device=q.device)
+        dk.index_add_(0, flat.reshape(-1),
+                      torch.where(w, torch.einsum("rhl,rhd->rld", ds, qc) * sc, zero).reshape(-1, Dk))
+        dv.index_add_(0, flat.reshape(-1), torch.where(w, torch.einsum("rhl,rhd->rld", p, go), zero).reshape(-1, Dv))
     return dq.reshape(B, S, G, h, Dk), dk.reshape(B, G, T, Dk), dv.reshape(B, G, T, Dv)
 
 

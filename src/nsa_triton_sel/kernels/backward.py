@@ -72,6 +72,14 @@ def _log2_lse(lse):
 
 
 @triton.jit
+def _at_most_0(x):
+    """``min(x, 0)`` keeping NaN (``tl.minimum`` may drop it on a GPU): a probability recomputed from
+    the stored LSE is at most 1.  With logits near 1e8 the fp32 rounding of ``s - lse`` reaches
+    tens of units, and ``exp2`` of that overflowed P (fp16 dv inf/off by tens of percent)."""
+    return tl.where(x > 0.0, 0.0, x)
+
+
+@triton.jit
 def _load_rows(X, b, s, g, offs_h, h, D, sx_b, sx_s, sx_g, sx_h, sx_d, BLOCK_D: tl.constexpr):
     """The ``[BLOCK_H, BLOCK_D]`` rows of heads ``offs_h`` of row (b, s, g) of a 5-D tensor (0 outside)."""
     offs_d = tl.arange(0, BLOCK_D)
@@ -140,7 +148,7 @@ def _dq_tile(
         if DOT_F32:
             k2 = k2.to(tl.float32)
         qk += tl.dot(q2, tl.trans(k2))
-    p = tl.where(valid, tl.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+    p = tl.where(valid, tl.exp2(_at_most_0(qk * qk_scale - lse2[:, None])), 0.0)
     vt = tl.load(v_row + pos.to(tl.int64) * sv_t + offs_dv[:, None] * sv_d + offs_n[None, :] * sv_t,
                  mask=(offs_dv[:, None] < Dv) & n_ok[None, :], other=0.0)
     if DOT_F32:
@@ -471,10 +479,11 @@ def sel_bwd_dkdv_kernel(
             q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)
             st += tl.dot(k2, tl.trans(q2))
         inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])
-        pt = tl.where(inside, tl.exp2(st * qk_scale - lse2[None, :]), 0.0)
+        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)
         dv += tl.dot(pt.to(do.dtype), do)
         dpt = tl.dot(v, tl.trans(do))
-        dst = (pt * (dpt - delta[None, :])).to(q1.dtype)
+        # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
         dk1 += tl.dot(dst, q1)
         if DK2 > 0:
             dk2 += tl.dot(dst, q2)

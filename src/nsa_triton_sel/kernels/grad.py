@@ -22,7 +22,7 @@ from . import backward
 from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size,
                             dq_tokens_per_program)
 from .. import plan as P
-from ..contract import resolve_scale
+from ..contract import clamp_ranges, resolve_scale
 from .launch import _check_kernel_inputs, _interpreter_dot_f32
 from .meta import LOG2E
 
@@ -135,13 +135,13 @@ def fill_readers(c: ReaderCounts, n_entries: int, *, h: int, rows_per_step: int,
     return ReaderCSR(entries, chunks, tile_slots, slots, c.nt, chunk, n_entries)
 
 
-def _host_int_later(x: torch.Tensor):
-    """A callable returning ``int(x)`` (one element), copied to the host without draining the
+def _host_ints_later(x: torch.Tensor):
+    """A callable returning ``x.tolist()`` (a few int64), copied to the host without draining the
     stream: on CUDA the copy is asynchronous and the callable waits on an event recorded right
     after it, so kernels enqueued in between keep running."""
     if x.device.type != "cuda":
-        value = int(x)
-        return lambda: value
+        values = x.tolist()
+        return lambda: values
     buf = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
     buf.copy_(x, non_blocking=True)
     done = torch.cuda.Event()
@@ -149,9 +149,27 @@ def _host_int_later(x: torch.Tensor):
 
     def get():
         done.synchronize()
-        return int(buf[0])
+        return buf.tolist()
 
     return get
+
+
+def _nonfinite_rows(q, grad_out) -> torch.Tensor:
+    """``[B, S, G, h]`` bool: the (row, head) pairs whose q or dO holds an inf or NaN."""
+    return ~(torch.isfinite(q).all(-1) & torch.isfinite(grad_out).all(-1))
+
+
+def _isolate(q, grad_out, lse, bad):
+    """q, dO and LSE for the dk/dv kernel with the non-finite (row, head) pairs isolated.
+
+    A key tile's dot products mix every reader of the tile, so one inf in q or dO would turn the
+    0 weights of the keys its row never read into NaN (0 * inf) in their dk/dv.  Such pairs get
+    q = dO = 0 and LSE = NaN instead: their own keys still get NaN (as in exact arithmetic), the
+    other keys of the tile nothing.  Runs only when the host already knows there is such a pair."""
+    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+    nan = torch.full((), float("nan"), device=q.device)
+    return (torch.where(bad[..., None], zero, q), torch.where(bad[..., None], zero, grad_out),
+            torch.where(bad, nan, lse))
 
 
 def _chunk_table(per_tile, offsets, n_entries: int, chunk: int):
@@ -215,13 +233,18 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     configuration (``backward_meta`` keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
     ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``,
     ``streams``, ``dq_tokens`` (the multi-token dq kernel), ``tok_block_n``, ``tok_warps``,
-    ``tok_stages``).  Trusts its caller like the forward launchers: the ranges must satisfy
+    ``tok_stages``) and ``delta`` (``"output"`` or ``"fp32"``, default :data:`DELTA`, see
+    :func:`_fill_delta`).  Trusts its caller like the forward launchers: the ranges must satisfy
     the contract.
     """
     del deterministic  # every path is deterministic
+    exact = _delta_mode(tune.pop("delta", None)) == "fp32"
     _check_backward_inputs(q, k, v, ranges, out, lse, grad_out)
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
+    # Clamped like the forward kernels clamp them: no value can make the dq kernel or the reader
+    # list (which indexes by span) leave [0, T), with validate=False too.  One small op on the device.
+    ranges = clamp_ranges(ranges, T)
     n = ranges.shape[3]
     dev = P.device_of(q.device)
     tune.setdefault("max_rows", dev.max_rows)
@@ -236,25 +259,31 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
     # enqueued behind it, so the GPU never waits for the host.
     counts = count_readers(ranges, T, meta.KV_BLOCK_N)
-    n_entries = _host_int_later(counts.offsets[-1:])
+    bad = _nonfinite_rows(q, grad_out)
+    # The entry count and "any non-finite q or dO" reach the host in one copy, behind the dq kernel.
+    host = _host_ints_later(torch.cat([counts.offsets[-1:], bad.any().reshape(1).to(torch.int64)]))
     programs = meta.programs_per_sm * dev.sm_count
     if meta.streams > 1 and q.is_cuda:
         # dq (L2-bound on K/V tiles) on a side stream beside the CSR and dk/dv (which gather
         # q and dO rows), once delta is ready; joined before returning.
-        _launch_delta(out, grad_out, delta, meta, h)
+        _fill_delta(q, k, v, ranges, out, grad_out, delta, meta, sc, exact)
         main, side = torch.cuda.current_stream(q.device), _side_stream(q.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-        csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
-        _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
+            _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc, True)
+        n_entries, nonfinite = host()
+        csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+        qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
+        _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
         main.wait_stream(side)
         return dq, dk, dv
-    if meta.streams > 1:
-        _launch_delta(out, grad_out, delta, meta, h)
-    _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
-    csr = fill_readers(counts, n_entries(), h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
-    _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr, meta, sc)
+    if meta.streams > 1 or exact:
+        _fill_delta(q, k, v, ranges, out, grad_out, delta, meta, sc, exact)
+    _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc, meta.streams > 1 or exact)
+    n_entries, nonfinite = host()
+    csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+    qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
+    _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
 
 
@@ -268,6 +297,35 @@ def _side_stream(device: torch.device):
     return _SIDE_STREAMS[key]
 
 
+DELTA = "output"  # how the backward gets delta = rowsum(dO * O): "output" or "fp32" (see _fill_delta)
+DELTA_MODES = ("output", "fp32")
+
+
+def _delta_mode(mode) -> str:
+    mode = DELTA if mode is None else mode
+    if mode not in DELTA_MODES:
+        raise ValueError(f"delta={mode!r}; accepted: {', '.join(map(repr, DELTA_MODES))}")
+    return mode
+
+
+def _fill_delta(q, k, v, ranges, out, grad_out, delta, meta: BackwardMeta, sc: float, exact: bool):
+    """``delta = rowsum(dO * O)`` into its buffer, for the dq kernel to load.
+
+    ``exact`` (``DELTA = "fp32"``): O recomputed in fp32 by the forward kernel (its accumulator stored
+    without rounding to q's dtype).  The stored bf16 output's rounding, multiplied by dO, is of the
+    size of dP - delta when one key takes all the weight (a saturated softmax): dq/dk errors of
+    5-25 % in bf16 there, 0.3 % with this.  It costs one more forward pass; the default ("output")
+    reads the stored output, like FlashAttention."""
+    if not exact:
+        _launch_delta(out, grad_out, delta, meta, q.shape[3])
+        return
+    from .launch import selection
+
+    o32 = selection(q, k, v, ranges, scale=sc, out=torch.empty(out.shape, dtype=torch.float32, device=q.device),
+                    decode=False)
+    torch.sum(grad_out.float() * o32, dim=-1, out=delta)
+
+
 def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
     B, S, G = out.shape[:3]
     backward.sel_bwd_delta_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
@@ -276,7 +334,10 @@ def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
     )
 
 
-def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float):
+def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float,
+               load: bool | None = None):
+    """The dq kernel; ``load``: read delta from its buffer (default: with ``streams=2``), else compute it."""
+    load = meta.streams > 1 if load is None else load
     B, S, G, h, Dk = q.shape
     args = (q, k, v, out, grad_out, lse, delta, dq, ranges,
             S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
@@ -284,10 +345,10 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMet
             *ranges.stride())
     if meta.TOK:
         backward.sel_bwd_dq_tok_kernel[(B * P.cdiv(S, meta.TOK), G)](
-            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
+            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **{**meta.dq_tok_constexprs(), "LOAD_DELTA": load})
         return
     backward.sel_bwd_dq_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
-        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
+        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **{**meta.dq_constexprs(), "LOAD_DELTA": load})
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr: ReaderCSR, meta: BackwardMeta, sc: float):
