@@ -6,7 +6,7 @@
 - ``releases.png``: per Triton release, the verdict of each correctness check in
   ``constraints/ledger.jsonl`` (compile, backward, parity on the interpreter and on a GPU), and the
   speed of our kernel in each pytest-benchmark group relative to the newest release that has a GPU
-  bench run (``h100-lanes/bench-X.benchmark.json``).
+  bench run (``h100-session5/triton-X.benchmark.json``, from ``bench/run_release.sh``).
 
 Needs matplotlib (the ``bench`` extra).  ``--out DIR`` writes elsewhere (default ``bench/results/plots``).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "h100-session4" / "train.csv"
-LANE_BENCH = RESULTS / "h100-lanes"
+LANE_BENCH = RESULTS / "h100-session5"  # bench/run_release.sh runs of the current kernels
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 
@@ -117,7 +117,7 @@ def release_cells(records: list[dict], releases: list[str]) -> list[list[tuple[s
 def bench_medians(folder: Path = LANE_BENCH) -> dict[str, dict[str, float]]:
     """``{triton: {group: median seconds of our kernel}}`` from the GPU lanes' pytest-benchmark JSON."""
     out = {}
-    for path in sorted(folder.glob("bench-*.benchmark.json")):
+    for path in sorted(folder.glob("*.benchmark.json")):
         doc = json.loads(path.read_text())
         triton = (doc.get("machine_info", {}).get("nsa_env") or {}).get("triton") or _triton_of(doc, path)
         ours = {b["group"]: b["stats"]["median"] for b in doc["benchmarks"]
@@ -128,7 +128,7 @@ def bench_medians(folder: Path = LANE_BENCH) -> dict[str, dict[str, float]]:
 
 def bench_commits(folder: Path = LANE_BENCH) -> list[str]:
     return sorted({((json.loads(p.read_text()).get("machine_info", {}).get("nsa_env") or {}).get("git_commit") or "?")[:7]
-                   for p in folder.glob("bench-*.benchmark.json")})
+                   for p in folder.glob("*.benchmark.json")})
 
 
 def _triton_of(doc: dict, path: Path) -> str:

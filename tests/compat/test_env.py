@@ -182,3 +182,14 @@ def test_doctor_says_which_threshold_applies_and_why(capsys):
     assert "no CUDA GPU" in threshold_in_force(None, "3.9.0")["why"]
     assert env.main(["--json", "--no-interp"]) == 0
     assert "sel_triton_min_L" in json.loads(capsys.readouterr().out)
+
+
+def test_the_callers_commit_wins_over_a_copied_checkouts_git(monkeypatch):
+    """On the GPU machine the copied checkout's .git named the session's first commit (d8a4c4d-dirty) for
+    code of a later one: NSA_SEL_GIT_COMMIT, which bench/run_release.sh's caller sets, must win."""
+    env._static_fingerprint.cache_clear()
+    monkeypatch.setenv("NSA_SEL_GIT_COMMIT", "94d3abacb0bf6bb5e3ea29587eb6d4dd4a2e7442")
+    try:
+        assert env.fingerprint()["git_commit"] == "94d3abacb0bf6bb5e3ea29587eb6d4dd4a2e7442"
+    finally:
+        env._static_fingerprint.cache_clear()

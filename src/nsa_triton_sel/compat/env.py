@@ -185,7 +185,9 @@ def _static_fingerprint() -> dict:
         "triton": dist_version("triton"),
         "numpy": dist_version("numpy"),
         "nsa_triton_sel": dist_version("nsa-triton-sel"),
-        "git_commit": _git_commit(),
+        # NSA_SEL_GIT_COMMIT wins: a copied checkout may carry a stale .git (the GPU machine's copy
+        # reported the session's first commit, d8a4c4d-dirty, for code of 94d3abac).
+        "git_commit": os.environ.get("NSA_SEL_GIT_COMMIT") or _git_commit(),
         "kernel_hash": _kernel_hash(),
     }
     fp.update(_cuda_info())

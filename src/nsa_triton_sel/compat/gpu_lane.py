@@ -104,7 +104,7 @@ def fingerprint() -> dict:
         except Exception as exc:  # noqa: BLE001 - reported, and the lane refuses below
             fp.setdefault("import_errors", {})[name] = repr(exc)
     fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
-    fp["git_commit"] = fp.get("git_commit") or os.environ.get("NSA_SEL_GIT_COMMIT") or None
+    fp["git_commit"] = fp.get("git_commit") or None  # env.fingerprint: NSA_SEL_GIT_COMMIT first, else git
     return fp
 
 
