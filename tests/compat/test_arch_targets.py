@@ -240,7 +240,7 @@ def test_doctor_reads_the_project_ledger_for_the_asked_arch(tmp_path, monkeypatc
     assert said.startswith("sm_120: compile only (no GPU run)") and "ONLY COMPILE EVIDENCE" in said
 
 
-# ---------------------------------------------------------------- the window triton30-sm100-abort
+# ---------------------------------------------------------------- the Blackwell abort windows
 
 REPO = Path(__file__).resolve().parents[2]
 PATH_RE = re.compile(r"(?<![\w/])((?:[\w.-]+/)+[\w.-]+\.\w+)")
@@ -264,17 +264,58 @@ def _installed_triton():
     return triton.__version__
 
 
-@pytest.mark.skipif(not known_bad.matching(_installed_triton() or "0", 100, "compile"),
-                    reason="reproducer of window triton30-sm100-abort: needs Triton 3.0 (run it with a 3.0 lane's "
-                           "python, e.g. .nox/compile-3-0/bin/python -m pytest -k reproducer)")
-def test_reproducer_triton30_aborts_the_compiler_for_blackwell(tmp_path):
-    """The smoke's probe (a 32x32 fp16 tl.dot) for sm_100 kills the compiler process on Triton 3.0."""
+# The Blackwell compiler aborts: each window, the kernel that reproduces it (the smoke's probe, a 32x32 fp16
+# tl.dot, for the AccelerateMatmul assertion; sel_bwd_delta, a dot-free cross-warp reduction, for LLVM's).
+BLACKWELL_ABORTS = {
+    "triton30-sm100-abort": "probe/dot",
+    "triton31-32-sm100-abort": "probe/dot",
+    "triton30-sm100-llvm-abort": "sel_bwd_delta/bf16/dv128/h16",
+    "triton31-32-sm100-llvm-abort": "sel_bwd_delta/bf16/dv128/h16",
+}
+
+
+def _window(wid: str):
+    return next(w for w in known_bad.load() if w.id == wid)
+
+
+def test_every_blackwell_abort_window_has_a_reproducer_here():
+    ids = {w.id for w in known_bad.load() if w.signature and set(w.arch) >= {100, 103, 120} and "compile" in w.checks}
+    assert ids == set(BLACKWELL_ABORTS), "a Blackwell compile-abort window without a reproducer below (or vice versa)"
+
+
+@pytest.mark.parametrize("wid", sorted(BLACKWELL_ABORTS))
+def test_reproducer_the_blackwell_aborts(wid, tmp_path):
+    """Under a Triton inside the window, the window's kernel kills the compiler for sm_120 with its signature
+    (sm_120: every window's releases abort there; 3.2 gets sel_bwd_delta through for sm_100).
+
+    Run with a lane's python (e.g. ``.nox/compile-3-1/bin/python -m pytest tests/compat/test_arch_targets.py
+    -k reproducer``); outside the window's releases it is skipped with the reason."""
     from nsa_triton_sel.compat.smoke.children import run_child
 
-    req = smoke_run._probe_spec(tmp_path).request(100)
-    res = run_child(req, tmp_path / "sm100", 300, sys.executable)
-    assert res["verdict"] == CRASH and res["returncode"] == -6  # SIGABRT
-    assert "computeCapability not supported" in res["message"]
+    window, installed = _window(wid), _installed_triton()
+    if installed is None or not window.covers(installed, 120, "compile", "aot"):
+        pytest.skip(f"reproducer of window {wid}: needs Triton {window.triton} (installed: {installed}); run it "
+                    "with that lane's python, e.g. .nox/compile-3-1/bin/python -m pytest -k reproducer")
+    name = BLACKWELL_ABORTS[wid]
+    spec = smoke_run._probe_spec(tmp_path) if name == "probe/dot" else next(s for s in SPECS if s.name == name)
+    res = run_child(spec.request(120), tmp_path / "sm120", 300, sys.executable)
+    assert res["verdict"] == CRASH and res["returncode"] == -6, res  # SIGABRT
+    assert window.signature in res["message"], res["message"]
+
+
+@pytest.mark.parametrize("name", sorted(set(BLACKWELL_ABORTS.values())))
+def test_the_reproducers_compile_for_blackwell_outside_the_windows(name, tmp_path):
+    """The other half of each reproducer: under a Triton no abort window covers (CI's 3.9), the same kernel
+    compiles for sm_120, so the windows name the releases, not the kernels."""
+    from nsa_triton_sel.compat.smoke.children import run_child
+
+    installed = _installed_triton()
+    inside = [w for w in BLACKWELL_ABORTS if installed and _window(w).covers(installed, 120, "compile", "aot")]
+    if installed is None or inside:
+        pytest.skip(f"Triton {installed} is inside {inside}: the reproducer itself runs here")
+    spec = smoke_run._probe_spec(tmp_path) if name == "probe/dot" else next(s for s in SPECS if s.name == name)
+    res = run_child(spec.request(120), tmp_path / "sm120", 300, sys.executable)
+    assert res["verdict"] == OK, res
 
 
 # ---------------------------------------------------------------- the planner's tables on the new archs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,54 @@ def test_results_become_gpu_canary_records():
                        base, imported={"triton": "3.9.0", "numpy": None, "torch": "2.11.0"})
     assert recs[0]["check"] == "gpu-canary" and recs[0]["kernel"] == "gpu-canary/odd_k_tail"
     assert recs[0]["verdict"] == "crash" and recs[0]["triton_imported"] == "3.9.0"
+
+
+# ---------------------------------------------------------------- a fired canary needs a window or a note
+
+def _fired(name: str, triton: str) -> dict:
+    return {"check": "gpu-canary", "kernel": f"gpu-canary/{name}", "verdict": "fail", "triton": triton,
+            "compute_capability": "9.0"}
+
+
+def test_a_fired_canary_shows_its_window_its_note_or_a_flag():
+    from nsa_triton_sel import known_bad
+    from nsa_triton_sel.compat.ledger.gpu_tables import canaries_fired
+
+    windows = known_bad.load()
+    assert canaries_fired([_fired("cumsum_spans", "3.2.0")], windows) == \
+        "cumsum_spans (note)"
+    assert canaries_fired([_fired("cumsum_spans", "3.0.0")], windows) == \
+        "cumsum_spans (window)"
+    assert canaries_fired([_fired("cumsum_spans", "3.4.0")], windows) == "cumsum_spans (**unanswered**)"
+    assert canaries_fired([_fired("odd_k_tail", "3.2.0")], windows) == "odd_k_tail (**unanswered**)"
+
+
+def test_the_shipped_notes_load_and_name_files_that_exist():
+    from nsa_triton_sel.compat.canaries import notes
+
+    repo = Path(__file__).resolve().parents[2]
+    loaded = notes.load()
+    assert loaded and all(n.why and n.evidence for n in loaded)
+    for n in loaded:
+        for path in re.findall(r"[\w.-]+(?:/[\w.-]+)+\.\w+", n.evidence + " " + n.why):
+            assert (repo / path).exists() or (repo / "src" / "nsa_triton_sel" / path).exists(), path
+
+
+@pytest.mark.parametrize("body, words", [
+    ('schema = 2\n', "schema 2 is not supported"),
+    ('schema = 1\n[[note]]\ncanary = "nope"\ntriton = ">=3.2"\narch = [90]\nwhy = "w"\nevidence = "e"\n',
+     "'nope' is not a GPU canary (one of dot_trans_dk"),
+    ('schema = 1\n[[note]]\ncanary = "cumsum_spans"\ntriton = "3.2"\narch = [90]\nwhy = "w"\nevidence = "e"\n',
+     "is not a PEP 440 specifier"),
+    ('schema = 1\n[[note]]\ncanary = "cumsum_spans"\ntriton = ">=3.2"\narch = ["sm_90"]\nwhy = "w"\nevidence = "e"\n',
+     "arch must be a list of compute capabilities as integers"),
+    ('schema = 1\n[[note]]\ncanary = "cumsum_spans"\ntriton = ">=3.2"\narch = [90]\nwhy = "w"\n',
+     "missing ['evidence']"),
+])
+def test_a_bad_note_says_what_is_wrong(tmp_path, body, words):
+    from nsa_triton_sel.compat.canaries import notes
+
+    path = tmp_path / "notes.toml"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        notes.load(path)

@@ -70,7 +70,7 @@ def test_gpu_tables_show_errors_canaries_speed_ratios_and_auto_per_release():
     md = _render_at(recs)
     lines = md.splitlines()
     row = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 2.11.0+cu130 (off-pair) |"))
-    assert "| 01234567 | 2/2 | 1/1 | 9.00e-03 | 3.00e-02 | dot_trans_dk |" in row
+    assert "| 01234567 | 2/2 | 1/1 | 9.00e-03 | 3.00e-02 | dot_trans_dk (**unanswered**) |" in row
     fast = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 0.84 (1.00x) |"))
     assert "| 3.00 (1.00x) |" in fast and "| 1.01x (0.97-1.05) | 1.01 | — |" in fast
     slow = next(ln for ln in lines if ln.startswith("| 3.5.1 | H100 | 1.26 (1.50x) |"))

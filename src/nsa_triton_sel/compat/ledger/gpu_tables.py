@@ -21,6 +21,7 @@ import statistics
 from packaging.version import Version
 
 from ..verdicts import BAD, PASS
+from ..canaries import notes as canary_notes
 from .evidence import is_gpu, is_stale, on_gpu_machine, short_gpu
 
 SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
@@ -64,13 +65,29 @@ def _max_metric(recs: list[dict], check: str, key: str) -> str:
     return f"{max(vals):.2e}" if vals else "—"
 
 
-def canaries_fired(recs: list[dict]) -> str:
+def canaries_fired(recs: list[dict], windows: list = (), notes: list | None = None) -> str:
+    """Which GPU canaries fired, each with its answer: the known-bad window that covers our kernels there,
+    or the note that says why they are not hit; one with neither is flagged."""
     sel = [r for r in recs if r.get("check") == "gpu-canary"]
     if not sel:
         return "—"
-    fired = [r["kernel"].rpartition("/")[2] + ("" if r["verdict"] == "fail" else f" ({r['verdict']})")
-             for r in sel if r["verdict"] in BAD]
+    notes = canary_notes.load() if notes is None else notes
+    fired = []
+    for r in sel:
+        if r["verdict"] not in BAD:
+            continue
+        name = r["kernel"].rpartition("/")[2]
+        said = name + ("" if r["verdict"] == "fail" else f" ({r['verdict']})")
+        ans = canary_notes.answer(name, r.get("triton") or "0", _arch([r]), list(windows), notes)
+        fired.append(_answered(said, ans))
     return ", ".join(fired) if fired else f"none of {len(sel)}"
+
+
+def _answered(said: str, ans: str | None) -> str:
+    """Short, so the row fits: the window or note itself is listed under the table."""
+    if ans is None:
+        return f"{said} (**unanswered**)"
+    return f"{said} ({'window' if ans.startswith('window ') else 'note'})"
 
 
 def _kernels(recs: list[dict], current: str | None) -> str:
@@ -93,12 +110,13 @@ def _points(recs: list[dict]) -> dict:
     return out
 
 
-def correctness_rows(table, recs: list[dict], current: str | None) -> list[list[str]]:
+def correctness_rows(table, recs: list[dict], current: str | None, windows: list = (),
+                     notes: list | None = None) -> list[list[str]]:
     rows = []
     for rel, gpu, mine in _runs(table, recs):
         rows.append([rel.triton, short_gpu(gpu), _torch(mine), _kernels(mine, current), _count(mine, "parity"),
                      _count(mine, "backward"), _max_metric(mine, "parity", "max_abs_err"),
-                     _max_metric(mine, "backward", "max_abs_err"), canaries_fired(mine)])
+                     _max_metric(mine, "backward", "max_abs_err"), canaries_fired(mine, windows, notes)])
     return rows
 
 
@@ -169,7 +187,8 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: str | None = None) -> list[str]:
     """The GPU section of MATRIX.md (empty when no record came from a GPU)."""
-    rows = correctness_rows(table, recs, current)
+    notes = canary_notes.load()
+    rows = correctness_rows(table, recs, current, windows or [], notes)
     if not rows:
         return []
     out = ["", "## GPU evidence per release", "",
@@ -179,6 +198,11 @@ def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: 
            "Canaries: minimal kernels of public GPU miscompile classes (`nsa_triton_sel.compat.canaries.gpu`).", ""]
     out += _table(["Triton", "GPU", "torch", "kernels", "parity", "backward", "fwd err", "bwd err", "canaries fired"],
                   rows)
+    out += ["", "A fired canary is answered by a known-bad window that covers GPU parity there (our kernels are "
+            "hit: see 'Known-bad windows') or by a note (`nsa_triton_sel/compat/canaries/notes.toml`: why they "
+            "are not); **unanswered**: neither yet. Notes:", ""]
+    out += [f"- note `{n.canary}` on Triton {n.triton} (sm_{'/'.join(map(str, n.arch))}): {n.why} ({n.evidence})"
+            for n in notes] or ["- no notes"]
     out += ["", "Speed: pytest-benchmark medians in ms on the GPU clock (canonical NSA shape: G=4 x h=16, D=128, "
             "block 64, top-16, random selection; `(x)` = ratio to the newest release on that GPU with the same "
             "kernels); seeds = the seeds' packed shapes, Triton's speedup over SDPA (median, range); auto = "
