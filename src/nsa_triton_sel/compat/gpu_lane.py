@@ -125,6 +125,13 @@ def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
     return base
 
 
+def canary_records(results: list[dict], base: dict, imported: dict | None = None) -> list[dict]:
+    """Ledger records (check ``gpu-canary``) from :func:`.canaries.gpu.run_all`'s results (made here, so the
+    canaries never import the ledger, which renders them)."""
+    return [ledger.record({**base, "check": "gpu-canary"}, kernel=f"gpu-canary/{r['name']}", verdict=r["verdict"],
+                          message=r["message"], metrics=r["metrics"], imported=imported) for r in results]
+
+
 def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: float) -> tuple[int, str | None]:
     """One stage -> its run file; (number of records, problem or None)."""
     started = ledger.now_iso()
@@ -137,7 +144,7 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
             from .canaries import gpu  # noqa: PLC0415
 
             results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
-            records, problem = gpu.records(results_, base, imported=fp["imported"]), None
+            records, problem = canary_records(results_, base, imported=fp["imported"]), None
         else:
             records, problem = BODIES[kind](session, lane, base, results, [], m)
         records, leak = isolate(records, lane)

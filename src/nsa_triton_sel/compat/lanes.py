@@ -15,6 +15,9 @@ Standard library and ``packaging`` only, so the noxfile can import it before any
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -309,6 +312,21 @@ def write_constraints(table: Table, root: Path | None = None) -> list[Path]:
         if path in changed:
             atomic_write_text(path, constraints_text(lane))
     return changed
+
+
+def gpu_mode() -> bool:
+    """Which flavour the lanes run here: GPU when NSA_SEL_GPU=1, or when unset and nvidia-smi lists a GPU."""
+    forced = os.environ.get("NSA_SEL_GPU", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        res = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0 and "GPU" in res.stdout
 
 
 def main(argv: list[str] | None = None) -> int:

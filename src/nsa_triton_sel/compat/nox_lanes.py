@@ -31,6 +31,7 @@ from packaging.version import Version
 
 from . import lanes, ledger
 from .lane_bodies import BODIES, bench_skip, raw_path
+from .lanes import gpu_mode  # re-exported: the noxfile asks it
 from .lane_summary import summary_lines
 from .verdicts import ERROR
 
@@ -86,21 +87,6 @@ class Matrix:
     table: lanes.Table
     root: Path
     gpu: bool
-
-
-def gpu_mode() -> bool:
-    """GPU flavour when NSA_SEL_GPU=1, or when unset and nvidia-smi lists a GPU."""
-    forced = os.environ.get("NSA_SEL_GPU", "").strip()
-    if forced in ("0", "1"):
-        return forced == "1"
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        res = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return res.returncode == 0 and "GPU" in res.stdout
 
 
 def options(session) -> tuple[argparse.Namespace, list[str]]:

@@ -47,6 +47,7 @@ from .. import known_bad
 from . import bench_store, lanes, ledger, project
 from .admit import admit
 from .atomic import FileProblem
+from .lanes import gpu_mode
 from .ledger.pinning import PinError, normalise_releases
 from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
@@ -326,7 +327,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_upgrade(args) -> int:
-    from .nox_lanes import gpu_mode  # noqa: PLC0415
 
     try:
         version = str(Version(args.version))

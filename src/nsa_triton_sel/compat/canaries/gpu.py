@@ -107,14 +107,6 @@ def run_all(canaries=CANARIES, timeout_s: float = 120.0, env: dict | None = None
     return [run_one(c, timeout_s, env) for c in canaries]
 
 
-def records(results: list[dict], base: dict, imported: dict | None = None) -> list[dict]:
-    """Ledger records (check ``gpu-canary``) from :func:`run_all`'s results."""
-    from ..ledger import record  # noqa: PLC0415
-
-    return [record({**base, "check": "gpu-canary"}, kernel=f"gpu-canary/{r['name']}", verdict=r["verdict"],
-                   message=r["message"], metrics=r["metrics"], imported=imported) for r in results]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.canaries.gpu",
                                 description="run the GPU miscompile canaries, each in its own process")
