@@ -343,3 +343,19 @@ def test_the_registry_is_what_the_planner_launches_on_every_matrix_arch():
         assert replace(dev, arch=90) == hopper and plan.shared_limit(arch) is not None, arch
     forward = [s.name for s in SPECS if not s.name.startswith("sel_bwd") and not s.only]  # +cap: 3.0/3.1 sm_90 only
     assert [c.name for c in plan.smoke_cases(plan.Device.target(120, "3.9.0"))] == forward
+
+
+def test_the_ptxas_that_ran_names_the_reason(ptxas124, tmp_path):
+    """Triton 3.3 runs ptxas-blackwell (CUDA 12.8) for sm_100+ while its lookup names ptxas (12.4): the
+    reason must come from the binary in the failed command, not from the lookup."""
+    newer = tmp_path / "bin" / "ptxas-blackwell"
+    newer.parent.mkdir()
+    newer.write_text(PTXAS_124.replace("release 12.4, V12.4.131", "release 12.8, V12.8.61")
+                     .replace("'sm_90a'.", "'sm_90a','sm_100','sm_100a','sm_120','sm_120a'."))
+    newer.chmod(newer.stat().st_mode | stat.S_IXUSR)
+    err = f"CalledProcessError: Command '['{newer}', '-lineinfo', '-v', '--gpu-name=sm_103a', 'x.ptx']' returned 255"
+    why = aot.target_problem(103, err)
+    assert why == ("the bundled ptxas-blackwell (CUDA 12.8, V12.8.61) cannot target sm_103: its --gpu-name accepts "
+                   "up to sm_120a"), why
+    assert aot.target_problem(103, err.replace(str(newer), "/nonexistent/ptxas")).startswith(
+        "the bundled ptxas (CUDA 12.4, V12.4.131)")  # a path that is not there: the lookup's binary

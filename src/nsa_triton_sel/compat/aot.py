@@ -226,6 +226,20 @@ def ptxas_targets(ptxas: str) -> tuple[str, list[str]]:
 
 
 TARGET = "the bundled ptxas"  # how a target_problem() message starts
+_PTXAS_IN_COMMAND = re.compile(r"""['"]?(/[^'"\s]*/ptxas[\w.-]*)['"]?""")
+
+
+def _ptxas_named_in(error_text: str) -> str | None:
+    """The ptxas binary the failed command ran (Triton 3.3 runs ptxas-blackwell for sm_100+ while its
+    lookup names ptxas): the one whose version and targets explain the failure."""
+    m = _PTXAS_IN_COMMAND.search(error_text)
+    return m.group(1) if m and os.access(m.group(1), os.X_OK) else None
+
+
+def _variant(ptxas: str | None) -> str:
+    """``-blackwell`` for Triton's second bundled ptxas, so the message names the binary that ran."""
+    name = os.path.basename(ptxas or "")
+    return name[len("ptxas"):] if name.startswith("ptxas") else ""
 
 
 def target_problem(arch: int, error_text: str, ptxas: str | None = None) -> str | None:
@@ -233,9 +247,9 @@ def target_problem(arch: int, error_text: str, ptxas: str | None = None) -> str 
     or None: a failure that never reached ptxas (a front-end error) is the kernel's, on any arch."""
     if "ptxas" not in error_text.lower() and not any(p in error_text for p in PTXAS_TARGET_REJECTIONS):
         return None
-    ptxas = ptxas or ptxas_path(arch)
+    ptxas = ptxas or _ptxas_named_in(error_text) or ptxas_path(arch)
     version, names = ptxas_targets(ptxas) if ptxas else ("", [])
-    tool = f"{TARGET} ({version or 'version unknown'})"
+    tool = f"{TARGET}{_variant(ptxas)} ({version or 'version unknown'})"
     if names and not any(n in (f"sm_{arch}", f"sm_{arch}a") for n in names):
         newest = max(names, key=lambda n: (int(re.sub(r"\D", "", n)), n))
         return f"{tool} cannot target sm_{arch}: its --gpu-name accepts up to {newest}"
