@@ -60,9 +60,8 @@ def _note(path: Path, i: int, raw: dict) -> CanaryNote:
 
 
 def answer(canary: str, version: str, arch: int | None, windows: list, notes: list[CanaryNote]) -> str | None:
-    """``window <id>`` when a known-bad window covers this release's GPU parity there, ``note`` when a
-    note covers the canary, else None (the canary still needs an answer)."""
-    hit = [w.id for w in windows if w.covers(version, arch, "parity", "gpu")]
-    if hit:
-        return f"window {hit[0]}"
+    """``"window"`` when a known-bad window covers this release's GPU parity there, ``"note"`` when a note
+    covers the canary, else None (the canary still needs an answer)."""
+    if any(w.covers(version, arch, "parity", "gpu") for w in windows):
+        return "window"
     return "note" if any(n.covers(canary, version, arch) for n in notes) else None

@@ -79,15 +79,8 @@ def canaries_fired(recs: list[dict], windows: list = (), notes: list | None = No
         name = r["kernel"].rpartition("/")[2]
         said = name + ("" if r["verdict"] == "fail" else f" ({r['verdict']})")
         ans = canary_notes.answer(name, r.get("triton") or "0", _arch([r]), list(windows), notes)
-        fired.append(_answered(said, ans))
+        fired.append(f"{said} ({ans or '**unanswered**'})")  # short: windows and notes are listed below
     return ", ".join(fired) if fired else f"none of {len(sel)}"
-
-
-def _answered(said: str, ans: str | None) -> str:
-    """Short, so the row fits: the window or note itself is listed under the table."""
-    if ans is None:
-        return f"{said} (**unanswered**)"
-    return f"{said} ({'window' if ans.startswith('window ') else 'note'})"
 
 
 def _kernels(recs: list[dict], current: str | None) -> str:
