@@ -39,7 +39,7 @@ CHILD = r'''
 import json, sys
 from nsa_triton_sel.compat import aot
 from nsa_triton_sel.compat.specs import derive_signature
-from nsa_triton_sel.kernels import backward_meta as bm
+from nsa_triton_sel.plan import backward as bm
 kind, arch, cfg, ones, div16 = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
 cap = 32 if arch == 90 and tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 1) else 64

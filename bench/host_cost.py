@@ -100,21 +100,11 @@ def wall_ms(fn, calls: int) -> float:
     return statistics.median(rounds)
 
 
-def _placed(placement: str, fn):
-    """``fn()`` with validate=True's checks placed as ``placement`` (``checks.PLACEMENTS``)."""
-    default, checks.PLACEMENT = checks.PLACEMENT, placement
-    try:
-        return fn()
-    finally:
-        checks.PLACEMENT = default
-
-
 def decode_calls(p: dict) -> dict:
     q, k, v, ranges, blocks, pos = p["q"], p["k"], p["v"], p["ranges"], p["blocks"], p["positions"]
     pos_b = pos.view(1, 1).expand(q.shape[0], 1).contiguous()  # [B, 1]: each sequence its own position
     return {
         "validate=True (ranges)": lambda: selection_attention(q, k, v, ranges),
-        "validate=True (ranges), side stream": lambda: _placed("side", lambda: selection_attention(q, k, v, ranges)),
         "validate=False (ranges)": lambda: selection_attention(q, k, v, ranges, validate=False),
         "block_indices, validate=False": lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False),
@@ -175,12 +165,8 @@ def prefill_rows(calls: int) -> list[dict]:
                    "auto_ms": wall_ms(lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs,
                                                                   validate=False), n)}
             if T == PREFILL_T[0]:
-                def checked(place):
-                    return _placed(place, lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs))
-
-                for place in checks.PLACEMENTS:  # the default first: it is the validate_ms column
-                    row[f"validate_{place}_ms"] = wall_ms(lambda place=place: checked(place), n)
-                row["validate_ms"] = row[f"validate_{checks.PLACEMENT}_ms"]
+                row["validate_ms"] = wall_ms(
+                    lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs), n)
                 # the checks alone (GPU-bound when back to back): what validate=True adds at most
                 row["checks_ms"] = wall_ms(lambda: checks.value_flags(blocks, None, bs, SimpleNamespace(T=T)), n)
             rows.append(row)
@@ -188,9 +174,10 @@ def prefill_rows(calls: int) -> list[dict]:
 
 
 def _tokens_chosen(q, blocks) -> int:
-    from nsa_triton_sel import plan, share
+    from nsa_triton_sel.device import device_of
+    from nsa_triton_sel.plan.tokens import choose_tokens
 
-    return share.choose_tokens(blocks, q.shape[3], plan.device_of(q.device))
+    return choose_tokens(blocks, q.shape[3], device_of(q.device))
 
 
 def mock_launches():
@@ -249,8 +236,7 @@ def main(argv=None) -> int:
             val = r.get("validate_ms")
             extra = f"{val:>9.3f} (+{(val - r['bare_ms']) / r['bare_ms'] * 100:.0f}%)" if val else ""
             if val:
-                extra += (f"  [{checks.PLACEMENT}; side stream {r['validate_side_ms']:.3f}; "
-                          f"checks alone {r['checks_ms']:.3f}]")
+                extra += f"  [checks alone {r['checks_ms']:.3f}]"
             print(f"{r['T']:>6} {r['pattern']:<8} {r['kernel']:<7} {r['bare_ms']:>9.3f} {r['auto_ms']:>9.3f} "
                   f"{r['auto_ms'] / r['bare_ms']:>9.3f} {extra}")
     if a.json:

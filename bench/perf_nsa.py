@@ -90,10 +90,11 @@ def inputs(c: Case, seed: int = 0) -> dict:
 
 def ours_kernel(p: dict):
     """The kernel the dispatcher picks for these inputs, launched without the dispatcher."""
-    from nsa_triton_sel import plan, share
+    from nsa_triton_sel.device import device_of
+    from nsa_triton_sel.plan.tokens import choose_tokens
     from nsa_triton_sel.kernels import launch
 
-    tokens = share.choose_tokens(p["blocks"], p["h"], plan.device_of(p["q"].device))
+    tokens = choose_tokens(p["blocks"], p["h"], device_of(p["q"].device))
     if tokens > 1:
         return "tokens", lambda: launch.sel_attn_tokens(p["q"], p["k"], p["v"], p["ranges"], tokens=tokens)
     return "blocks", lambda: launch.sel_attn_blocks(p["q"], p["k"], p["v"], p["blocks"], p["bs"])

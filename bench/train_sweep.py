@@ -8,8 +8,7 @@ On one problem (the forward's output, LSE and an upstream gradient computed once
 - the dk/dv kernel plus the reduction of split tiles for each (BLOCK_N, ROWS, warps, stages)
   in ``KV_CONFIGS``, and for the best of those a few chunk sizes (``programs_per_sm``);
 
-then the whole backward with the defaults, with the best, and with the best on two streams
-(dq beside dk/dv), and returns the fastest combination as ``sel_attn_backward`` keywords.  A configuration that
+then the whole backward with the defaults and with the best, and returns the fastest combination as ``sel_attn_backward`` keywords.  A configuration that
 fails to compile or launch is reported and skipped.
 """
 
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from nsa_triton_sel import plan as P
+from nsa_triton_sel.device import device_of
 
 DQ_CONFIGS = [  # (dq_block_n, dq_warps, dq_stages); the first is the default for h = 16, D = 128
     (32, 2, 3), (32, 1, 3), (32, 4, 3), (64, 2, 3), (64, 4, 3), (16, 1, 3), (32, 2, 2), (64, 4, 2),
@@ -50,11 +49,11 @@ def sweep_tok(p, bench, log) -> dict:
     """The multi-token dq kernel's configurations on (local) problem ``p``, against the
     single-token dq kernel; returns the best ``tok_*`` keywords."""
     from nsa_triton_sel.kernels import grad, launch
-    from nsa_triton_sel.kernels.backward_meta import backward_meta, dq_tokens_per_program
+    from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
 
     q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
     B, S, Gn, h, Dk = q.shape
-    cap = P.device_of(q.device).max_rows
+    cap = device_of(q.device).max_rows
     tok = dq_tokens_per_program(h, cap)
     if not tok:
         return {}
@@ -82,18 +81,18 @@ def sweep(p, bench, log, local=None) -> dict:
     """Time the configurations on problem ``p`` (and the multi-token dq kernel on ``local``);
     returns the best keywords for ``sel_attn_backward``."""
     from nsa_triton_sel.kernels import grad, launch
-    from nsa_triton_sel.kernels.backward_meta import CHUNK_PROGRAMS_PER_SM, backward_meta
+    from nsa_triton_sel.plan.backward import CHUNK_PROGRAMS_PER_SM, backward_meta
 
     q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
     B, S, Gn, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     out, lse = launch.sel_attn_ranges(q, k, v, ranges, return_lse=True)
     sc = Dk ** -0.5
-    cap = P.device_of(q.device).max_rows
+    cap = device_of(q.device).max_rows
     dq = torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
-    programs = CHUNK_PROGRAMS_PER_SM * P.device_of(q.device).sm_count
+    programs = CHUNK_PROGRAMS_PER_SM * device_of(q.device).sm_count
     log(f"sweep on T={p.T} {p.sel}: dq kernel")
     dq_times = {}
     for bn, w, s in DQ_CONFIGS:
@@ -130,17 +129,14 @@ def sweep(p, bench, log, local=None) -> dict:
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap, kv_block_n=bn, rows=rows, kv_warps=w, kv_stages=s)
         best_t = ok_kv[(bn, rows, w, s)]
         for pps in PROGRAMS_PER_SM:
-            csr = grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=pps * P.device_of(q.device).sm_count)
+            csr = grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=pps * device_of(q.device).sm_count)
             t = _time(lambda: grad._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
             log(f"  dkdv programs_per_sm={pps} (chunk {csr.chunk}, {csr.chunks.shape[0]} programs): {_fmt(t)}")
             if isinstance(t, float) and t < best_t * 0.97:
                 best["programs_per_sm"], best_t = pps, t
     full = lambda tune: _time(lambda: grad.sel_attn_backward(q, k, v, ranges, out, lse, go, **tune), bench)  # noqa: E731
     t_default, t_best = full({}), full(best)
-    t_two = full({**best, "streams": 2})
-    log(f"  whole backward: default {_fmt(t_default)}, best {_fmt(t_best)}, best + streams=2 {_fmt(t_two)}")
-    if isinstance(t_two, float) and isinstance(t_best, float) and t_two < t_best * 0.97:
-        best["streams"] = 2
+    log(f"  whole backward: default {_fmt(t_default)}, best {_fmt(t_best)}")
     if local is not None:
         best.update(sweep_tok(local, bench, log))
     log(f"sweep best: {best}")

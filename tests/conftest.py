@@ -45,15 +45,15 @@ def _fresh_config():
 @pytest.fixture
 def every_row_through_triton(monkeypatch):
     """The dispatcher with no flag set but NSA_SEL_TRITON_MIN_L=0, and no remembered kernel failure."""
-    from nsa_triton_sel import config, dispatch
+    from nsa_triton_sel import config, failures
 
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     for name in ("NSA_USE_TRITON_SEL", "NSA_FORCE_PARITY", "NSA_SEL_TRITON_TOKENS", "NSA_SEL_TRITON_GROUP"):
         monkeypatch.delenv(name, raising=False)
     config.refresh()
-    dispatch._FAILED.clear()
+    failures.FORWARD.clear()
     yield
-    dispatch._FAILED.clear()
+    failures.FORWARD.clear()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, dispatch, known_bad, reference, selection_attention
+from nsa_triton_sel import config, device, dispatch, failures, known_bad, reference, selection_attention
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem
 
@@ -37,33 +37,24 @@ def clean_env(monkeypatch):
         config.refresh()
 
     monkeypatch.setenv = setenv_and_refresh
-    dispatch._FAILED.clear()
+    failures.FORWARD.clear()
     config.refresh()
     yield
-    dispatch._FAILED.clear()
+    failures.FORWARD.clear()
 
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Record the dispatcher's kernel launches: [launcher name, (q, k, v, spans), kwargs]."""
+    """Record the dispatcher's kernel launches: [launcher name, (q, k, v, spans), kwargs, plan]."""
     calls = []
     names = {"ranges": "sel_attn_ranges", "decode": "sel_attn_decode", "tokens": "sel_attn_tokens"}
-    real = {name: getattr(launch, name) for name in ("selection", "run", "run_tokens")}
+    real = launch.launch
 
-    def selection(*a, **kw):
-        calls.append([None, a, kw])
-        return real["selection"](*a, **kw)
+    def launched(plan, *a, **kw):
+        calls.append([names[plan.kernel], a, kw, plan])
+        return real(plan, *a, **kw)
 
-    def launched(name):
-        def f(plan, *a, **kw):
-            calls[-1][0] = names[plan.kernel]
-            return real[name](plan, *a, **kw)
-
-        return f
-
-    monkeypatch.setattr(launch, "selection", selection)
-    monkeypatch.setattr(launch, "run", launched("run"))
-    monkeypatch.setattr(launch, "run_tokens", launched("run_tokens"))
+    monkeypatch.setattr(launch, "launch", launched)
     return calls
 
 
@@ -104,12 +95,17 @@ def test_min_L_gate_sends_a_call_to_sdpa_only_when_every_row_is_below_it(monkeyp
 
 
 def test_group_flag_selects_per_head_programs(monkeypatch, spy):
+    from nsa_triton_sel import op
+
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
-    p = problem()
+    asked, real = [], op.plan.for_call
+    monkeypatch.setattr(op.plan, "for_call", lambda *a, **kw: asked.append(kw["per_head"]) or real(*a, **kw))
+    p = problem(h=20)
     selection_attention(p.q, p.k, p.v, p.ranges)
     monkeypatch.setenv("NSA_SEL_TRITON_GROUP", "0")
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
-    assert [c[2]["per_head"] for c in spy] == [False, True]
+    assert asked == [False, True]
+    assert [c[3].meta.BLOCK_H for c in spy] == [32, 16]  # the group's 20 heads in one block, or 16-row blocks
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="per-head")
 
 
@@ -248,10 +244,11 @@ UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.0"), ("NVIDIA H100 80GB HBM3", 
 def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, arch, release):
     """Issue 26: Triton 3.7.1 on the H100 (and every GPU but cc 9.0) got the old default 4096, so
     every NSA row (16 x 64 = 1024 keys) went through packed SDPA, 400-600x slower."""
-    from nsa_triton_sel import plan
+    from nsa_triton_sel import op
 
-    dev = plan.Device("cpu", arch, 132, gpu, release, True)  # the interpreter runs it, named as that GPU
-    monkeypatch.setattr(plan, "device_of", lambda device: dev)
+    dev = device.Device("cpu", arch, 132, gpu, release, True)  # the interpreter runs it, named as that GPU
+    monkeypatch.setattr(dispatch, "device_of", lambda device: dev)  # the route (the thresholds entry)
+    monkeypatch.setattr(op, "device_of", lambda device: dev)  # the plan
     p = problem(B=1, S=2, G=1, h=2, Dk=16, Dv=16, T=1024 + 64, n=16, empty_frac=0.0)
     blocks = torch.randperm(16, generator=torch.Generator().manual_seed(0))
     start = (blocks * 64).to(torch.int32)  # an NSA row: 16 blocks of 64 keys, 1024 keys
@@ -269,10 +266,10 @@ def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, ar
     ("NSA_FORCE_PARITY=1", lambda mp, p: mp.setenv("NSA_FORCE_PARITY", "1"), "NSA_FORCE_PARITY=1"),
     ("fp32", lambda mp, p: None, "dtype torch.float32"),
     ("head dims", lambda mp, p: None, "head dims Dk=320"),
-    ("no triton", lambda mp, p: mp.setattr(dispatch.plan, "device_of", lambda d: dispatch.plan.Device(
+    ("no triton", lambda mp, p: mp.setattr(dispatch, "device_of", lambda d: device.Device(
         "cpu", None, 1, "cpu", "", True)), "triton is not importable"),
-    ("earlier failure", lambda mp, p: dispatch._FAILED.__setitem__(
-        dispatch._failure_key(p.q.device, p.q.dtype, 32, 32, 3), "boom"), "failed earlier for this configuration"),
+    ("earlier failure", lambda mp, p: failures.FORWARD.__setitem__(
+        failures.key(p.q.device, p.q.dtype, 32, 32, 3), "boom"), "failed earlier for this configuration"),
     ("no interpreter", lambda mp, p: mp.setenv("TRITON_INTERPRET", "0"), "Triton needs CUDA"),
     ("measured null", lambda mp, p: (write_thresholds(p.path, None, installed_release()),
                                      mp.setenv("NSA_SEL_THRESHOLDS_FILE", str(p.path))), "measured faster at every L"),
@@ -297,7 +294,7 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
         calls.append(1)
         raise RuntimeError("forced failure")
 
-    monkeypatch.setattr(launch, "selection", broken)
+    monkeypatch.setattr(launch, "launch", broken)
     p = problem()
     with pytest.warns(RuntimeWarning, match="forced failure"):
         out = selection_attention(p.q, p.k, p.v, p.ranges)
@@ -342,7 +339,7 @@ def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
     from nsa_triton_sel.kernels import grad
 
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
-    monkeypatch.setattr(op, "_BWD_FAILED", {})
+    monkeypatch.setattr(failures, "BACKWARD", failures.Failures("the Triton backward kernels", "instead"))
     calls = []
 
     def boom(*a, **k):
@@ -418,7 +415,7 @@ def test_multi_token_kernel_chosen_for_shared_selections(monkeypatch, spy):
     monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "2")
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert [c[0] for c in spy[2:]] == ["sel_attn_ranges", "sel_attn_tokens"]
-    assert spy[3][2]["tokens"] == 2
+    assert spy[3][3].meta.TOK == 2
     monkeypatch.setenv("NSA_SEL_TRITON_TOKENS", "3")
     with pytest.raises(ValueError, match="NSA_SEL_TRITON_TOKENS"):
         selection_attention(p.q, p.k, p.v, p.ranges)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, dispatch, reference, selection_attention
+from nsa_triton_sel import config, dispatch, failures, reference, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem
@@ -54,12 +54,12 @@ def test_tokens_flag_error_is_the_flags_and_never_poisons_the_failure_cache(monk
     config.refresh()
     with pytest.raises(ValueError, match=r"^NSA_SEL_TRITON_TOKENS=2 cannot run these inputs: tokens=2 with h=2"):
         selection_attention(p.q, p.k, p.v, p.ranges)
-    assert dispatch._FAILED == {}
+    assert failures.FORWARD == {}
     monkeypatch.delenv("NSA_SEL_TRITON_TOKENS")
     config.refresh()
     calls = []
-    real = launch.selection
-    monkeypatch.setattr(launch, "selection", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = launch.launch
+    monkeypatch.setattr(launch, "launch", lambda *a, **k: calls.append(1) or real(*a, **k))
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     assert calls == [1], "the configuration must still run on Triton"
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="after a flag error")
@@ -71,7 +71,7 @@ def test_input_errors_are_not_kernel_failures():
         selection_attention(p.q, p.k, p.v, p.ranges, scale="0.5")
     with pytest.raises(ValueError):
         selection_attention(p.q, p.k, p.v, p.ranges.clone().fill_(-1))
-    assert dispatch._FAILED == {}
+    assert failures.FORWARD == {}
 
 
 @pytest.mark.parametrize("backend", ["auto", "sdpa"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle, packed_as_5d, varlen_as_5d
-from nsa_triton_sel import dispatch, selection_attention
+from nsa_triton_sel import dispatch, failures, selection_attention
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem, nsa_ranges
 
@@ -118,11 +118,11 @@ def test_varlen_seed_api(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dispatcher_auto_on_gpu(dtype, monkeypatch):
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "64")
-    dispatch._FAILED.clear()
+    failures.FORWARD.clear()
     p = make_problem(B=1, S=128, G=4, h=16, Dk=128, Dv=128, T=2048, n=8, dtype=dtype, device=DEV,
                      seed=fresh_seed())
     d = dispatch.route(p.q, p.k, p.v)
     assert d.path == "triton", d.reason
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="dispatcher")
-    assert not dispatch._FAILED, dispatch._FAILED
+    assert not failures.FORWARD, dict(failures.FORWARD)

@@ -98,7 +98,8 @@ def test_ranges_per_head_programs(per_head):
 
 
 def test_default_decode_splits_are_capped():
-    from nsa_triton_sel.plan import MAX_DECODE_SPLITS, decode_splits, device_of
+    from nsa_triton_sel.device import device_of
+    from nsa_triton_sel.plan import MAX_DECODE_SPLITS, decode_splits
 
     cpu = device_of(torch.device("cpu")).sm_count  # 8 here: a row alone would want 16 splits
     assert decode_splits(1, 8192, 64, cpu) == MAX_DECODE_SPLITS == 4

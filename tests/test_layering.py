@@ -84,13 +84,6 @@ def test_toolkit_modules_load_with_only_the_standard_library_and_packaging():
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
 
 
-# Back edges of cycles through function-level imports that are still there, each with what removes it.  The
-# test walks function-level imports too (a deferred import is still a dependency): any other cycle fails it.
-KNOWN_BACK_EDGES = {
-    # varlen calls back into dispatch (_plain_eager, route): goes when the planner owns the route (issue 24)
-    ("nsa_triton_sel.varlen", "nsa_triton_sel.dispatch"),
-    ("nsa_triton_sel.varlen_checks", "nsa_triton_sel.dispatch"),
-}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -103,7 +96,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     def visit(m, stack):
         state[m] = 1
         for dep in sorted(graph.get(m, ())):
-            if dep not in MODULES or dep in stack[-1:]:
+            if dep not in MODULES:
                 continue
             if MODULES[dep].name == "__init__.py" and m.startswith(dep + "."):
                 continue  # a submodule naming its own package (loaded first anyway) is not a cycle
@@ -125,21 +118,21 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_import_cycle():
-    graph = _graph()
-    for a, b in KNOWN_BACK_EDGES:
-        assert b in graph[a], f"{a} no longer imports {b}: drop the edge from KNOWN_BACK_EDGES"
-        graph[a].discard(b)
-    cycle = _find_cycle(graph)
+    """No cycle, counting function-level imports too (a deferred import is still a dependency)."""
+    cycle = _find_cycle(_graph())
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 
 def test_the_cycle_check_walks_function_level_imports():
-    """The check can fail: with the known back edges left in, it finds their cycle, which only
-    function-level imports make (varlen imports dispatch inside a function)."""
-    cycle = _find_cycle(_graph())
-    assert cycle is not None and "nsa_triton_sel.dispatch" in cycle
+    """The check can fail: a back edge made only by a function-level import (dispatch imports varlen at
+    the top; varlen importing dispatch inside a function) is found as a cycle."""
+    graph = _graph()
+    assert _find_cycle(graph) is None
+    graph["nsa_triton_sel.varlen"] = graph["nsa_triton_sel.varlen"] | {"nsa_triton_sel.dispatch"}
+    cycle = _find_cycle(graph)
+    assert cycle is not None and "nsa_triton_sel.dispatch" in cycle and "nsa_triton_sel.varlen" in cycle
     top = {m: _imports(m, top_level_only=True) - {m} for m in MODULES}
-    assert "nsa_triton_sel.dispatch" not in top["nsa_triton_sel.varlen"]
+    assert "nsa_triton_sel.varlen" in top["nsa_triton_sel.dispatch"]
 
 
 @pytest.mark.parametrize("path", sorted(list(PKG.rglob("*.py")) + list((ROOT / "bench").rglob("*.py"))

@@ -157,7 +157,7 @@ def test_cpu_without_the_interpreter_runs_the_reference(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     config.refresh()
     called = []
-    monkeypatch.setattr(launch, "selection", lambda *a, **k: called.append(1))
+    monkeypatch.setattr(launch, "launch", lambda *a, **k: called.append(1))
     out, lse = op.sel_fwd(p.q, p.k, p.v, p.ranges, None, 0.25, 0, False, 1)
     assert not called
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, scale=0.25, what="reference implementation")
@@ -185,5 +185,7 @@ def test_validate_true_is_one_host_sync(host_syncs):
     p = make_problem(B=1, S=8, G=1, h=16, Dk=16, Dv=16, T=40, n=2, seed=7)
     selection_attention(p.q, p.k, p.v, p.ranges)
     host_syncs.clear()
-    selection_attention(p.q, p.k, p.v, p.ranges)  # also reads the multi-token switch, in the same sync
-    assert host_syncs == ["tolist"]
+    selection_attention(p.q, p.k, p.v, p.ranges)
+    # the value checks' one read, and the planner's multi-token switch (read at once off CUDA; on CUDA
+    # measured on the device without a sync after a signature's first call: plan/share.py)
+    assert host_syncs == ["tolist", "__float__"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, op, reference, selection_attention
+from nsa_triton_sel import config, device, op, reference, selection_attention
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import nsa_problem
 
@@ -194,8 +194,8 @@ def test_dk192_h64_through_selection_attention(dtype):
     v = torch.randn(1, 1, 256, 128, device="cuda", dtype=dtype)
     route = dispatch.route(p["q"], p["k"], v)
     assert route.path == "triton" and route.min_L == 1, route  # the kernels run: this test can fail
-    dev = plan.device_of(p["q"].device)
-    assert dev.max_rows == plan.row_cap(dev.triton, dev.arch)  # 32 on Triton 3.0/3.1 + sm_90 (the window)
+    dev = device.device_of(p["q"].device)
+    assert dev.max_rows == device.row_cap(dev.triton, dev.arch)  # 32 on Triton 3.0/3.1 + sm_90 (the window)
     for kw in (dict(ranges=p["ranges"]), dict(block_indices=p["blocks"], block_size=64)):
         out, lse = selection_attention(p["q"], p["k"], v, return_lse=True, **kw)
         check_against_oracle(out, lse, p["q"], p["k"], v, p["ranges"], what=f"dk192 h64 {dtype} {list(kw)[0]}")
@@ -209,14 +209,12 @@ def test_dk192_h64_through_selection_attention(dtype):
     check_against_oracle(out, lse, q, k, v1, p1["ranges"], what=f"dk192 h64 decode {dtype}")
 
 
-@pytest.mark.parametrize("placement", ["stream", "side"])
-def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good(placement, monkeypatch):
+def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good():
     """validate=True on the Triton path: the checks are enqueued with the kernel (on the caller's
-    stream ahead of it, or on a side stream), the call waits for them and raises; good input gives
-    the same result as validate=False."""
+    stream ahead of it), the call waits for them and raises; good input gives the same result as
+    validate=False."""
     from nsa_triton_sel import checks, dispatch
 
-    monkeypatch.setattr(checks, "PLACEMENT", placement)
     p = nsa_problem(512, device="cuda", seed=7)
     q, k, v, ranges = p["q"], p["k"], p["v"], p["ranges"]
     r = dispatch.route(q, k, v)

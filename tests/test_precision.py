@@ -4,7 +4,7 @@ What the README's "Precision at the extremes" states, as bounds (relative error 
 
 - bf16 with a saturated softmax (scale 3.5-4, logits ~ 30): dq and dk carry the rounding of the bf16
   output through ``delta = rowsum(dO * O)`` (as in FlashAttention); 2-25 % depending on the data (here
-  up to 26 %, bound 40 %).  ``kernels.grad.DELTA = "fp32"`` (O recomputed in fp32, one more forward
+  up to 26 %, bound 40 %).  ``plan.backward.DELTA = "fp32"`` (O recomputed in fp32, one more forward
   pass) brings them to 0.3 % (bound 1 %).  dv is unaffected (0.4 %).
 - fp16 inputs with huge logits: the backward recomputes P from the stored LSE in fp32, whose
   rounding at |logit| ~ 1e6 and beyond is whole units.  P is kept at most 1 (it overflowed to inf
@@ -47,9 +47,9 @@ def errors(q, k, v, scale, seed=0):
 @pytest.mark.parametrize(("delta", "bound"), [("output", 0.4), ("fp32", 0.01)])
 @pytest.mark.parametrize("scale", [3.5, 4.0])
 def test_bf16_saturated_softmax_gradients_are_bounded(scale, delta, bound, monkeypatch, every_row_through_triton):
-    from nsa_triton_sel.kernels import grad
+    from nsa_triton_sel.plan import backward
 
-    monkeypatch.setattr(grad, "DELTA", delta)
+    monkeypatch.setattr(backward, "DELTA", delta)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(*s, generator=g).bfloat16() for s in ((B, S, G, h, 64), (B, G, T, 64), (B, G, T, 64)))
     (e_dq, e_dk, e_dv), _ = errors(q, k, v, scale)

@@ -15,11 +15,12 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from nsa_triton_sel import dispatch, op, reference, selection_attention
+from nsa_triton_sel import dispatch, failures, op, reference, selection_attention
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
 needs_interp = pytest.mark.skipif(not INTERP, reason="runs the Triton kernels under TRITON_INTERPRET=1 (CPU)")
@@ -149,13 +150,13 @@ def test_multi_token_kernel_keeps_an_inf_value_to_its_readers():
 
 @pytest.fixture
 def nothing_remembered():
-    dispatch._FAILED.clear()
-    op._BWD_FAILED.clear()
+    failures.FORWARD.clear()
+    failures.BACKWARD.clear()
     yield
-    assert not dispatch._FAILED, dispatch._FAILED
-    assert not op._BWD_FAILED, op._BWD_FAILED
-    dispatch._FAILED.clear()
-    op._BWD_FAILED.clear()
+    assert not failures.FORWARD, dict(failures.FORWARD)
+    assert not failures.BACKWARD, dict(failures.BACKWARD)
+    failures.FORWARD.clear()
+    failures.BACKWARD.clear()
 
 
 def kernel_still_runs(q, k, v, r):
@@ -199,7 +200,7 @@ def test_an_error_the_fallback_shares_is_not_remembered(monkeypatch, every_row_t
     r = ranges([[4, 8]], [[0, 6]])
     monkeypatch.setattr(dispatch, "_kernel_call", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
     monkeypatch.setattr(dispatch, "_reference_path", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
-    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0, tokens=1))
+    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0))
     with pytest.raises(RuntimeError, match="kernel boom"):
         selection_attention(q, k, v, r, validate=False)
 
@@ -208,23 +209,21 @@ def test_a_real_kernel_failure_is_still_remembered(monkeypatch, every_row_throug
     q, k, v = problem(torch.float16)
     r = ranges([[4, 8]], [[0, 6]])
     monkeypatch.setattr(dispatch, "_kernel_call", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
-    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0, tokens=1))
+    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0))
     with pytest.warns(RuntimeWarning, match="kernel boom"):
         out = selection_attention(q, k, v, r)
     assert torch.allclose(out.double(), reference.oracle(q, k, v, r), atol=2e-3)
-    assert list(dispatch._FAILED.values()) == ["RuntimeError: kernel boom"]
+    assert list(failures.FORWARD.values()) == ["RuntimeError: kernel boom"]
 
 
 def test_backward_error_the_fallback_shares_is_not_remembered(monkeypatch, nothing_remembered):
     q, k, v = problem(torch.float16)
     r = ranges([[4, 8]], [[0, 6]])
     out, lse = reference.packed_sdpa(q, k, v, r, return_lse=True)
-    monkeypatch.setattr(op, "_backward_blocker", lambda *a: None)
-    monkeypatch.setattr(op, "launch", object())
-    monkeypatch.setattr(op.plan, "device_of", lambda d: None)
-    monkeypatch.setattr(op.share, "choose_tokens", lambda *a: 1)
-    import nsa_triton_sel.kernels.grad as kgrad
-    monkeypatch.setattr(kgrad, "sel_attn_backward", lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("bwd boom")))
+    monkeypatch.setattr(op.failures, "blocker", lambda *a: None)
+    monkeypatch.setattr(op.backward_plan, "for_call", lambda *a, **kw: None)
+    monkeypatch.setattr(op, "grad", SimpleNamespace(
+        sel_attn_backward=lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("bwd boom"))))
     monkeypatch.setattr(op, "reference_backward", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
     with pytest.raises(RuntimeError, match="bwd boom"):
         op.kernel_backward(q, k, v, r, out, lse, torch.ones_like(out), 0.25)

@@ -211,18 +211,18 @@ def test_interp_packed_decode_takes_the_decode_kernel():
     cu_q, cu_k = [0, 1, 2], [0, 200, 450]
     q, k, v, idx = _fp16_case(3, cu_q, cu_k, S=4, extra=False)
     calls = []
-    orig = plan.selection
+    orig = plan.for_call
 
-    def spy(*a, **kw):
-        calls.append(a[:2])  # (B, S) of the launch
-        return orig(*a, **kw)
+    def spy(q_shape, *a, **kw):
+        calls.append(q_shape[:2])  # (B, S) of the launch
+        return orig(q_shape, *a, **kw)
 
-    plan.selection = spy
+    plan.for_call = spy
     try:
         out = selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens_q=torch.tensor(cu_q),
                                   cu_seqlens_k=torch.tensor(cu_k))
     finally:
-        plan.selection = orig
+        plan.for_call = orig
     assert (out.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3
     assert calls == [(2, 1)], f"launches (B, S): {calls}; expected one row per batch entry (the decode view)"
 

@@ -16,13 +16,13 @@ CHECK = r"""
 import sys, warnings
 root = sys.argv[1]
 import nsa_triton_sel
-from nsa_triton_sel import known_bad, plan
+from nsa_triton_sel import device, known_bad, plan
 assert nsa_triton_sel.__file__.startswith(root), nsa_triton_sel.__file__
 path = known_bad.default_path()
 assert path is not None and str(path).startswith(root), path
 ids = [w.id for w in known_bad.load()]
 assert "triton30-31-sm90-mma64-abort" in ids, ids
-assert plan.row_cap("3.1.0", 90) == 32 and plan.row_cap("3.2.0", 90) == 64 and plan.row_cap("3.1.0", 80) == 64
+assert device.row_cap("3.1.0", 90) == 32 and device.row_cap("3.2.0", 90) == 64 and device.row_cap("3.1.0", 80) == 64
 # The import-time guard of the dispatcher, as on an H100 with Triton 3.0.0:
 known_bad._installed_triton = lambda: "3.0.0"
 known_bad._current_arch = lambda: 90

@@ -1,4 +1,7 @@
-"""The value checks of a ``selection_attention`` call: before the kernel, or beside it.
+"""The checks of a ``selection_attention`` call: its structure, then its values (before the kernel, or beside it).
+
+:func:`structure` runs ``contract``'s checks of ranks, shapes, dtypes and devices (no value read;
+a repeated eager signature is remembered).
 
 ``validate=True`` reads the spans' values (``contract.range_flags`` / ``block_flags``): one host
 sync.  Before the kernel, that sync leaves the GPU idle while the host then launches the kernel;
@@ -11,11 +14,64 @@ from __future__ import annotations
 
 import torch
 
-from . import plan, share
-from .contract import block_flags, n_blocks, raise_block_errors, raise_range_errors, range_flags
+from .contract import (block_flags, check_block_indices, check_block_size, check_positions, check_qkv,
+                       check_ranges, n_blocks, raise_block_errors, raise_range_errors, range_flags)
 
 
-_SIDE_STREAMS: dict = {}  # device -> the stream the value checks run on beside the kernel
+def _spans(ranges, block_indices, block_size, positions, dims, device):
+    """The spans argument (ranges, or block indices) checked for structure: ``(spans, block_size)``."""
+    if (ranges is None) == (block_indices is None):
+        raise ValueError("pass exactly one of ranges [B, S, G, n, 2] or block_indices [B, S, G, n] (with block_size)")
+    if ranges is not None:
+        if block_size is not None or positions is not None:
+            given = ", ".join(n for n, x in (("block_size", block_size), ("positions", positions)) if x is not None)
+            raise ValueError(f"{given} given with ranges: block_size and positions go with block_indices "
+                             f"(ranges already carry the causal clamp); pass one or the other")
+        check_ranges(ranges, dims, device, validate=False)
+        return ranges, 0
+    check_block_indices(block_indices)
+    if block_size is None:
+        raise ValueError("block_indices needs block_size (the number of keys per block)")
+    block_size = check_block_size(block_size)
+    if block_indices.device != device:
+        raise ValueError(f"block_indices is on {block_indices.device}; it must be on q's device {device}")
+    if tuple(block_indices.shape[:3]) != (dims.B, dims.S, dims.G):
+        raise ValueError(f"block_indices has shape {list(block_indices.shape)}; expected [B, S, G, n] = "
+                         f"[{dims.B}, {dims.S}, {dims.G}, n] to match q")
+    if positions is not None:
+        check_positions(positions, dims.B, dims.S, device)
+    return block_indices, block_size
+
+
+_CHECKED: dict[tuple, tuple] = {}  # call signature -> (Dims, block_size) of a call whose structure passed
+
+
+def structure(q, k, v, ranges, block_indices, block_size, positions, eager: bool):
+    """``(dims, spans, block_size)`` after the structural checks of ``contract`` (no value is read).
+
+    Those checks are pure functions of the shapes, dtypes, devices and layouts, so an eager call
+    remembers the signature that passed and a repeated call (a decode step) skips them: measured
+    on this project's CPU box, 15 of the dispatcher's 33 us per call were these checks.
+    """
+    spans = ranges if block_indices is None else block_indices
+    key = None
+    # Only a signature of real tensors and a plain int block_size is remembered: a numpy array, a list or
+    # block_size=8.0 / True must reach the checks (and raise) on every call, not match a cached 8 / 1.
+    cacheable = (all(isinstance(x, torch.Tensor) for x in (q, k, v, spans))
+                 and (block_size is None or type(block_size) is int)
+                 and (positions is None or isinstance(positions, torch.Tensor)))
+    if eager and cacheable and (ranges is None or block_indices is None):
+        pos = None if positions is None else (positions.shape, positions.dtype, positions.device, positions.layout)
+        key = (q.shape, k.shape, v.shape, spans.shape, q.dtype, k.dtype, v.dtype, spans.dtype, q.device, k.device,
+               v.device, spans.device, q.layout, k.layout, v.layout, spans.layout, ranges is None, block_size, pos)
+        hit = _CHECKED.get(key)
+        if hit is not None:
+            return hit[0], spans, hit[1]
+    dims = check_qkv(q, k, v, allow_fp32=True)
+    spans, block_size = _spans(ranges, block_indices, block_size, positions, dims, q.device)
+    if key is not None and len(_CHECKED) < 4096:
+        _CHECKED[key] = (dims, block_size)
+    return dims, spans, block_size
 
 
 def value_flags(spans, positions, block_size, dims):
@@ -51,7 +107,7 @@ def _landing(device, flags):
     """A pinned host buffer and an event for the flags' copy, made once per signature: allocating pinned
     memory costs hundreds of microseconds (H100 host: validate=True 816 us per decode call with a
     fresh buffer per call).  Reuse is safe: calls are sequential, and a later copy into the buffer is
-    ordered after an earlier one on the side stream, whose event the reader waits for."""
+    ordered after an earlier one on the stream, whose event the reader waits for."""
     key = (device, tuple(flags.shape), flags.dtype)
     hit = _LANDINGS.get(key)
     if hit is None:
@@ -59,29 +115,14 @@ def _landing(device, flags):
     return hit
 
 
-PLACEMENTS = ("stream", "side")
-# Where the checks beside the kernel run: "stream" = on the caller's stream, just before the kernel
-# (the kernel is enqueued behind them before the host waits, so the GPU never idles); "side" = on a
-# high-priority side stream that first waits for the caller's stream, running beside the kernel.
-PLACEMENT = "stream"
-
-
 def start_beside(spans, positions, block_size, dims, device):
-    """Enqueue the value checks (see ``PLACEMENT``); returns ``finish()``, which waits for them only
-    (not for the kernel enqueued meanwhile) and raises what they found."""
-    current = torch.cuda.current_stream(device)
-    stream = current if PLACEMENT == "stream" else _side_stream(device)
-    if stream is not current:
-        stream.wait_stream(current)  # the caller's spans are written on its stream
-    with torch.cuda.stream(stream):
-        flags = value_flags(spans, positions, block_size, dims)
-        host, done = _landing(device, flags)
-        host.copy_(flags, non_blocking=True)
-        done.record(stream)
-    if stream is not current:
-        for x in (spans, positions):  # read on the side stream: keep their memory until it is done
-            if isinstance(x, torch.Tensor) and x.device.type == "cuda":
-                x.record_stream(stream)
+    """Enqueue the value checks on the caller's stream, just before the kernel; returns ``finish()``, which
+    waits for them only (the kernel, enqueued behind them before the host waits, keeps the GPU busy) and
+    raises what they found."""
+    flags = value_flags(spans, positions, block_size, dims)
+    host, done = _landing(device, flags)
+    host.copy_(flags, non_blocking=True)
+    done.record(torch.cuda.current_stream(device))
 
     def finish():
         done.synchronize()
@@ -90,23 +131,6 @@ def start_beside(spans, positions, block_size, dims, device):
     return finish
 
 
-def _side_stream(device):
-    side = _SIDE_STREAMS.get(device)
-    if side is None:
-        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device, priority=-1)  # ahead of the kernel's blocks
-    return side
-
-
-def before_the_kernel(spans, positions, block_size, dims, r, device) -> int | None:
-    """The value checks, with one host sync; returns the tokens per program (read in the same sync)."""
-    flags = value_flags(spans, positions, block_size, dims)
-    dev = plan.device_of(device) if r.path == "triton" else None
-    tok = plan.auto_tokens(dims.h, dims.S, dev) if r.path == "triton" and r.tokens is None else 1
-    if tok > 1:
-        values = torch.cat([flags.float(), share.share_fraction(spans).reshape(1)]).tolist()
-    else:
-        values = flags.tolist()
-    raise_value_errors(spans, positions, block_size, dims, values)
-    if tok > 1:
-        return tok if share.remember(spans, values[-1]) else 1
-    return r.tokens
+def before_the_kernel(spans, positions, block_size, dims) -> None:
+    """The value checks, with one host sync, before anything reads the spans."""
+    raise_value_errors(spans, positions, block_size, dims, value_flags(spans, positions, block_size, dims).tolist())

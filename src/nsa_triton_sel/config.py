@@ -7,20 +7,9 @@ After changing a flag or the thresholds file at run time, call :func:`refresh` (
 forgets the devices and launch plans read so far).  Graphs already traced by ``torch.compile``
 keep the values they were traced with: ``torch._dynamo.reset()`` retraces them.
 
-========================  =======  =====================================================
-flag                      default  effect
-========================  =======  =====================================================
-NSA_USE_TRITON_SEL        auto     ``0`` forces the packed-SDPA path, ``1`` asks for Triton
-NSA_SEL_TRITON_MIN_L      1        a call whose rows all have fewer keys goes to packed SDPA
-NSA_SEL_TRITON_GROUP      1        ``0``: one program per head instead of per GQA group
-NSA_SEL_TRITON_TOKENS     auto     tokens per program: ``1`` one token, ``N`` force N (power of 2)
-NSA_FORCE_PARITY          0        ``1``: the reference path (packed SDPA in float32)
-NSA_DEBUG_TIMING          0        log the time of each path (synchronises)
-NSA_DEBUG_COMPARE         0        log the error of the result against the packed-SDPA path
-NSA_DEBUG_SHAPES          0        log shapes, strides, dtypes and the chosen path
-NSA_SEL_OP                custom   the operator torch.compile sees: ``custom`` (custom_op, opaque)
-                                   or ``triton`` (triton_op: Inductor launches the kernels; torch >= 2.6)
-========================  =======  =====================================================
+The flags (``NSA_USE_TRITON_SEL``, ``NSA_SEL_TRITON_MIN_L``, ``NSA_SEL_TRITON_GROUP``,
+``NSA_SEL_TRITON_TOKENS``, ``NSA_FORCE_PARITY``, ``NSA_DEBUG_*``, ``NSA_SEL_OP``) and their effects are
+tabled once, in the README ("The dispatcher and its flags"); :func:`read_flags` validates them.
 
 ``sel_triton_min_L`` is 1 (the kernels take every call) unless ``data/thresholds.json`` has a
 measurement for exactly this GPU (its name) and this Triton release (``"3.6.0"``): a GPU lane's

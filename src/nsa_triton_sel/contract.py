@@ -43,6 +43,11 @@ class Dims(NamedTuple):
         return self.B * self.S * self.G
 
 
+def wants_grad(*xs) -> bool:
+    """Whether autograd records a call on these tensors (grad mode on and one of them requires grad)."""
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
 def _fmt_shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(d) for d in t.shape) + "]"
 
@@ -322,3 +327,9 @@ def block_indices_to_ranges(
     valid = (idx >= 0) & (end > start)
     zero = torch.zeros((), dtype=torch.int64, device=dev)
     return torch.stack([torch.where(valid, start, zero), torch.where(valid, end, zero)], dim=-1).to(torch.int32)
+
+
+def as_ranges(spans: torch.Tensor, positions, block_size: int, T: int) -> torch.Tensor:
+    """``spans`` as ranges: ranges ``[B, S, G, n, 2]`` as they are, block indices ``[B, S, G, n]`` converted
+    (already checked: no value validation here)."""
+    return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)

@@ -3,18 +3,18 @@
 ``torch.ops.nsa_triton_sel.sel_fwd(q, k, v, spans, positions, scale, block_size, per_head, tokens)``
 returns ``(out, lse)``.  ``spans`` is ``ranges [B, S, G, n, 2]``, or ``block_indices [B, S, G, n]``
 with ``block_size > 0`` (``positions`` ``[S]``/``[B, S]`` or None); ``tokens`` is 1 (single-token
-kernel), N (N tokens per program) or 0 (choose from the spans at run time, see :mod:`.share`).
-Everything else (decode split, head blocks, tiles) is planned from the shapes (:mod:`.plan`).
+kernel), N (N tokens per program, checked) or 0 (choose from the spans at run time).  The planner
+(``plan.for_call``) decides everything about the launch; the launcher (``kernels/launch.py``) runs it.
 
 - A fake implementation gives the output shapes without running anything, so meta tensors,
   FakeTensors and ``torch.compile`` propagate shapes; ``torch.library.opcheck`` passes.
 - Autograd: gradients flow to q, k and v through ``sel_bwd``, whose implementation calls
   :data:`backward` - ONE replaceable function ``(q, k, v, ranges, out, lse, grad_out, scale)
   -> (dq, dk, dv)``, by default :func:`kernel_backward`: the Triton backward kernels
-  (``kernels/grad.py``; deterministic, no atomics), with the multi-token dq kernel where the
-  forward's switch (:mod:`.share`) says neighbouring tokens share their spans.  A kernel failure
-  is reported once (a warning with the reason), remembered for that configuration and answered
-  by :func:`reference_backward` (the packed-SDPA gradients in float32, written out: an
+  (``kernels/grad.py``; deterministic, no atomics), planned by ``plan.backward.for_call`` (the
+  multi-token dq kernel where neighbouring tokens share their spans).  A kernel failure is
+  reported once (a warning with the reason), remembered for that configuration
+  (``failures.BACKWARD``) and answered by :func:`reference_backward` (the packed-SDPA gradients in float32, written out: an
   operator's implementation runs below autograd).  ``lse`` is not differentiable; ``spans``
   and ``positions`` are integers.  ``sel_bwd`` syncs with the host once (the reader-list size
   of the dk/dv kernel), so a captured CUDA graph can hold the forward, not the backward.
@@ -29,8 +29,8 @@ calls it, and its Python implementation runs at run time.  From torch 2.6, ``tri
 dispatcher use it under ``torch.compile``.  The default stays ``custom``: measured on the H100
 (``python -m bench.host_cost --compiled``, decode step, KV cache static), host us per compiled
 call were 176 (custom) vs 168 (triton) in the default mode and 101 vs 105 under
-"reduce-overhead", where the CUDA graph makes both equal, and ``custom`` works from torch 2.4.  Eager calls that need no
-autograd skip the operator layer (measured on this project's CPU box: 17-26 us per call through
+"reduce-overhead", where the CUDA graph makes both equal, and ``custom`` works from torch 2.4.
+Eager calls that need no autograd skip the operator layer (measured on this project's CPU box: 17-26 us per call through
 ``torch.ops``, 6 us calling the same Python directly) and call :func:`forward` directly.
 """
 
@@ -41,37 +41,35 @@ from typing import Optional
 import torch
 from packaging.version import Version
 
-import warnings
-
-from . import plan, reference, share
-from .contract import KERNEL_DTYPES, block_indices_to_ranges, clamp_ranges
+from . import failures, plan, reference
+from .contract import as_ranges, clamp_ranges
+from .device import device_of
+from .plan import backward as backward_plan
 
 try:
-    from .kernels import launch
+    from .kernels import grad, launch
 except ImportError:  # no Triton: the dispatcher routes around the kernels
-    launch = None
+    grad = launch = None
 
 NAMESPACE = "nsa_triton_sel"
 TORCH = Version(torch.__version__.split("+")[0])
 HAS_TRITON_OP = TORCH >= Version("2.6") and hasattr(torch.library, "triton_op")
 
 
-def _ranges_of(spans, positions, block_size: int, T: int):
-    return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)
-
-
 def forward(q, k, v, spans, positions, scale: float, block_size: int, per_head: bool, tokens: int,
             wrap=None):
-    """The operator's implementation: ``(out [B, S, G, h, Dv], lse [B, S, G, h] float32)``."""
-    dev = plan.device_of(q.device)
+    """The operator's implementation: ``(out [B, S, G, h, Dv], lse [B, S, G, h] float32)``: the plan of
+    this call (``plan.for_call``), launched."""
+    dev = device_of(q.device)
     if q.device.type != "cuda" and not dev.interpreter:
-        out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), _ranges_of(spans, positions, block_size,
+        out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), as_ranges(spans, positions, block_size,
                                          k.shape[2]), scale=scale, return_lse=True, validate=False)
         return out.to(v.dtype), lse
-    if tokens == 0:
-        tokens = 1 if wrap is not None else share.choose_tokens(spans, q.shape[3], dev)
-    return launch.selection(q, k, v, spans, scale=scale, return_lse=True, per_head=per_head, tokens=tokens,
-                            positions=positions, block_size=block_size, wrap=wrap, dev=dev)
+    p = plan.for_call(tuple(q.shape), k.shape[2], v.shape[3], spans, dev=dev, blocks=spans.dim() == 4,
+                      has_pos=positions is not None, has_lse=True, per_head=per_head, tokens=tokens,
+                      dot_f32=dev.interpreter and q.dtype == torch.bfloat16, traced=wrap is not None)
+    return launch.launch(p, q, k, v, spans, scale=scale, return_lse=True, positions=positions,
+                         block_size=block_size, wrap=wrap)
 
 
 def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens):
@@ -86,44 +84,21 @@ def reference_backward(q, k, v, ranges, out, lse, grad_out, scale):
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-_BWD_FAILED: dict[tuple, str] = {}  # (device, dtype, Dk, Dv, h) -> reason of the first backward kernel failure
-
-
-def _backward_blocker(q, v, dev: plan.Device) -> str | None:
-    """Why the backward kernels cannot take these inputs (the reference gradients then), or None."""
-    if launch is None:
-        return "triton is not importable"
-    if q.device.type != "cuda" and not dev.interpreter:
-        return f"tensors are on {q.device}"
-    if q.dtype not in KERNEL_DTYPES or max(q.shape[-1], v.shape[-1]) > 256:
-        return f"dtype {q.dtype}, Dk={q.shape[-1]}, Dv={v.shape[-1]}"
-    return _BWD_FAILED.get((str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3]))
-
-
 def kernel_backward(q, k, v, ranges, out, lse, grad_out, scale):
-    """``(dq, dk, dv)`` from the Triton backward kernels; the reference gradients where they cannot run."""
-    dev = plan.device_of(q.device)
-    if _backward_blocker(q, v, dev):
+    """``(dq, dk, dv)`` from the Triton backward kernels with the plan of this call
+    (``plan.backward.for_call``); the reference gradients where they cannot run or failed
+    (``failures.BACKWARD``)."""
+    dev = device_of(q.device)
+    if grad is None or failures.blocker(dev, q.device, q.dtype, q.shape[-1], v.shape[-1], q.shape[3],
+                                        failures.BACKWARD):
         return reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
-    from .kernels import grad
-    from .kernels.backward_meta import dq_tokens_per_program
-
-    tune = {}
-    if share.choose_tokens(ranges, q.shape[3], dev) > 1:  # the forward took the multi-token kernel
-        tune["dq_tokens"] = dq_tokens_per_program(q.shape[3], dev.max_rows) or None
+    p = backward_plan.for_call(tuple(q.shape), v.shape[3], ranges, dev=dev,
+                               dot_f32=dev.interpreter and q.dtype == torch.bfloat16)
     try:
-        return grad.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, scale=scale, **tune)
+        return grad.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, scale=scale, plan=p)
     except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per configuration
-        try:
-            grads = reference_backward(q, k, v, ranges, out, lse, grad_out, scale)
-        except Exception:  # noqa: BLE001 - the fallback fails too: the inputs, not the kernels
-            raise exc from None  # nothing is remembered: the next backward tries the kernels again
-        key = (str(q.device), q.dtype, q.shape[-1], v.shape[-1], q.shape[3])
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        _BWD_FAILED[key] = reason
-        warnings.warn(f"nsa_triton_sel: the Triton backward kernels failed for device={key[0]}, dtype={key[1]}, "
-                      f"Dk={key[2]}, Dv={key[3]}, h={key[4]} ({reason}); using the packed-SDPA gradients for this "
-                      f"configuration from now on", RuntimeWarning, stacklevel=2)
+        grads, _ = failures.BACKWARD.recover(failures.key_of(q, v), exc, lambda: reference_backward(
+            q, k, v, ranges, out, lse, grad_out, scale), stacklevel=2)
         return grads
 
 
@@ -131,7 +106,7 @@ backward = kernel_backward  # (q, k, v, ranges, out, lse, grad_out, scale) -> (d
 
 
 def _backward_impl(q, k, v, spans, positions, block_size, out, lse, grad_out, scale):
-    ranges = _ranges_of(spans, positions, block_size, k.shape[2])
+    ranges = as_ranges(spans, positions, block_size, k.shape[2])
     dq, dk, dv = backward(q, k, v, ranges, out, lse, grad_out, scale)
     return dq.contiguous(), dk.contiguous(), dv.contiguous()
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .contract import Dims, check_qkv, check_ranges, resolve_scale
+from .contract import Dims, check_qkv, check_ranges, resolve_scale, wants_grad
 
 DEFAULT_CHUNK_BYTES = 256 << 20
 
@@ -72,7 +72,7 @@ def _differentiable_zeros(shape, q, k, v):
     a call whose rows are all empty must still support ``backward()`` (as the Triton operator does).
     The link is the sum of an empty slice of each input (0, no copy, never NaN)."""
     out = torch.zeros(shape, dtype=v.dtype, device=v.device)
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+    if wants_grad(q, k, v):
         out = out + sum(x[:0].sum() for x in (q, k, v)).to(v.dtype)
     return out
 

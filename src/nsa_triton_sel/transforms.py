@@ -17,6 +17,19 @@ from torch._subclasses.fake_tensor import is_fake
 
 from .contract import _is_compiling
 
+_dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
+
+
+def plain_eager(q) -> bool:
+    """A plain eager call: real tensors, no tracing, no dispatch mode, no CUDA-graph capture."""
+    if _is_compiling():
+        return False
+    if type(q) not in (torch.Tensor, torch.nn.Parameter) or q.device.type == "meta":
+        return False
+    if _dispatch_mode() is not None:  # FakeTensorMode, FlopCounterMode, ...: the operator handles it
+        return False
+    return not (q.is_cuda and torch.cuda.is_current_stream_capturing())
+
 
 def shapes_only(q) -> bool:
     """Meta tensors, or FakeTensors outside a trace (a trace records the reference path itself)."""

@@ -29,7 +29,10 @@ from typing import NamedTuple
 import torch
 
 from . import config, plan, varlen_checks
-from .contract import Dims, _require_tensor, check_block_indices, check_block_size, check_positions, check_ranges
+from .device import device_of
+from .transforms import plain_eager
+from .contract import (Dims, _require_tensor, check_block_indices, check_block_size, check_positions, check_ranges,
+                       wants_grad)
 
 
 class Layout(NamedTuple):
@@ -200,7 +203,7 @@ def _decode_view(q, k, v, ranges):
 
 
 def _wants_decode_view(q5, k5, v5) -> bool:
-    grad = torch.is_grad_enabled() and (q5.requires_grad or k5.requires_grad or v5.requires_grad)
+    grad = wants_grad(q5, k5, v5)
     if grad or q5.device.type == "meta" or q5.shape[1] == 1:
         return False  # the backward would allocate dk per row; one row is a decode call already
     _, S, G, h, _ = q5.shape
@@ -212,16 +215,17 @@ def _wants_decode_view(q5, k5, v5) -> bool:
 def _decode_rows(device, S: int, G: int, h: int, per_head: bool) -> bool:
     """Whether S rows of one query each take the split-L decode kernel (a constant to torch.compile: it
     reads the device record once, which a trace must not see being filled in)."""
-    return plan.use_decode(S, 1, G, h, per_head, plan.device_of(device))
+    return plan.use_decode(S, 1, G, h, per_head, device_of(device))
 
 
 _decode_rows = getattr(torch.compiler, "assume_constant_result", torch._dynamo.assume_constant_result)(_decode_rows)
 
 
-def call(inner, q, k, v, ranges=None, *, block_indices=None, block_size=None, positions=None, scale=None,
+def call(inner, route_of, q, k, v, ranges=None, *, block_indices=None, block_size=None, positions=None, scale=None,
          backend="auto", return_lse=False, validate=True, cu_seqlens=None, cu_seqlens_q=None, cu_seqlens_k=None,
          lenient=False):
-    """``selection_attention`` for packed batches and the peers' layouts (``inner`` is the native call).
+    """``selection_attention`` for packed batches and the peers' layouts (``inner`` is the native call,
+    ``route_of`` the dispatcher's ``route``: whether the value checks may run beside the kernel).
 
     ``lenient`` (the drop-ins): block indices the peers ignore (negative, in the query's future, past
     the sequence) are padding instead of errors; repeated blocks still raise.
@@ -242,13 +246,12 @@ def call(inner, q, k, v, ranges=None, *, block_indices=None, block_size=None, po
         raise ValueError(f"with cu_seqlens the batch is packed: q must be [total, HQ, Dk], [1, total, HQ, Dk] or "
                          f"[1, total, G, h, Dk]; got B={B} (shape {list(q.shape)})")
     spans, block_size = _packed_spans(ranges, block_indices, block_size, positions, lay)
-    from .dispatch import _plain_eager
-
-    r = cached_rows(cu_q, cu_k, S, lay.k.shape[2], positions, block_size, _plain_eager(lay.q))
+    r = cached_rows(cu_q, cu_k, S, lay.k.shape[2], positions, block_size, plain_eager(lay.q))
     glob = global_ranges(spans, r, block_size)
     finish = None
     if validate and spans.numel():
-        finish = varlen_checks.start(spans, positions, block_size, cu_q, cu_k, r, lay, backend, lenient)
+        finish = varlen_checks.start(spans, positions, block_size, cu_q, cu_k, r, lay,
+                                     lambda: route_of(lay.q, lay.k, lay.v, backend=backend), lenient)
     q5, k5, v5 = lay.q, lay.k, lay.v
     decode = _wants_decode_view(q5, k5, v5)
     if decode:

@@ -55,12 +55,14 @@ def flags(spans, positions, block_size, cu_q, cu_k, r, T: int, lenient: bool) ->
                       _span_flags(spans, positions, block_size, n_key, lenient)])
 
 
-def start(spans, positions, block_size, cu_q, cu_k, r, lay, backend, lenient):
-    """Enqueue the checks; returns ``finish()``, which waits for them and raises what they found
-    (None inside a trace or a CUDA-graph capture: nothing may wait there, as in ``selection_attention``)."""
-    from . import checks, dispatch
+def start(spans, positions, block_size, cu_q, cu_k, r, lay, route, lenient):
+    """Enqueue the checks (``route()``: the call's route); returns ``finish()``, which waits for them and
+    raises what they found (None inside a trace or a CUDA-graph capture: nothing may wait there, as in
+    ``selection_attention``)."""
+    from . import checks
+    from .transforms import plain_eager
 
-    if not dispatch._plain_eager(lay.q):
+    if not plain_eager(lay.q):
         return None
     T = lay.k.shape[2]
     f = flags(spans, positions, block_size, cu_q, cu_k, r, T, lenient)
@@ -68,8 +70,7 @@ def start(spans, positions, block_size, cu_q, cu_k, r, lay, backend, lenient):
     def report(values):
         raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k, lay.rank, T)
 
-    if f.device.type == "cuda" and checks.beside_the_kernel(dispatch.route(lay.q, lay.k, lay.v, backend=backend),
-                                                              f.device):
+    if f.device.type == "cuda" and checks.beside_the_kernel(route(), f.device):
         key = (f.device, f.shape[0])
         if key not in _LANDINGS:
             _LANDINGS[key] = (torch.empty(f.shape, dtype=torch.bool, pin_memory=True), torch.cuda.Event())

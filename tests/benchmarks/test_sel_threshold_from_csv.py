@@ -251,7 +251,7 @@ def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
     dispatch = pytest.importorskip("nsa_triton_sel.dispatch")
     import triton
 
-    from nsa_triton_sel.plan import device_of
+    from nsa_triton_sel.device import device_of
 
     dev = device_of(torch.device("cpu"))
     gpu, cc = dev.name, dev.cc

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from nsa_triton_sel.compat import aot
-from nsa_triton_sel.kernels.meta import MODE_RANGES, kernel_meta
+from nsa_triton_sel.plan.tiles import MODE_RANGES, kernel_meta
 from nsa_triton_sel.compat.specs import SEL_TYPES, SPECS, CompileSpec, arg_type, derive_signature, kernel_params
 
 

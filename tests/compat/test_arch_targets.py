@@ -14,10 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import ledger_factory as F
+from blackwell_reproducers import SHFL_REDUCE
 import pytest
 
-from nsa_triton_sel import known_bad
-from nsa_triton_sel.compat import aot, env, ledger
+from nsa_triton_sel import device, known_bad
+from nsa_triton_sel.compat import aot, env, ledger, variants
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
 from nsa_triton_sel.compat.canaries import SPECS as CANARIES
@@ -265,13 +266,18 @@ def _installed_triton():
 
 
 # The Blackwell compiler aborts: each window, the kernel that reproduces it (the smoke's probe, a 32x32 fp16
-# tl.dot, for the AccelerateMatmul assertion; sel_bwd_delta, a dot-free cross-warp reduction, for LLVM's).
+# tl.dot, for the AccelerateMatmul assertion; a dot-free cross-warp reduction, the backward's former
+# sel_bwd_delta kept in blackwell_reproducers.py, for LLVM's).
 BLACKWELL_ABORTS = {
     "triton30-sm100-abort": "probe/dot",
     "triton31-32-sm100-abort": "probe/dot",
-    "triton30-sm100-llvm-abort": "sel_bwd_delta/bf16/dv128/h16",
-    "triton31-32-sm100-llvm-abort": "sel_bwd_delta/bf16/dv128/h16",
+    "triton30-sm100-llvm-abort": SHFL_REDUCE.name,
+    "triton31-32-sm100-llvm-abort": SHFL_REDUCE.name,
 }
+
+
+def _reproducer(name: str, tmp_path):
+    return smoke_run._probe_spec(tmp_path) if name == "probe/dot" else SHFL_REDUCE
 
 
 def _window(wid: str):
@@ -286,7 +292,7 @@ def test_every_blackwell_abort_window_has_a_reproducer_here():
 @pytest.mark.parametrize("wid", sorted(BLACKWELL_ABORTS))
 def test_reproducer_the_blackwell_aborts(wid, tmp_path):
     """Under a Triton inside the window, the window's kernel kills the compiler for sm_120 with its signature
-    (sm_120: every window's releases abort there; 3.2 gets sel_bwd_delta through for sm_100).
+    (sm_120: every window's releases abort there; 3.2 gets the reduction through for sm_100).
 
     Run with a lane's python (e.g. ``.nox/compile-3-1/bin/python -m pytest tests/compat/test_arch_targets.py
     -k reproducer``); outside the window's releases it is skipped with the reason."""
@@ -297,7 +303,7 @@ def test_reproducer_the_blackwell_aborts(wid, tmp_path):
         pytest.skip(f"reproducer of window {wid}: needs Triton {window.triton} (installed: {installed}); run it "
                     "with that lane's python, e.g. .nox/compile-3-1/bin/python -m pytest -k reproducer")
     name = BLACKWELL_ABORTS[wid]
-    spec = smoke_run._probe_spec(tmp_path) if name == "probe/dot" else next(s for s in SPECS if s.name == name)
+    spec = _reproducer(name, tmp_path)
     res = run_child(spec.request(120), tmp_path / "sm120", 300, sys.executable)
     assert res["verdict"] == CRASH and res["returncode"] == -6, res  # SIGABRT
     assert window.signature in res["message"], res["message"]
@@ -313,7 +319,7 @@ def test_the_reproducers_compile_for_blackwell_outside_the_windows(name, tmp_pat
     inside = [w for w in BLACKWELL_ABORTS if installed and _window(w).covers(installed, 120, "compile", "aot")]
     if installed is None or inside:
         pytest.skip(f"Triton {installed} is inside {inside}: the reproducer itself runs here")
-    spec = smoke_run._probe_spec(tmp_path) if name == "probe/dot" else next(s for s in SPECS if s.name == name)
+    spec = _reproducer(name, tmp_path)
     res = run_child(spec.request(120), tmp_path / "sm120", 300, sys.executable)
     assert res["verdict"] == OK, res
 
@@ -333,16 +339,16 @@ def test_a_variant_over_the_archs_shared_memory_is_a_compile_error():
 def test_the_registry_is_what_the_planner_launches_on_every_matrix_arch():
     """No window caps the new archs on 3.9, so the planner launches there exactly the registry's variants
     (planned once, for sm_90): one table for every arch (rows from known_bad.toml, tiles/warps/stages from
-    kernels/meta.py, shared memory per program from plan.SHARED_PER_BLOCK)."""
+    kernels/meta.py, shared memory per program from device.SHARED_PER_BLOCK)."""
     from nsa_triton_sel import plan
     from nsa_triton_sel.compat import lanes
 
-    hopper = plan.Device.target(90, "3.9.0")
+    hopper = device.Device.target(90, "3.9.0")
     for arch in lanes.load_table(REPO / "constraints" / "lanes.toml").archs:
-        dev = plan.Device.target(arch, "3.9.0")
-        assert replace(dev, arch=90) == hopper and plan.shared_limit(arch) is not None, arch
+        dev = device.Device.target(arch, "3.9.0")
+        assert replace(dev, arch=90) == hopper and device.shared_limit(arch) is not None, arch
     forward = [s.name for s in SPECS if not s.name.startswith("sel_bwd") and not s.only]  # +cap: 3.0/3.1 sm_90 only
-    assert [c.name for c in plan.smoke_cases(plan.Device.target(120, "3.9.0"))] == forward
+    assert [c.name for c in variants.smoke_cases(device.Device.target(120, "3.9.0"))] == forward
 
 
 def test_the_ptxas_that_ran_names_the_reason(ptxas124, tmp_path):

@@ -292,7 +292,7 @@ def check_unique(specs: list[CompileSpec]) -> None:
 
 # ---------------------------------------------------------------- this package's registry
 #
-# Derived from the launch planner (nsa_triton_sel.plan.smoke_cases): the variants are the launches
+# Derived from the launch planner (compat/variants.py sweeps nsa_triton_sel.plan): the variants are the launches
 # the launchers can pick, and a variant whose dot is wider than a known-bad window's max_rows
 # (data/known_bad.toml) is skipped there, because the planner never launches it there.  Nothing
 # here is written by hand, so the registry cannot drift from the launchers.
@@ -326,9 +326,11 @@ def _ident(kernel: str, constexprs, num_warps, num_stages, dtype, types) -> tupl
 
 def capped_specs(specs: list[CompileSpec]) -> list[CompileSpec]:
     """What the planner launches under each row-cap window (``max_rows`` on some archs) that ``specs``
-    do not already compile: ``plan.smoke_cases`` on a device capped at the window's rows, compiled only
+    do not already compile: ``variants.smoke_cases`` on a device capped at the window's rows, compiled only
     on the window's Triton releases and archs (``only``), named ``<case>+cap<rows>``."""
-    from .. import known_bad, plan
+    from .. import known_bad
+    from ..device import Device
+    from .variants import smoke_cases
 
     have = {_ident(s.kernel, s.constexprs, s.num_warps, s.num_stages, s.dtype, s.types) for s in specs}
     out = []
@@ -336,8 +338,8 @@ def capped_specs(specs: list[CompileSpec]) -> list[CompileSpec]:
         if w.max_rows is None or not w.arch:
             continue
         for arch in w.arch:
-            dev = dataclasses.replace(plan.Device.target(arch, ""), max_rows=w.max_rows)
-            for case in plan.smoke_cases(dev):
+            dev = dataclasses.replace(Device.target(arch, ""), max_rows=w.max_rows)
+            for case in smoke_cases(dev):
                 key = _ident(case.kernel, case.constexprs, case.num_warps, case.num_stages, case.dtype, case.types)
                 if key in have:
                     continue
@@ -353,15 +355,15 @@ def capped_specs(specs: list[CompileSpec]) -> list[CompileSpec]:
 def registry() -> list[CompileSpec]:
     """Every shipped variant class: one compile per tile class and constexpr value the planner picks.
 
-    ``plan.smoke_cases()`` sweeps the planner over head dims (64/96/128/192/256, Dk != Dv),
+    ``variants.smoke_cases()`` sweeps the planner over head dims (64/96/128/192/256, Dk != Dv),
     head blocks (16/32/64 rows and the per-head path), the ranges, block-index, dense and varlen
     layouts, decode split (with its merge), the multi-token kernel, fp16 and bf16, and keeps the
     fewest launches that cover them; about 60 compiles per arch (each 1.5 - 4 s).
     """
-    from .. import plan
+    from .variants import smoke_cases
 
     specs = []
-    for case in plan.smoke_cases():
+    for case in smoke_cases():
         rows = case.rows or case.constexprs.get("BLOCK_H", 0)
         specs.append(CompileSpec(
             name=case.name, kernel=f"{FORWARD}:{case.kernel}", constexprs=case.constexprs, dtype=case.dtype,
@@ -375,10 +377,10 @@ def registry() -> list[CompileSpec]:
 
 
 def backward_specs(full: bool = False) -> list[CompileSpec]:
-    """The backward kernels' variant classes (``kernels.backward_meta.backward_variants``), with the
+    """The backward kernels' variant classes (``variants.backward_variants``), with the
     same data-driven skips as the forward's: a variant whose dot is wider than a known-bad row cap is
     never launched there."""
-    from ..kernels.backward_meta import backward_variants
+    from .variants import backward_variants
 
     specs = []
     for d in backward_variants(full):

@@ -33,6 +33,6 @@ def topk_sparse_attention(q, k, v, topk_idx, block_size: int, cu_seqlens, softma
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             raise ValueError(f"{name} must be a 3-D tensor (q/k/v [total, heads, D], topk_idx [H, total, k]), "
                              f"got {getattr(x, 'shape', type(x).__name__)}")
-    return varlen.call(dispatch.selection_attention, q, k, v, block_indices=topk_idx.permute(1, 0, 2),
+    return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, block_indices=topk_idx.permute(1, 0, 2),
                        block_size=block_size, scale=softmax_scale, cu_seqlens=cu_seqlens, validate=validate,
                        lenient=True)

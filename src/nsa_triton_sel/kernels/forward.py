@@ -44,7 +44,7 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .meta import MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
+from ..plan.tiles import MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
 
 # ln(2): the kernels keep the LSE in the log2 domain (exp2 softmax) and convert when storing it.
 LN2 = tl.constexpr(0.6931471805599453)

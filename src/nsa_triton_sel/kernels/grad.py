@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import backward
-from .backward_meta import (DELTA_WARPS, REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size,
-                            dq_tokens_per_program)
-from .. import plan as P
 from ..contract import clamp_ranges, resolve_scale
+from ..device import device_of
+from ..plan.backward import REDUCE_WARPS, BackwardMeta, backward_meta, chunk_size, dq_tokens_per_program
+from ..plan.tiles import LOG2E
+from . import backward
 from .launch import _check_kernel_inputs, _interpreter_dot_f32
-from .meta import LOG2E
 
 
 @dataclass
@@ -77,7 +76,7 @@ def count_readers(ranges: torch.Tensor, T: int, block_n: int) -> ReaderCounts:
     """How many reader entries each ``block_n``-key tile of each ``(b, g)`` has (device ops only)."""
     B, S, G, n, _ = ranges.shape
     dev = ranges.device
-    nt = P.cdiv(T, block_n)
+    nt = -(-T // block_n)
     n_tiles = B * G * nt
     t_lo, count, start, end = _span_tiles(ranges, block_n)
     bg = (torch.arange(B, device=dev).view(B, 1, 1, 1) * G + torch.arange(G, device=dev).view(1, 1, G, 1))
@@ -224,21 +223,19 @@ def _check_backward_inputs(q, k, v, ranges, out, lse, grad_out):
         raise ValueError(f"ranges has shape {list(ranges.shape)}; expected [B, S, G, n, 2] = [{B}, {S}, {G}, n, 2]")
 
 
-def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, deterministic=True, **tune):
+def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, plan: BackwardMeta | None = None,
+                      **tune):
     """Gradients ``(dq, dk, dv)`` of ``out = sel_attn_ranges(q, k, v, ranges, scale=scale)``.
 
-    ``out`` and ``lse`` are the forward's outputs, ``grad_out`` the gradient of ``out``.
-    Always deterministic (no atomics); ``deterministic=False`` is accepted for API
-    compatibility and selects the same kernels.  ``tune`` overrides the launch
-    configuration (``backward_meta`` keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
+    ``out`` and ``lse`` are the forward's outputs, ``grad_out`` the gradient of ``out``.  Always
+    deterministic (no atomics).  ``plan`` is the launch configuration (the operator passes
+    ``plan.backward.for_call``'s); without it, ``backward_meta`` is asked with the device's row cap
+    and ``tune``'s overrides (its keywords: ``dq_block_n``, ``dq_warps``, ``dq_stages``,
     ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``,
-    ``streams``, ``dq_tokens`` (the multi-token dq kernel), ``tok_block_n``, ``tok_warps``,
-    ``tok_stages``) and ``delta`` (``"output"`` or ``"fp32"``, default :data:`DELTA`, see
-    :func:`_fill_delta`).  Trusts its caller like the forward launchers: the ranges must satisfy
-    the contract.
+    ``dq_tokens`` (the multi-token dq kernel), ``tok_block_n``, ``tok_warps``, ``tok_stages``,
+    ``delta`` (``"output"`` or ``"fp32"``, see :func:`_fill_delta`)).  Trusts its caller like the
+    forward launchers: the ranges must satisfy the contract.
     """
-    del deterministic  # every path is deterministic
-    exact = _delta_mode(tune.pop("delta", None)) == "fp32"
     _check_backward_inputs(q, k, v, ranges, out, lse, grad_out)
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
@@ -246,9 +243,14 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     # list (which indexes by span) leave [0, T), with validate=False too.  One small op on the device.
     ranges = clamp_ranges(ranges, T)
     n = ranges.shape[3]
-    dev = P.device_of(q.device)
-    tune.setdefault("max_rows", dev.max_rows)
-    meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype, dev), **tune)
+    dev = device_of(q.device)
+    if plan is None:
+        tune.setdefault("max_rows", dev.max_rows)
+        plan = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype, dev),
+                             **tune)
+    elif tune:
+        raise TypeError(f"pass either plan or launch overrides, not both (got {sorted(tune)})")
+    meta = plan
     dq = torch.empty((B, S, G, h, Dk), dtype=q.dtype, device=q.device)
     dk = torch.empty((B, G, T, Dk), dtype=k.dtype, device=q.device)
     dv = torch.empty((B, G, T, Dv), dtype=v.dtype, device=q.device)
@@ -262,93 +264,42 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, determ
     bad = _nonfinite_rows(q, grad_out)
     # The entry count and "any non-finite q or dO" reach the host in one copy, behind the dq kernel.
     host = _host_ints_later(torch.cat([counts.offsets[-1:], bad.any().reshape(1).to(torch.int64)]))
-    programs = meta.programs_per_sm * dev.sm_count
-    if meta.streams > 1 and q.is_cuda:
-        # dq (L2-bound on K/V tiles) on a side stream beside the CSR and dk/dv (which gather
-        # q and dO rows), once delta is ready; joined before returning.
-        _fill_delta(q, k, v, ranges, out, grad_out, delta, meta, sc, exact)
-        main, side = torch.cuda.current_stream(q.device), _side_stream(q.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc, True)
-        n_entries, nonfinite = host()
-        csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
-        qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
-        _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
-        main.wait_stream(side)
-        return dq, dk, dv
-    if meta.streams > 1 or exact:
-        _fill_delta(q, k, v, ranges, out, grad_out, delta, meta, sc, exact)
-    _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc, meta.streams > 1 or exact)
+    exact = meta.delta == "fp32"
+    if exact:
+        _fill_delta(q, k, v, ranges, grad_out, delta, sc)
+    _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
     n_entries, nonfinite = host()
-    csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk, programs=programs)
+    csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk_for(n_entries, h, dev.sm_count))
     qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
     _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
 
 
-_SIDE_STREAMS: dict = {}
-
-
-def _side_stream(device: torch.device):
-    key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
-    if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = torch.cuda.Stream(device=device)
-    return _SIDE_STREAMS[key]
-
-
-DELTA = "output"  # how the backward gets delta = rowsum(dO * O): "output" or "fp32" (see _fill_delta)
-DELTA_MODES = ("output", "fp32")
-
-
-def _delta_mode(mode) -> str:
-    mode = DELTA if mode is None else mode
-    if mode not in DELTA_MODES:
-        raise ValueError(f"delta={mode!r}; accepted: {', '.join(map(repr, DELTA_MODES))}")
-    return mode
-
-
-def _fill_delta(q, k, v, ranges, out, grad_out, delta, meta: BackwardMeta, sc: float, exact: bool):
-    """``delta = rowsum(dO * O)`` into its buffer, for the dq kernel to load.
-
-    ``exact`` (``DELTA = "fp32"``): O recomputed in fp32 by the forward kernel (its accumulator stored
-    without rounding to q's dtype).  The stored bf16 output's rounding, multiplied by dO, is of the
-    size of dP - delta when one key takes all the weight (a saturated softmax): dq/dk errors of
-    5-25 % in bf16 there, 0.3 % with this.  It costs one more forward pass; the default ("output")
-    reads the stored output, like FlashAttention."""
-    if not exact:
-        _launch_delta(out, grad_out, delta, meta, q.shape[3])
-        return
+def _fill_delta(q, k, v, ranges, grad_out, delta, sc: float):
+    """``delta = rowsum(dO * O)`` into its buffer with O recomputed in fp32 by the forward kernel (its
+    accumulator stored without rounding to q's dtype), for the dq kernel to load (``delta="fp32"``,
+    see ``plan.backward.DELTA``).  The default (``"output"``) has the dq kernel compute delta from the
+    stored output, like FlashAttention."""
     from .launch import selection
 
-    o32 = selection(q, k, v, ranges, scale=sc, out=torch.empty(out.shape, dtype=torch.float32, device=q.device),
-                    decode=False)
+    o32 = selection(q, k, v, ranges, scale=sc, out=torch.empty(grad_out.shape, dtype=torch.float32,
+                                                                device=q.device), decode=False)
     torch.sum(grad_out.float() * o32, dim=-1, out=delta)
 
 
-def _launch_delta(out, grad_out, delta, meta: BackwardMeta, h: int):
-    B, S, G = out.shape[:3]
-    backward.sel_bwd_delta_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
-        out, grad_out, delta, S, G, h, out.shape[4], *out.stride(), *grad_out.stride(),
-        num_warps=DELTA_WARPS, num_stages=1, **meta.delta_constexprs(),
-    )
-
-
-def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float,
-               load: bool | None = None):
-    """The dq kernel; ``load``: read delta from its buffer (default: with ``streams=2``), else compute it."""
-    load = meta.streams > 1 if load is None else load
+def _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta: BackwardMeta, sc: float):
+    """The dq kernel (it reads delta from its buffer with ``delta="fp32"``, else computes it)."""
     B, S, G, h, Dk = q.shape
     args = (q, k, v, out, grad_out, lse, delta, dq, ranges,
             S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
             *ranges.stride())
     if meta.TOK:
-        backward.sel_bwd_dq_tok_kernel[(B * P.cdiv(S, meta.TOK), G)](
-            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **{**meta.dq_tok_constexprs(), "LOAD_DELTA": load})
+        backward.sel_bwd_dq_tok_kernel[(B * -(-S // meta.TOK), G)](
+            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
         return
-    backward.sel_bwd_dq_kernel[(B * S, G * P.cdiv(h, meta.BLOCK_H))](
-        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **{**meta.dq_constexprs(), "LOAD_DELTA": load})
+    backward.sel_bwd_dq_kernel[(B * S, G * -(-h // meta.BLOCK_H))](
+        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, csr: ReaderCSR, meta: BackwardMeta, sc: float):
@@ -379,7 +330,7 @@ class SelectionAttentionFn(torch.autograd.Function):
         fwd = {"ranges": launch.sel_attn_ranges, "tokens": launch.sel_attn_tokens}[forward]
         out, lse = fwd(q, k, v, ranges, scale=scale, return_lse=True)
         if forward == "tokens" and "dq_tokens" not in tune:  # the same locality serves the dq kernel
-            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3], P.device_of(q.device).max_rows) or None}
+            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3], device_of(q.device).max_rows) or None}
         ctx.save_for_backward(q, k, v, ranges, out, lse)
         ctx.scale, ctx.tune = scale, tune
         return out

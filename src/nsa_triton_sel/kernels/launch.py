@@ -1,9 +1,11 @@
-"""Torch-side launchers of the selection kernels.
+"""Torch-side launchers of the selection kernels: they launch what a plan says and decide nothing.
 
-Every entry point asks :mod:`nsa_triton_sel.plan` for its launch and ends in :func:`run`
-(single-token and decode kernels, strided 5-D views ``[B, S, G, h, D]`` for q/o and
-``[B, G, T, D]`` for k/v expressed purely as sizes and strides, so the packed seed-style
-layouts reuse the ranges-native kernel without copies) or :func:`run_tokens`:
+:func:`launch` takes a :class:`nsa_triton_sel.plan.Plan` (the operator's path: ``op`` asks
+``plan.for_call``) and ends in :func:`run` (single-token and decode kernels, strided 5-D views
+``[B, S, G, h, D]`` for q/o and ``[B, G, T, D]`` for k/v expressed purely as sizes and strides, so
+the packed seed-style layouts reuse the ranges-native kernel without copies) or :func:`run_tokens`.
+The entry points below ask the planner for an explicit plan and launch it (tests, benchmarks, the
+seeds' APIs):
 
 - ``sel_attn_ranges``: ``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``ranges [B, S, G, n, 2]``;
 - ``sel_attn_blocks``: the same with ``block_indices [B, S, G, n]`` read by the kernel itself;
@@ -23,14 +25,15 @@ from __future__ import annotations
 import torch
 
 from .. import plan as P
-from ..contract import KERNEL_DTYPES, resolve_scale
+from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
+from ..device import ROWS, Device, device_of
+from ..plan.tiles import LOG2E, MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES, tokens_per_program, tokens_problem
 from . import forward
-from .meta import LOG2E, MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES, tokens_per_program, tokens_problem
 
 NO_STRIDES = (0, 0, 0, 0)
 
 
-def _interpreter_dot_f32(dtype, dev: P.Device) -> bool:
+def _interpreter_dot_f32(dtype, dev: Device) -> bool:
     """bf16 ``tl.dot`` is wrong under the Triton interpreter: upcast there (see forward.py, DOT_F32)."""
     return dtype == torch.bfloat16 and dev.interpreter
 
@@ -124,35 +127,25 @@ def pos_strides(positions) -> tuple[int, int]:
     return (0 if positions.shape[0] == 1 else positions.stride(0), positions.stride(1))
 
 
-def selection(q, k, v, spans, *, scale=None, return_lse=False, out=None, per_head=False, tokens=1,
-              decode=None, num_splits=None, positions=None, block_size=0, wrap=None, dev=None, **tune):
-    """Launch the kernel :func:`plan.selection` picks for a 5-D call.
-
-    ``spans`` is ``ranges [B, S, G, n, 2]`` or, with ``block_size``, ``block_indices [B, S, G, n]``
-    (then ``positions`` ``[S]``/``[B, S]`` optional).  ``tokens > 1``: the multi-token kernel;
-    ``decode``/``num_splits``: split-L (None: :func:`plan.use_decode` decides).  This is the
-    decode step's hot path: a cached plan, two allocations and the launch.
-    """
+def launch(plan: P.Plan, q, k, v, spans, *, scale=None, return_lse=False, out=None, positions=None,
+           block_size=0, wrap=None):
+    """Launch ``plan`` on a 5-D call: ``spans`` is ``ranges [B, S, G, n, 2]`` or, with ``block_size``,
+    ``block_indices [B, S, G, n]`` (``positions`` ``[S]``/``[B, S]`` optional; the multi-token kernel reads
+    ranges, so block indices are converted for it).  The decode step's hot path: two allocations and
+    the launch."""
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     blocks = spans.dim() == 4
     n = spans.shape[3]
     if q.dtype not in KERNEL_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         _check_kernel_inputs(("q", q), ("k", k), ("v", v))
-    dev = dev or P.device_of(q.device)
     o, lse = _outputs((B, S, G, h, Dv), (B, S, G, h), v.dtype, q.device, return_lse, out)
     if n == 0:
         return _empty_rows(o, lse, return_lse)
     qk_scale = (scale if type(scale) is float else resolve_scale(scale, Dk)) * LOG2E
-    if tokens > 1 and blocks:
-        from ..contract import block_indices_to_ranges
-
-        spans, blocks = block_indices_to_ranges(spans, block_size, T, positions, validate=False), False
-    plan = P.selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=MODE_BLOCKS if blocks else MODE_RANGES,
-                       has_pos=positions is not None, has_lse=return_lse, per_head=per_head, tokens=tokens,
-                       decode=decode, num_splits=num_splits, dot_f32=dev.interpreter and q.dtype == torch.bfloat16,
-                       tune=_tune(tune) if tune else ())
     if plan.kernel == "tokens":
+        if blocks:
+            spans = block_indices_to_ranges(spans, block_size, T, positions, validate=False)
         run_tokens(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, wrap=wrap)
         return (o, lse) if return_lse else o
     sr = spans.stride() + (0,) if blocks else spans.stride()
@@ -162,6 +155,23 @@ def selection(q, k, v, spans, *, scale=None, return_lse=False, out=None, per_hea
                  sr, pos_strides(positions)),
         qk_scale=qk_scale, block_size=min(block_size, max(T, 1)) if blocks else 0, wrap=wrap)
     return (o, lse) if return_lse else o
+
+
+def selection(q, k, v, spans, *, scale=None, return_lse=False, out=None, per_head=False, tokens=1,
+              decode=None, num_splits=None, positions=None, block_size=0, **tune):
+    """The plan :func:`plan.selection` gives these explicit choices, launched (:func:`launch`).
+
+    ``tokens > 1``: the multi-token kernel; ``decode``/``num_splits``: split-L (None: the planner decides).
+    """
+    B, S, G, h, Dk = q.shape
+    dev = device_of(q.device)
+    plan = P.selection(B, S, G, h, Dk, v.shape[3], k.shape[2], spans.shape[3], dev=dev,
+                       span_mode=MODE_BLOCKS if spans.dim() == 4 and tokens == 1 else MODE_RANGES,
+                       has_pos=positions is not None, has_lse=return_lse, per_head=per_head, tokens=tokens,
+                       decode=decode, num_splits=num_splits, dot_f32=_interpreter_dot_f32(q.dtype, dev),
+                       tune=_tune(tune) if tune else ())
+    return launch(plan, q, k, v, spans, scale=scale, return_lse=return_lse, out=out, positions=positions,
+                  block_size=block_size)
 
 
 def sel_attn_ranges(q, k, v, ranges, *, scale=None, return_lse=False, out=None, per_head=False, **tune):
@@ -189,7 +199,7 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
     """
     if tokens is None:
         h = q.shape[3]
-        tokens = tokens_per_program(h, min(tune.get("max_rows", P.ROWS), P.device_of(q.device).max_rows))
+        tokens = tokens_per_program(h, min(tune.get("max_rows", ROWS), device_of(q.device).max_rows))
         if tokens < 2:
             raise ValueError(tokens_problem(tokens, h))
     return selection(q, k, v, ranges, scale=scale, return_lse=return_lse, out=out, tokens=tokens, **tune)
@@ -218,7 +228,7 @@ def _run_packed(mode, q, k, v, spans, o, lse, *, L, seq_len, sk, sv, scale, retu
     """Packed rows as the 5-D contract: B = N rows, S = G = 1, one span per row."""
     N, H, Dk = q.shape
     Dv = v.shape[-1]
-    dev = P.device_of(q.device)
+    dev = device_of(q.device)
     plan = P.packed(mode, N, H, Dk, Dv, L, dev=dev, has_lse=return_lse,
                     dot_f32=_interpreter_dot_f32(q.dtype, dev), tune=_tune(tune))
     run(plan, q, k, v, o, lse, spans,

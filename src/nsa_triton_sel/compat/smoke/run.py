@@ -206,13 +206,13 @@ def _unsupported_arch(spec, arch, probe, version) -> SmokeResult:
 def _check_shared(res: SmokeResult) -> None:
     """An ``ok`` compile that needs more shared memory than the arch gives a program cannot launch
     there (Triton raises OutOfResources at the first call): a compile error, found without the GPU."""
-    from ... import plan  # noqa: PLC0415 - the library's table of shared memory per arch
+    from ...device import shared_limit  # noqa: PLC0415 - the library's table of shared memory per arch
 
-    limit, used = plan.shared_limit(res.arch), res.metrics.get("shared")
+    limit, used = shared_limit(res.arch), res.metrics.get("shared")
     if res.verdict == OK and limit and isinstance(used, int) and used > limit:
         res.verdict = COMPILE_ERROR
         res.message = (f"needs {used} bytes of shared memory per program; sm_{res.arch} allows {limit} "
-                       "(plan.SHARED_PER_BLOCK): the launch would fail with OutOfResources on that GPU")
+                       "(device.SHARED_PER_BLOCK in nsa_triton_sel/device.py): the launch would fail with OutOfResources on that GPU")
 
 
 def make_result(spec: CompileSpec, arch: int, raw: dict, version: str) -> SmokeResult:

@@ -1,7 +1,8 @@
-"""Launch configuration of the backward kernels (``backward.py``), and their compile-smoke variants.
+"""The backward's launch plan: tiles, warps, stages, chunks and the multi-token dq kernel.
 
-Pure Python (no torch, no triton), like ``meta.py``: the launcher, the compile-smoke
-registry and the tests read the same numbers from here.
+Pure Python (no torch, no triton), like :mod:`.tiles`: the launcher (``kernels/grad.py``), the
+compile-smoke registry (``compat/variants.py``) and the tests read the same numbers from here.
+:func:`for_call` is what the operator's backward asks; :func:`backward_meta` the explicit form.
 
 The defaults for h = 16, Dk = Dv <= 128 are the best of ``bench/train_nsa.py --sweep`` on the
 H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K; bench/results/h100-train/sweep8k.log):
@@ -38,14 +39,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .meta import MAX_HEAD_DIM, MIN_DOT, next_pow2, split_head_dim
+from .tiles import MAX_HEAD_DIM, MIN_DOT, next_pow2, split_head_dim
 
 CHUNK_PROGRAMS_PER_SM = 8
 CHUNK_MIN = 64
 CHUNK_MAX = 8192
-DELTA_WARPS = 4
 REDUCE_WARPS = 4
 MAX_BLOCK_N = 128  # entry bounds are packed as lo | hi << 16 (any BLOCK_N < 2^15 would do)
+# delta = rowsum(dO * O): "output" reads the stored output, like FlashAttention; "fp32" recomputes O in
+# fp32 first (one more forward pass): the stored bf16 output's rounding, times dO, is of the size of
+# dP - delta when one key takes all the weight (a saturated softmax): dq/dk errors of 5-25 % in bf16
+# there, 0.3 % with "fp32".
+DELTA = "output"
+DELTA_MODES = ("output", "fp32")
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,8 @@ class BackwardMeta:
     kv_stages: int
     chunk: int | None  # entries per dk/dv program; None: entries / (programs_per_sm x SMs)
     programs_per_sm: int = CHUNK_PROGRAMS_PER_SM
-    streams: int = 1  # 2: delta first, then dq on a side stream beside the CSR and dk/dv (CUDA only)
+    delta: str = "output"  # how delta = rowsum(dO * O) is had: "output" (the dq kernel computes it from the
+    # stored output) or "fp32" (its own kernel from an fp32 recomputation of O, the dq kernel loads it)
     TOK: int = 0      # > 0: the multi-token dq kernel, TOK tokens x HP padded heads per program
     HP: int = 16
     TOK_BLOCK_N: int = 64
@@ -76,16 +83,18 @@ class BackwardMeta:
 
     def dq_constexprs(self) -> dict:
         return {"BLOCK_H": self.BLOCK_H, "BLOCK_N": self.DQ_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
-                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.delta == "fp32",
                 "DOT_F32": self.DOT_F32}
 
     def dq_tok_constexprs(self) -> dict:
         return {"TOK": self.TOK, "HP": self.HP, "BLOCK_N": self.TOK_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2,
-                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.streams > 1,
+                "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.delta == "fp32",
                 "DOT_F32": self.DOT_F32}
 
-    def delta_constexprs(self) -> dict:
-        return {"BLOCK_H": self.BLOCK_H, "BLOCK_DV": self.BLOCK_DV}
+    def chunk_for(self, entries: int, h: int, sm_count: int) -> int:
+        """Entries per dk/dv program once the reader list's size is known: ``chunk``, or about
+        ``programs_per_sm`` programs per SM (:func:`chunk_size`)."""
+        return self.chunk or chunk_size(entries, self.programs_per_sm * sm_count, self.ROWS, h)
 
     def dkdv_constexprs(self) -> dict:
         return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "DK1": self.DK1, "DK2": self.DK2,
@@ -131,7 +140,7 @@ def backward_meta(
     kv_stages: int | None = None,
     chunk: int | None = None,
     programs_per_sm: int | None = None,
-    streams: int | None = None,
+    delta: str | None = None,
     dq_tokens: int | None = None,
     tok_block_n: int | None = None,
     tok_warps: int | None = None,
@@ -161,8 +170,8 @@ def backward_meta(
         raise ValueError(f"kv_block_n={kbn}: at most {MAX_BLOCK_N}")
     if chunk is not None and chunk < 1:
         raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
-    if streams not in (None, 1, 2):
-        raise ValueError(f"streams={streams!r}: accepted 1 (one stream) or 2 (dq beside dk/dv)")
+    if delta not in (None,) + DELTA_MODES:
+        raise ValueError(f"delta={delta!r}; accepted: {', '.join(map(repr, DELTA_MODES))}")
     if programs_per_sm is not None and programs_per_sm < 1:
         raise ValueError(f"programs_per_sm={programs_per_sm}: need at least 1")
     hp = next_pow2(h)
@@ -176,7 +185,7 @@ def backward_meta(
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
         KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
-        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, streams=streams or 1,
+        programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, delta=delta or DELTA,
     )
 
 
@@ -196,81 +205,14 @@ def chunk_size(entries: int, programs: int, rows_per_step: int, h: int) -> int:
     return -(-c // step) * step
 
 
-# ----------------------------------------------------------------- compile-smoke variants
+def for_call(q_shape: tuple, Dv: int, ranges, *, dev, dot_f32: bool) -> BackwardMeta:
+    """The backward of one operator call on ``dev`` (a ``device.Device``): the row cap of its known-bad
+    windows, and the multi-token dq kernel where neighbouring tokens share their spans (the question the
+    forward's plan asked, :func:`.tokens.decide_tokens`): then they share the dq kernel's K/V tiles too."""
+    from .tokens import decide_tokens
 
-BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
-# Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
-BACKWARD_TYPES = {
-    "LSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
-    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
-    "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
-}
-def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:
-    """A compile-smoke variant; ``rows`` is the widest dot M, which the known-bad row caps
-    (``data/known_bad.toml``, read by the registry) compare against, as for the forward."""
-    return {
-        "name": name, "kernel": f"{BACKWARD_MODULE}:{kernel}", "constexprs": constexprs,
-        "num_warps": warps, "num_stages": stages, "dtype": dtype, "types": dict(BACKWARD_TYPES), "rows": rows,
-    }
-
-
-# A representative subset for the compile smoke's default run (it must stay short on a
-# 2-core CI box): every kernel, both dtypes, the wide (64-row) and capped (32-row) tiles,
-# Dk = 192 (two slices) and Dk = Dv = 256 (the largest).
-SMOKE_SUBSET = frozenset({
-    "sel_bwd_dq/fp16/dk128-dv128/h16", "sel_bwd_dq/bf16/dk192-dv128/h16", "sel_bwd_dq/fp16/dk128-dv128/h64",
-    "sel_bwd_dq/fp16/dk128-dv128/h64+m32", "sel_bwd_dq/fp16/dk256-dv256/h16",
-    "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
-    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
-    "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
-    "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_delta/bf16/dv128/h16",
-})
-
-
-def backward_variants(full: bool = False) -> list[dict]:
-    """The configuration classes the backward launcher can pick, as compile-smoke specs.
-
-    ``full=False`` gives :data:`SMOKE_SUBSET` (14 variants), ``full=True`` every class (46).
-
-    Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
-    ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
-    ``compat.specs.registry()`` turns it into the skips of the known-bad row caps (where the
-    launcher, reading the same windows through ``plan``, caps M, the capped variants are listed
-    too).  The dk/dv and reduce kernels do not depend on h; the dq kernel's M does (h = 16, 64).
-    """
-    out = []
-    head_dims = ((64, 64), (128, 128), (192, 128), (256, 256), (128, 64))
-    for dtype in ("fp16", "bf16"):
-        for Dk, Dv in head_dims:
-            if dtype == "bf16" and (Dk, Dv) not in ((128, 128), (192, 128)):
-                continue  # bf16 changes only the element type of loads and dots
-            for h in (16, 64):
-                if h == 64 and (Dk, Dv) not in ((128, 128), (192, 128)):
-                    continue
-                wide = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16)
-                for m, tag in ((wide, ""), (backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
-                    if tag and m.dq_constexprs() == wide.dq_constexprs():
-                        continue  # the cap changes nothing here
-                    out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk{Dk}-dv{Dv}/h{h}{tag}",
-                                        m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
-            wide = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16)
-            for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
-                if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
-                    continue
-                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
-                out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, 0))
-    for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
-                                  ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
-        m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
-        tag = "" if cap == 64 else "+m32"
-        out.append(_variant("sel_bwd_dq_tok_kernel", f"sel_bwd_dq_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{m.TOK}{tag}",
-                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP))
-    m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, streams=2)
-    for dtype in ("fp16", "bf16"):
-        out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
-                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
-        out.append(_variant("sel_bwd_delta_kernel", f"sel_bwd_delta/{dtype}/dv128/h16", m.delta_constexprs(),
-                            DELTA_WARPS, 1, dtype, 0))
-    return out if full else [d for d in out if d["name"] in SMOKE_SUBSET]
+    B, S, G, h, Dk = q_shape
+    shared = decide_tokens(0, ranges, h, S, dev) > 1
+    dq_tokens = dq_tokens_per_program(h, dev.max_rows) if shared else 0
+    return backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(ranges.shape[3], 1), dot_f32=dot_f32,
+                         max_rows=dev.max_rows, dq_tokens=dq_tokens or None)

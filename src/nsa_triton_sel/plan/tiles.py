@@ -187,7 +187,7 @@ def tokens_per_program(h: int, max_rows: int = MULTI_TOKEN_ROWS) -> int:
 def tokens_problem(tokens: int, h: int, max_rows: int | None = None) -> str | None:
     """Why ``tokens`` consecutive tokens of ``h`` heads cannot share one multi-token program, or None.
 
-    ``max_rows`` is a row cap from a known-bad window (``plan.row_cap``): M = tokens x next_pow2(h)
+    ``max_rows`` is a row cap from a known-bad window (``device.row_cap``): M = tokens x next_pow2(h)
     must stay under it.
     """
     hp = next_pow2(h)

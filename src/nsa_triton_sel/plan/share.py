@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import plan
 
 SHARE_MIN = 0.5
 
@@ -50,24 +49,11 @@ def _key(spans) -> tuple:
     return (spans.device, spans.dtype, tuple(spans.shape))
 
 
-def remember(spans: torch.Tensor, fraction: float) -> bool:
-    """Record a fraction the caller already read (the validating path syncs anyway); returns the answer."""
-    shared = fraction >= SHARE_MIN
-    if spans.device.type == "cuda":
-        probe = _PROBES.get(_key(spans))
-        if probe is not None:
-            probe.shared = shared
-    return shared
-
-
-def choose_tokens(spans: torch.Tensor, h: int, dev: plan.Device) -> int:
-    """Tokens per program for these spans: the multi-token count when neighbours share, else 1."""
-    tok = plan.auto_tokens(h, spans.shape[1], dev)
-    if tok == 1:
-        return 1
+def shared(spans: torch.Tensor) -> bool:
+    """Whether neighbouring tokens share their spans (at least :data:`SHARE_MIN` of the rows)."""
     if spans.device.type != "cuda":
-        return tok if float(share_fraction(spans)) >= SHARE_MIN else 1
-    return tok if _shared_async(spans) else 1
+        return float(share_fraction(spans)) >= SHARE_MIN
+    return _shared_async(spans)
 
 
 def _shared_async(spans: torch.Tensor) -> bool:

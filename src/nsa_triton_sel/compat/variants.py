@@ -1,0 +1,201 @@
+"""The compile-smoke variants of this package's kernels, derived from the launch planner.
+
+The forward's: :func:`smoke_cases` sweeps the planner (``nsa_triton_sel.plan``) over head dims,
+head counts, span layouts, decode split, the multi-token kernel and both dtypes, and keeps the
+fewest launches that compile every tile class and constexpr value it picks.  The backward's:
+:func:`backward_variants` asks ``plan.backward_meta`` for every configuration class its launcher
+can pick.  ``compat/specs.py`` turns both into the registry the compile smoke runs, so the variants
+that ship are exactly the variants compiled.  Imports no torch and no triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import plan
+from ..device import ROWS, Device
+from ..plan import tiles as M
+from ..plan import tokens
+from ..plan.backward import REDUCE_WARPS, backward_meta, dq_tokens_per_program
+
+@dataclass(frozen=True)
+class SmokeCase:
+    """One kernel specialisation the launchers can launch, for the compile-smoke registry."""
+
+    name: str
+    kernel: str  # attribute of kernels/forward.py
+    constexprs: dict
+    num_warps: int
+    num_stages: int
+    dtype: str  # "fp16" / "bf16"
+    types: tuple = ()  # pointer types other than the data dtype: (("SPANS", "*i64"), ...)
+    rows: int = 0  # the dot's M: a known-bad window's max_rows skips the case where it is larger
+
+
+def _tile_class(p: plan.Plan, dtype: str) -> tuple:
+    """What shapes the compiled code: the dot tile (rows, BLOCK_N, Dk slices), warps and stages.
+
+    64-row dots take sm_90's wgmma path, whose instructions (and the layout conversions Triton
+    3.0/3.1 abort on) depend on the element type: there the dtype is part of the class.
+    """
+    m = p.meta
+    return (p.kernel == "tokens", p.rows, m.BLOCK_N, m.DK2 > 0, m.num_warps, m.num_stages,
+            dtype if p.rows >= ROWS else "")
+
+
+def _features(p: plan.Plan, dtype: str) -> set:
+    """Every (constexpr, value) the plan sets, and its dtype: each must be compiled at least once."""
+    tag = "tok" if p.kernel == "tokens" else "sel"
+    out = {(tag, name, value) for name, value in p.meta.constexprs().items()}
+    return out | {(tag, "dtype", dtype), (tag, "kernel", p.kernel)}
+
+
+# The calls the sweep plans: head dims (Dk != Dv, non-powers of two), head counts (every head block
+# 16/32/64 and the per-head path), every span layout, decode split, multi-token, both dtypes.
+_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (96, 96), (256, 256), (128, 64), (16, 48), (48, 32))
+_HEADS = (16, 64, 32, 3, 1, 20, 2, 8)
+_SHAPES = {"prefill": (1, 8192, 8192), "decode": (64, 1, 32768), "short": (4096, 1, 64)}
+
+
+def _sweep(dev: Device):
+    """(name, dtype, plan, types) of every call the sweep covers, in a fixed order."""
+    for dtype in ("fp16", "bf16"):
+        for Dk, Dv in _HEAD_DIMS:
+            for h in _HEADS:
+                for per_head in (False, True):
+                    yield from _sweep_call(dev, Dk, Dv, h, per_head, dtype)
+
+
+def _sweep_call(dev, Dk, Dv, h, per_head, dtype):
+    head = f"{dtype}/dk{Dk}-dv{Dv}/h{h}" + ("/per-head" if per_head else "")
+    B, S, T = _SHAPES["prefill"]
+    for mode, name, types in ((M.MODE_RANGES, "ranges", ()), (M.MODE_BLOCKS, "blocks", (("SPANS", "*i64"),))):
+        for has_pos in ((False, True) if mode == M.MODE_BLOCKS else (False,)):
+            for has_lse in (True, False):
+                tags = ("+pos" if has_pos else "") + ("+lse" if has_lse else "")
+                pos_types = (("POS", "*i64"),) if has_pos else ()
+                p = plan.selection(B, S, 4, h, Dk, Dv, T, 16, dev=dev, span_mode=mode, has_pos=has_pos,
+                                 has_lse=has_lse, per_head=per_head)
+                yield f"sel_fwd/{name}/{head}/prefill{tags}", dtype, p, types + pos_types
+                B2, S2, T2 = _SHAPES["decode"]
+                p = plan.selection(B2, S2, 4, h, Dk, Dv, T2, 16, dev=dev, span_mode=mode, has_pos=has_pos,
+                                 has_lse=has_lse, per_head=per_head, decode=True, num_splits=4)
+                yield f"sel_fwd/{name}/{head}/decode{tags}+split", dtype, p, types + pos_types
+    for regime, (N, _, L) in (("short", _SHAPES["short"]), ("prefill", (1 << 20, 1, 8192))):
+        yield f"sel_fwd/dense/{head}/{regime}", dtype, plan.packed(M.MODE_DENSE, N, h, Dk, Dv, L, dev=dev,
+                                                              has_lse=False), ()
+    yield f"sel_fwd/varlen/{head}/prefill+lse", dtype, plan.packed(M.MODE_CU, 1 << 16, h, Dk, Dv, None, dev=dev,
+                                                              has_lse=True), ()
+    tok = tokens.auto_tokens(h, S, dev)
+    if tok > 1 and not per_head:
+        p = plan.selection(B, S, 4, h, Dk, Dv, T, 16, dev=dev, tokens=tok)
+        yield f"sel_fwd_tok/{head}/tok{tok}+lse", dtype, p, ()
+
+
+def smoke_cases(dev: Device | None = None) -> list[SmokeCase]:
+    """The fewest launches that compile every tile class and every constexpr value the planner picks.
+
+    Sweeps the planner over head dims, head counts, span layouts, decode split, the multi-token
+    kernel and both dtypes (on an uncapped sm_90 device: a capped device picks a subset), and
+    picks calls greedily until every tile class (rows x BLOCK_N x Dk slices x warps x stages) and
+    every constexpr value is compiled once.  The merge kernel of every kept split plan comes along.
+    ``tests/compat/test_variants.py`` checks that a wider sweep finds nothing this list misses.
+    """
+    dev = dev or Device.target(90, "")
+    calls = [(name, dtype, p, types, {_tile_class(p, dtype)} | _features(p, dtype))
+             for name, dtype, p, types in _sweep(dev)]
+    seen: set = set()
+    cases: list[SmokeCase] = []
+    while True:  # greedy set cover: the call that brings the most new items, first in sweep order on ties
+        best = max(calls, key=lambda c: len(c[4] - seen))
+        if not best[4] - seen:
+            break
+        name, dtype, p, types, items = best
+        seen |= items
+        kernel = "sel_fwd_tok_kernel" if p.kernel == "tokens" else "sel_fwd_kernel"
+        m = p.meta
+        cases.append(SmokeCase(name, kernel, m.constexprs(), m.num_warps, m.num_stages, dtype, types, p.rows))
+        if p.merge_grid is not None:
+            merge = {"BLOCK_H": m.BLOCK_H, "BLOCK_DV": m.BLOCK_DV, "HAS_LSE": m.HAS_LSE}
+            key = ("merge",) + tuple(merge.values())
+            if key not in seen:
+                seen.add(key)
+                cases.append(SmokeCase(f"merge_splits/{dtype}/dv{m.BLOCK_DV}/h{m.BLOCK_H}"
+                                       + ("+lse" if m.HAS_LSE else ""), "merge_splits_kernel", merge, 4, 3, dtype))
+    return cases
+
+
+BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
+# Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
+BACKWARD_TYPES = {
+    "LSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
+    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
+    "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
+}
+def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:
+    """A compile-smoke variant; ``rows`` is the widest dot M, which the known-bad row caps
+    (``data/known_bad.toml``, read by the registry) compare against, as for the forward."""
+    return {
+        "name": name, "kernel": f"{BACKWARD_MODULE}:{kernel}", "constexprs": constexprs,
+        "num_warps": warps, "num_stages": stages, "dtype": dtype, "types": dict(BACKWARD_TYPES), "rows": rows,
+    }
+
+
+# A representative subset for the compile smoke's default run (it must stay short on a
+# 2-core CI box): every kernel, both dtypes, the wide (64-row) and capped (32-row) tiles,
+# Dk = 192 (two slices) and Dk = Dv = 256 (the largest).
+SMOKE_SUBSET = frozenset({
+    "sel_bwd_dq/fp16/dk128-dv128/h16", "sel_bwd_dq/bf16/dk192-dv128/h16", "sel_bwd_dq/fp16/dk128-dv128/h64",
+    "sel_bwd_dq/fp16/dk128-dv128/h64+m32", "sel_bwd_dq/fp16/dk256-dv256/h16",
+    "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
+    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
+    "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
+    "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta",
+})
+
+
+def backward_variants(full: bool = False) -> list[dict]:
+    """The configuration classes the backward launcher can pick, as compile-smoke specs.
+
+    ``full=False`` gives :data:`SMOKE_SUBSET` (13 variants), ``full=True`` every class (44).
+
+    Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
+    ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
+    ``compat.specs.registry()`` turns it into the skips of the known-bad row caps (where the
+    launcher, reading the same windows through ``plan``, caps M, the capped variants are listed
+    too).  The dk/dv and reduce kernels do not depend on h; the dq kernel's M does (h = 16, 64).
+    """
+    out = []
+    head_dims = ((64, 64), (128, 128), (192, 128), (256, 256), (128, 64))
+    for dtype in ("fp16", "bf16"):
+        for Dk, Dv in head_dims:
+            if dtype == "bf16" and (Dk, Dv) not in ((128, 128), (192, 128)):
+                continue  # bf16 changes only the element type of loads and dots
+            for h in (16, 64):
+                if h == 64 and (Dk, Dv) not in ((128, 128), (192, 128)):
+                    continue
+                wide = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16)
+                for m, tag in ((wide, ""), (backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                    if tag and m.dq_constexprs() == wide.dq_constexprs():
+                        continue  # the cap changes nothing here
+                    out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk{Dk}-dv{Dv}/h{h}{tag}",
+                                        m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
+            wide = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16)
+            for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
+                if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
+                    continue
+                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
+                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
+                out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
+                                    m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, 0))
+    for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
+                                  ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
+        m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
+        tag = "" if cap == 64 else "+m32"
+        out.append(_variant("sel_bwd_dq_tok_kernel", f"sel_bwd_dq_tok/{dtype}/dk{Dk}-dv{Dv}/h{h}/tok{m.TOK}{tag}",
+                            m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, dtype, m.TOK * m.HP))
+    m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, delta="fp32")
+    for dtype in ("fp16", "bf16"):
+        out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
+                            m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
+    return out if full else [d for d in out if d["name"] in SMOKE_SUBSET]

@@ -1,0 +1,133 @@
+"""The forward's launch plan: which kernel runs a call, and with which configuration.
+
+From the sizes of a call, its span layout and the device, :func:`for_call` (what the operator
+asks), :func:`selection` (the 5-D contract, explicit choices) and :func:`packed` (the seeds'
+packed layouts) return a :class:`Plan`:
+
+- which kernel: the single-token kernel, its split-L decode form (:func:`use_decode`) or the
+  multi-token kernel (tokens per program: :mod:`.tokens`);
+- rows per program: all ``h`` heads of a group (``tiles.head_block``), never more than the
+  device's row cap, which comes from the known-bad windows (``data/known_bad.toml``);
+- splits (:func:`decode_splits`), tile sizes, warps and stages (:mod:`.tiles`), and the grids.
+
+The launchers (``kernels/launch.py``) launch what a plan says and decide nothing; the
+compile-smoke registry (``compat/variants.py``) sweeps these functions, so the variants that
+ship are the variants compiled.  Pure Python (no torch, no triton); plans are cached per
+signature, so a repeated call costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..device import ROWS, Device
+from . import tiles as M
+from .tokens import decide_tokens
+
+# Each extra split adds one partial result that the merge kernel reads in a serial loop
+# (about 0.4 us per split on the H100), while a decode row selects only L keys (16 blocks of
+# 64 in NSA), which the host does not know without a sync.  Measured on seed-002 shapes
+# (bench/decode_splits.py, H100): the best split count is 1-8, and the default this cap
+# gives is within 1.6 us of the best on every shape from 4 to 256 rows, where the old cap
+# (128: 66 splits for 4 rows) took 27 us instead of 9-13 us.
+MAX_DECODE_SPLITS = 4
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One launch: the kernel, its constexprs and launch options, and its grid."""
+
+    kernel: str  # "ranges", "decode" (split-L), "tokens", "dense" or "varlen"
+    meta: M.KernelMeta | M.TokMeta
+    grid: tuple[int, int]
+    num_splits: int = 1  # decode: programs per row (the merge kernel runs on the rows' grid)
+    merge_grid: tuple[int, int] | None = None
+
+    @property
+    def rows(self) -> int:
+        """The dot's M: heads per program, or tokens x padded heads."""
+        return self.meta.BLOCK_H if isinstance(self.meta, M.KernelMeta) else self.meta.TOK * self.meta.HP
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def use_decode(B: int, S: int, G: int, h: int, per_head: bool, dev: Device) -> bool:
+    """Split-L decode: one query position and too few (row, head-chunk) programs to fill the GPU."""
+    if S != 1:
+        return False
+    return B * G * cdiv(h, M.head_block(h, per_head, dev.max_rows)) < dev.sm_count
+
+
+def decode_splits(rows: int, T: int, block_n: int, sm_count: int) -> int:
+    """How many programs share one row's keys: enough to fill the GPU twice over, at most
+    ``MAX_DECODE_SPLITS`` and never more than the row could have key tiles."""
+    want = cdiv(2 * sm_count, max(rows, 1))
+    return int(max(1, min(want, cdiv(max(T, 1), block_n), MAX_DECODE_SPLITS)))
+
+
+@lru_cache(maxsize=1024)
+def selection(
+    B: int, S: int, G: int, h: int, Dk: int, Dv: int, T: int, n: int, *,
+    dev: Device, span_mode: int = M.MODE_RANGES, has_pos: bool = False, has_lse: bool = True,
+    per_head: bool = False, tokens: int = 1, decode: bool | None = None, num_splits: int | None = None,
+    dot_f32: bool = False, tune: tuple = (),
+) -> Plan:
+    """The launch of one selection call (``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``n`` spans a row).
+
+    ``tokens > 1`` picks the multi-token kernel (ranges only: the caller converts block indices);
+    ``decode`` None decides by :func:`use_decode`; ``tune`` holds launch overrides
+    (``(("block_n", 32), ...)``: block_n, num_warps, num_stages, max_rows, rows_hint, keys_hint).
+    """
+    opts = dict(tune)
+    cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
+    if tokens > 1:
+        if span_mode != M.MODE_RANGES:
+            raise ValueError("the multi-token kernel reads ranges; convert block indices first")
+        meta = M.tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=has_lse, dot_f32=dot_f32,
+                          tokens=tokens, max_rows=cap, **opts)
+        return Plan("tokens", meta, (B * cdiv(S, meta.TOK), G))
+    if decode is None:
+        decode = use_decode(B, S, G, h, per_head, dev) or num_splits is not None
+    if not decode:
+        opts.setdefault("rows_hint", B * S * G)
+        opts.setdefault("keys_hint", T)
+    meta = M.kernel_meta(mode=span_mode, h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=has_lse, split=decode,
+                         per_head=per_head, dot_f32=dot_f32, has_pos=has_pos, max_rows=cap, **opts)
+    n_hc = cdiv(h, meta.BLOCK_H)
+    if not decode:
+        return Plan("ranges", meta, (B * S, G * n_hc))
+    if num_splits is None:
+        num_splits = decode_splits(B * S * G * n_hc, T, meta.BLOCK_N, dev.sm_count)
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    return Plan("decode", meta, (B * S * num_splits, G * n_hc), num_splits, (B * S, G * n_hc))
+
+
+@lru_cache(maxsize=256)
+def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: Device, has_lse: bool,
+           dot_f32: bool = False, tune: tuple = ()) -> Plan:
+    """The launch of the seeds' packed layouts: ``MODE_DENSE`` (rows of ``L`` keys) or ``MODE_CU``."""
+    opts = dict(tune)
+    cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
+    if mode == M.MODE_DENSE:
+        opts.setdefault("rows_hint", N)
+        opts.setdefault("keys_hint", L)
+    meta = M.kernel_meta(mode=mode, h=H, Dk=Dk, Dv=Dv, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap, **opts)
+    kernel = "dense" if mode == M.MODE_DENSE else "varlen"
+    return Plan(kernel, meta, (N, cdiv(H, meta.BLOCK_H)))
+
+
+def for_call(q_shape: tuple, T: int, Dv: int, spans, *, dev: Device, blocks: bool, has_pos: bool, has_lse: bool,
+             per_head: bool, tokens: int, dot_f32: bool, traced: bool = False) -> Plan:
+    """The plan of one operator call: decode or not, tokens per program (``tokens`` 0: decide from the
+    spans, see :func:`.tokens.decide_tokens`; a forced count is checked there), then :func:`selection`.
+    ``traced`` (the triton_op path under torch.compile) cannot read the spans: there "decide" means one."""
+    B, S, G, h, Dk = q_shape
+    decode = use_decode(B, S, G, h, per_head, dev)
+    tok = 1 if traced and tokens == 0 else decide_tokens(tokens, spans, h, S, dev, single=per_head or decode)
+    return selection(B, S, G, h, Dk, Dv, T, spans.shape[3], dev=dev, span_mode=M.MODE_BLOCKS if blocks and tok == 1
+                     else M.MODE_RANGES, has_pos=has_pos and tok == 1, has_lse=has_lse, per_head=per_head,
+                     tokens=tok, decode=decode, dot_f32=dot_f32)

@@ -1,0 +1,163 @@
+"""The compile-smoke variants derived from the planner (``compat/variants.py``): the forward's cover
+everything the planner can pick; the backward's cover every kernel, name every constexpr, include the
+launcher's own choices, and one compiles for real."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from nsa_triton_sel import device, known_bad, plan
+from nsa_triton_sel.compat.specs import SPECS, backward_specs, derive_signature, load_object, uncovered_kernels
+from nsa_triton_sel.compat.variants import (BACKWARD_MODULE, _features, _sweep, _tile_class, backward_variants,
+                                            smoke_cases)
+from nsa_triton_sel.plan import tiles as M
+from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_every_backward_kernel_is_registered(full):
+    specs = backward_specs(full)
+    assert uncovered_kernels(BACKWARD_MODULE, specs) == []
+    assert len({s.name for s in specs}) == len(specs)
+    if not full:
+        from nsa_triton_sel.compat.variants import SMOKE_SUBSET
+
+        assert {s.name for s in specs} == SMOKE_SUBSET  # no stale name in the subset
+
+
+def test_variants_name_exactly_the_kernels_constexprs():
+    for d in backward_variants(full=True):
+        fn = load_object(d["kernel"])
+        types, constexprs = derive_signature(fn, d)  # raises on a missing or unknown constexpr
+        assert set(constexprs) == set(d["constexprs"]), d["name"]
+        for name in ("LSE", "DELTA", "WS"):
+            assert types.get(name, "*fp32") == "*fp32", (d["name"], name)
+        assert types.get("CHUNKS", "*i64") == "*i64" and types.get("S", "i32") == "i32"
+
+
+@pytest.mark.parametrize("Dk, Dv", [(128, 128), (192, 128), (64, 64)])
+def test_launcher_choices_are_among_the_variants(Dk, Dv):
+    registered = {(d["kernel"].rpartition(":")[2], tuple(sorted(d["constexprs"].items())), d["num_warps"],
+                   d["num_stages"]) for d in backward_variants(full=True)}
+    for cap in (64, 32):
+        m = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap)
+        for kernel, ce, w, s in (("sel_bwd_dq_kernel", m.dq_constexprs(), m.dq_warps, m.dq_stages),
+                                 ("sel_bwd_dkdv_kernel", m.dkdv_constexprs(), m.kv_warps, m.kv_stages)):
+            assert (kernel, tuple(sorted(ce.items())), w, s) in registered, (kernel, Dk, Dv, cap)
+    if (Dk, Dv) != (64, 64):
+        for cap in (64, 32):
+            m = backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(16, cap))
+            if Dk == 128 or cap == 64:
+                key = ("sel_bwd_dq_tok_kernel", tuple(sorted(m.dq_tok_constexprs().items())), m.tok_warps, m.tok_stages)
+                assert key in registered, ("tok", Dk, Dv, cap)
+
+
+def test_one_variant_compiles_for_sm80():
+    from nsa_triton_sel.compat import smoke
+
+    spec = next(s for s in backward_specs(full=True) if s.name == "sel_bwd_dkdv/fp16/dk64-dv64")
+    report = smoke.run_smoke([spec], archs=(80,), jobs=1, timeout=300, progress=False)
+    (result,) = report.results
+    assert result.verdict == "ok", result.message
+    assert result.metrics["mma"] == "mma.sync"
+
+
+def test_the_package_registry_holds_the_backward_subset_with_data_driven_skips():
+    from nsa_triton_sel import known_bad
+
+    names = {s.name for s in SPECS}
+    subset = {s.name for s in backward_specs()}
+    assert subset <= names
+    capped = [w for w in known_bad.load() if w.max_rows is not None]
+    assert capped, "the row-cap window is data (data/known_bad.toml)"
+    for spec in backward_specs(full=True):
+        rows = int(spec.note.split("=")[1])
+        for w in capped:
+            for arch in w.arch:
+                version = str(next(iter(w.triton)).version)  # the window's lower bound is inside it
+                # skipped there: only what the window names (all wider variants if it names none)
+                named = w.names(spec.name) if w.variants else rows > w.max_rows
+                assert spec.skipped(version, arch) == named, spec.name
+
+
+def _wide_sweep(dev):
+    """More calls than plan.smoke_cases sweeps: every plan here must fall in a covered class."""
+    for Dk, Dv, h, per_head, dtype in itertools.product(
+            (16, 48, 64, 80, 96, 128, 160, 192, 256), (32, 64, 128, 256), (1, 2, 3, 4, 5, 8, 12, 16, 20, 32, 48, 64),
+            (False, True), ("fp16", "bf16")):
+        for mode, has_pos, has_lse in ((M.MODE_RANGES, False, True), (M.MODE_RANGES, False, False),
+                                       (M.MODE_BLOCKS, True, True), (M.MODE_BLOCKS, False, False)):
+            for B, S, T, decode in ((1, 8192, 8192, False), (2, 300, 1000, False), (64, 1, 32768, True),
+                                    (1, 1, 100, True)):
+                yield dtype, plan.selection(B, S, 4, h, Dk, Dv, T, 16, dev=dev, span_mode=mode, has_pos=has_pos,
+                                            has_lse=has_lse, per_head=per_head, decode=decode)
+        for L in (16, 64, 200, 4096):
+            yield dtype, plan.packed(M.MODE_DENSE, 1024, h, Dk, Dv, L, dev=dev, has_lse=False)
+        tok = plan.auto_tokens(h, 8192, dev)
+        if tok > 1:
+            yield dtype, plan.selection(1, 8192, 4, h, Dk, Dv, 8192, 16, dev=dev, tokens=tok)
+
+
+def test_smoke_cases_cover_everything_the_planner_picks():
+    cases = smoke_cases()
+    dev = device.Device.target(90, "")
+    covered = set()
+    for c in cases:
+        tag = "tok" if c.kernel == "sel_fwd_tok_kernel" else "sel"
+        covered |= {(tag, k, v) for k, v in c.constexprs.items()} | {(tag, "dtype", c.dtype)}
+    missing = set()
+    tiles = {_tile_class(p, d) for name, d, p, _ in _sweep(dev)}
+    for dtype, p in _wide_sweep(dev):
+        feats = _features(p, dtype) - {("sel", "kernel", "dense"), ("sel", "kernel", "varlen")}
+        missing |= {f for f in feats if f[1] != "kernel"} - covered
+        if _tile_class(p, dtype) not in tiles:
+            missing.add(_tile_class(p, dtype))
+    assert not missing, f"the planner picks classes the compile smoke never compiles: {sorted(map(str, missing))}"
+
+
+def test_registry_is_the_smoke_cases_with_window_skips():
+    cases = smoke_cases()
+    forward = [s for s in SPECS if not s.name.startswith("sel_bwd") and "+cap" not in s.name]  # backward: own test
+    assert [s.name for s in forward] == [c.name for c in cases]
+    wide = [s for s, c in zip(forward, cases) if c.rows > 32]
+    assert wide, "no 64-row variant in the registry"
+    for window in known_bad.load():
+        if window.max_rows is None:
+            continue
+        version = next(v for v in ("3.0.0", "3.1.0", "3.2.0", "3.6.0") if window.triton.contains(v))
+        for s, c in zip(forward, cases):
+            rows = c.rows or c.constexprs.get("BLOCK_H", 0)
+            named = window.names(s.name) if window.variants else rows > window.max_rows
+            assert s.skipped(version, window.arch[0]) == named, s.name  # skipped: only what the window names
+            assert not s.skipped(version, 80) or 80 in window.arch
+
+
+def test_under_a_row_cap_window_the_registry_compiles_what_the_capped_planner_launches():
+    """Issue 21 item 7: 8 configurations of the capped planner were in no registry variant."""
+    import dataclasses
+
+    from nsa_triton_sel.compat.specs import _ident
+
+    for window in (w for w in known_bad.load() if w.max_rows is not None):
+        version = next(v for v in ("3.0.0", "3.1.0") if window.triton.contains(v))
+        arch = window.arch[0]
+        dev = dataclasses.replace(device.Device.target(arch, ""), max_rows=window.max_rows)
+        compiled = {_ident(s.kernel, s.constexprs, s.num_warps, s.num_stages, s.dtype, s.types)
+                    for s in SPECS if not s.skipped(version, arch)}
+        for case in smoke_cases(dev):
+            assert _ident(case.kernel, case.constexprs, case.num_warps, case.num_stages, case.dtype,
+                          case.types) in compiled, case.name
+        capped = [s for s in SPECS if "+cap" in s.name]
+        assert capped and all(s.skipped("3.2.0", arch) and s.skipped(version, 80) for s in capped)
+
+
+    names = " ".join(s.name for s in SPECS)
+    for token in ("/blocks/", "+pos", "/ranges/", "/dense/", "/varlen/", "+split", "sel_fwd_tok/", "merge_splits",
+                  "bf16", "fp16", "dk64", "dk96", "dk128", "dk192", "dk256"):
+        assert token in names, token
+    # The per-head path (NSA_SEL_TRITON_GROUP=0) compiles the 16-row specialisation of its head dims.
+    dev = device.Device.target(90, "")
+    per_head = plan.selection(1, 8192, 4, 64, 128, 128, 8192, 16, dev=dev, per_head=True)
+    assert per_head.meta == plan.selection(1, 8192, 4, 16, 128, 128, 8192, 16, dev=dev).meta
