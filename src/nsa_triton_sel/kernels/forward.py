@@ -1,7 +1,8 @@
 """Triton kernels for NSA selection attention (forward).
 
-This module imports only ``triton``: the compile-smoke harness loads it in child
-processes without paying for ``import torch``.
+This module imports only ``triton`` (and the shared helpers of ``common.py``, which imports
+only ``triton``): the compile-smoke harness loads it in child processes without paying for
+``import torch``.
 
 :func:`sel_fwd_kernel` serves every single-token entry point (and, with ``SPLIT``, decode);
 a constexpr ``SPAN_MODE`` says where a row's keys come from:
@@ -16,7 +17,7 @@ a constexpr ``SPAN_MODE`` says where a row's keys come from:
 :func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
 selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
 
-Design (group-centric, see ``../shared/notes/perf-anchors.md``):
+Design (group-centric; this docstring is where the kernel design is written down):
 
 - grid axis 0 = query token (x ``num_splits`` for split-L decode), axis 1 = group (x head
   chunk): neighbouring programs are neighbouring tokens of one group, which select the
@@ -44,35 +45,7 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .meta import MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
-
-# ln(2): the kernels keep the LSE in the log2 domain (exp2 softmax) and convert when storing it.
-LN2 = tl.constexpr(0.6931471805599453)
-
-
-@triton.jit
-def _cumsum(x, BLOCK: tl.constexpr):
-    """Inclusive prefix sum of a short vector, as a triangular masked reduction.
-
-    ``tl.cumsum`` gives wrong prefix sums on Triton 3.0 for sm_90 (found on the H100:
-    every row with two or more spans came out NaN); this form costs BLOCK^2 adds once per
-    program and is right on every version.
-    """
-    offs = tl.arange(0, BLOCK)  # [BLOCK]
-    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)  # [BLOCK, BLOCK] -> [BLOCK]
-
-
-@triton.jit
-def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
-    """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``)."""
-    if MULTI:
-        sel = (j >= first) & (j < cum)  # [BLOCK_S] one-hot: the span tile j falls in
-        pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)
-        end = tl.sum(tl.where(sel, ends, 0), 0)
-    else:
-        pos = starts + j * BLOCK_N
-        end = ends
-    return pos, end
+from .common import LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, clamp_spans, load_q, prefix_sum, tile_bounds
 
 
 @triton.jit
@@ -171,33 +144,6 @@ def _attend_tile(
 
 
 @triton.jit
-def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
-    """The q tile ``[M, DK1]`` (+ ``[M, DK2]``) of rows at element offsets ``q_off [M]``."""
-    offs_d1 = tl.arange(0, DK1)  # [DK1]
-    q1 = tl.load(Q + q_off[:, None] + offs_d1[None, :] * sq_d,  # [M, DK1]
-                 mask=rows_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
-    if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-        q2 = tl.load(Q + q_off[:, None] + offs_d2[None, :] * sq_d,  # [M, DK2]
-                     mask=rows_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
-    else:
-        q2 = q1  # unused
-    if DOT_F32:
-        q1 = q1.to(tl.float32)
-        q2 = q2.to(tl.float32)
-    return q1, q2
-
-
-@triton.jit
-def _clamp_spans(start, end, seq_len):
-    """Spans clamped into ``[0, seq_len]`` with ``end >= start``: whatever the values, no key outside
-    ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before its value checks have
-    answered (they run beside it and raise afterwards); valid spans pass through unchanged."""
-    start = tl.minimum(tl.maximum(start, 0), seq_len)
-    return start, tl.minimum(tl.maximum(end, start), seq_len)
-
-
-@triton.jit
 def _block_spans(blk, qpos, seq_len, block_size):
     """Spans ``[start, end)`` (int32) of block indices ``blk`` for a query at position ``qpos``.
 
@@ -270,19 +216,19 @@ def sel_fwd_kernel(
     h_ok = offs_h < h  # [BLOCK_H]
     q_off = (b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + offs_h.to(tl.int64) * sq_h)  # [BLOCK_H]
-    q1, q2 = _load_q(Q, q_off, h_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_H, DK1], [BLOCK_H, DK2]
+    q1, q2 = load_q(Q, q_off, h_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_H, DK1], [BLOCK_H, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
     # -- the row's spans, and how many BLOCK_N tiles each one needs --
-    if SPAN_MODE == 0 or SPAN_MODE == 3:  # MODE_RANGES, MODE_BLOCKS: n spans per row
+    if SPAN_MODE == MODE_RANGES or SPAN_MODE == MODE_BLOCKS:  # n spans per row
         offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
         r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
         s_ok = offs_s < n_spans  # [BLOCK_S]
-        if SPAN_MODE == 0:
+        if SPAN_MODE == MODE_RANGES:
             starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
             ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
-            starts, ends = _clamp_spans(starts, ends, seq_len)
+            starts, ends = clamp_spans(starts, ends, seq_len)
         else:
             blk = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=-1).to(tl.int64)  # [BLOCK_S]
             if HAS_POS:
@@ -291,11 +237,11 @@ def sel_fwd_kernel(
                 qpos = s.to(tl.int64)
             starts, ends = _block_spans(blk, qpos, seq_len, block_size)  # [BLOCK_S] each
         tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-        cum = _cumsum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+        cum = prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
         first = cum - tiles  # [BLOCK_S]
         total = tl.sum(tiles, 0)
     else:
-        if SPAN_MODE == 1:  # MODE_DENSE
+        if SPAN_MODE == MODE_DENSE:
             # pid0 * 0, not 0: Triton 3.0/3.1's interpreter runs range() loops with Python ints,
             # and a span start that is a plain int leaves `pos` without .to(); compiled, it folds to 0.
             starts = pid0 * 0
@@ -323,7 +269,8 @@ def sel_fwd_kernel(
     else:
         acc2 = tl.zeros((BLOCK_H, 16), tl.float32)  # unused
     for j in range(j_lo, j_hi):
-        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0 or SPAN_MODE == 3)
+        pos, end = tile_bounds(j, starts, ends, first, cum, BLOCK_N,
+                               SPAN_MODE == MODE_RANGES or SPAN_MODE == MODE_BLOCKS)
         acc1, acc2, m_i, l_i = _attend_tile(
             q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, end,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
@@ -455,7 +402,7 @@ def sel_fwd_tok_kernel(
     r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
     q_off = (b.to(tl.int64) * sq_b + (t0 + r_tok).to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + r_head.to(tl.int64) * sq_h)  # [M]
-    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
+    q1, q2 = load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
@@ -465,17 +412,17 @@ def sel_fwd_tok_kernel(
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
     sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2, en2 = _clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
+    st2, en2 = clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
                             tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), seq_len)
 
     # -- the leader's spans and their flattened tiles --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
     l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
+    stL, enL = clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
                             tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), seq_len)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-    cumL = _cumsum(tilesL, BLOCK_S)  # [BLOCK_S]
+    cumL = prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
     totalL = tl.sum(tilesL, 0)
 
@@ -490,7 +437,7 @@ def sel_fwd_tok_kernel(
         acc2 = tl.zeros((TOK * HP, 16), tl.float32)  # unused
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
-        pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
+        pos, end = tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
         kp = pos + offs_n  # [BLOCK_N] key positions
         n_ok = kp < end  # [BLOCK_N]
         inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])  # [TOK, BLOCK_S, BLOCK_N]
@@ -509,16 +456,16 @@ def sel_fwd_tok_kernel(
     e_tok = offs_e // BLOCK_S  # [E]
     e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
     e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1, en1 = _clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
+    st1, en1 = clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
                             tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), seq_len)
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
-    cum2 = _cumsum(tiles2, TOK * BLOCK_S)  # [E]
+    cum2 = prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
     first2 = cum2 - tiles2  # [E]
     total2 = tl.sum(tiles2, 0)
     for j in range(0, total2):
-        pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
+        pos, end = tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
         sel = (j >= first2) & (j < cum2)  # [E]
         tok = tl.sum(tl.where(sel, e_tok, 0), 0)  # the entry's token
         kp = pos + offs_n  # [BLOCK_N]
