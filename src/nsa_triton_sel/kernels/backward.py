@@ -1,6 +1,7 @@
 """Triton kernels for the backward of NSA selection attention.
 
-This module imports only ``triton`` (the compile-smoke harness loads it without torch).
+This module imports only ``triton`` (and the shared helpers of ``common.py``, which imports
+only ``triton``): the compile-smoke harness loads it in child processes without torch.
 Same contract as the forward (``forward.py``): ``ranges [B, S, G, n, 2]`` of disjoint
 ``[start, end)`` spans per row ``(b, s, g)``, ``q [B, S, G, h, Dk]``, ``k [B, G, T, Dk]``,
 ``v [B, G, T, Dv]``, ``out``/``grad_out [B, S, G, h, Dv]``, natural-log ``lse [B, S, G, h]``
@@ -39,7 +40,14 @@ raw pointers with masks of the exact tile shape; int64 row offsets; ``DOT_F32`` 
 dot operands (the launchers set it only under the Triton interpreter for bf16, whose
 ``tl.dot`` the interpreter computes wrongly).  An empty row contributes nothing and gets a
 zero dq; an LSE of ``-inf`` on a row that does have keys (inconsistent input) also gives
-zero, never NaN.
+zero, never NaN.  The softmax runs in the log2 domain as in the forward: ``qk_scale`` is
+``scale * log2(e)`` and the stored natural-log LSE is converted once per row (``_log2_lse``).
+
+Reading aid: every tile carries its shape in a comment (``# [BLOCK_H, DK1]``), and the steps
+of each kernel are marked (``# -- scores: q @ k^T --``).  M is the row count of the dq kernels'
+dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head) rows
+(:func:`sel_bwd_dq_tok_kernel`); the dk/dv kernel's dots have the ``BLOCK_N`` keys as M and
+``ROWS`` (entry, head) pairs as N; ``E = TOK * BLOCK_S`` is the flat span list of phase 2.
 """
 
 import triton
@@ -92,6 +100,7 @@ def sel_bwd_delta_kernel(
     BLOCK_DV: tl.constexpr,
 ):
     """``delta = rowsum(dO * O)`` (fp32, contiguous ``[B, S, G, h]``) of one (token, group, head chunk)."""
+    # -- which (token, group, head chunk) this program owns --
     token = tl.program_id(0)
     pid1 = tl.program_id(1)
     n_hc = tl.cdiv(h, BLOCK_H)
@@ -99,7 +108,7 @@ def sel_bwd_delta_kernel(
     offs_h = (pid1 % n_hc) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     b = token // S
     s = token % S
-    _, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,
+    _, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,  # [BLOCK_H]
                       sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
     tl.store(DELTA + (token.to(tl.int64) * G + g) * h + offs_h, delta, mask=offs_h < h)
 
@@ -119,6 +128,7 @@ def _dq_tile(
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     k_tile = k_row + pos.to(tl.int64) * sk_t
+    # -- scores: q @ k^T --
     # K tiles [BLOCK_N, D]: the dq dot takes them as they are, the score dot transposed
     # (ldmatrix.trans from the same shared-memory copy).
     k1 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d1[None, :] * sk_d,  # [BLOCK_N, DK1]
@@ -140,8 +150,9 @@ def _dq_tile(
                  mask=(offs_dv[:, None] < Dv) & n_ok[None, :], other=0.0)
     if DOT_F32:
         vt = vt.to(tl.float32)
-    dp = tl.dot(do, vt)  # [M, BLOCK_N] dO V^T
-    ds = (p * (dp - delta[:, None])).to(k1.dtype)  # [M, BLOCK_N] dS
+    dp = tl.dot(do, vt)  # [M, BLOCK_N]: dO V^T
+    ds = (p * (dp - delta[:, None])).to(k1.dtype)  # [M, BLOCK_N]: dS, in K's dtype for the MMA
+    # -- accumulate dS @ K, one power-of-two slice of Dk at a time --
     dq1 += tl.dot(ds, k1)  # [M, DK1]
     if DK2 > 0:
         dq2 += tl.dot(ds, k2)  # [M, DK2]
@@ -173,6 +184,7 @@ def sel_bwd_dq_kernel(
     ``DQ`` is a contiguous ``[B, S, G, h, Dk]`` tensor in q's dtype, ``DELTA`` a contiguous
     float32 ``[B, S, G, h]`` (written here, or read with ``LOAD_DELTA``).
     """
+    # -- which (token, group, head chunk) this program owns --
     token = tl.program_id(0)
     pid1 = tl.program_id(1)
     n_hc = tl.cdiv(h, BLOCK_H)
@@ -181,14 +193,15 @@ def sel_bwd_dq_kernel(
     b = token // S
     s = token % S
 
+    # -- the group's query heads: the M rows of every dot --
     offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     h_ok = offs_h < h  # [BLOCK_H]
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     dv_ok = offs_dv < Dv  # [BLOCK_DV]
 
-    # delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
-    # computed before by sel_bwd_delta_kernel so the two kernels can run side by side).
+    # -- delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
+    # computed before by sel_bwd_delta_kernel so the two kernels can run side by side) --
     row = (token.to(tl.int64) * G + g) * h  # scalar int64: first head's row of DELTA / DQ
     if LOAD_DELTA:
         do = _load_rows(DO, b, s, g, offs_h, h, Dv,  # [BLOCK_H, BLOCK_DV]
@@ -200,9 +213,12 @@ def sel_bwd_dq_kernel(
                            sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
         tl.store(DELTA + row + offs_h, delta, mask=h_ok)
 
+    # -- the forward's LSE (P is recomputed from it) and q --
     l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
     lse2 = _log2_lse(tl.load(l_row + offs_h * sl_h, mask=h_ok, other=0.0))  # [BLOCK_H]
 
+    # q addressed from the row base plus int32 head offsets (not common.load_q's int64 offsets):
+    # the compiled kernel is kept exactly as it was measured.
     q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
     q1 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,  # [BLOCK_H, DK1]
                  mask=h_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
@@ -221,7 +237,9 @@ def sel_bwd_dq_kernel(
         q2 = q1  # placeholders, never used
         dq2 = dq1
 
-    # The row's spans and how many BLOCK_N tiles each needs (as in the forward).
+    # -- the row's spans, and how many BLOCK_N tiles each one needs (as in the forward) --
+    # Ranges only (grad.py converts block indices), already clamped into [0, T] on the host
+    # (contract.clamp_ranges), so the kernel needs no seq_len and no clamp_spans.
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
     s_ok = offs_s < n_spans  # [BLOCK_S]
@@ -232,6 +250,7 @@ def sel_bwd_dq_kernel(
     first = cum - tiles  # [BLOCK_S]
     total = tl.sum(tiles, 0)  # scalar
 
+    # -- one loop over the row's key tiles, all spans flattened --
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -242,6 +261,7 @@ def sel_bwd_dq_kernel(
                             q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, n_ok[None, :],
                             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
+    # -- store dq (contiguous, q's dtype), with the softmax scale applied once --
     dq_row = DQ + row * Dk
     tl.store(dq_row + offs_h[:, None] * Dk + offs_d1[None, :],  # [BLOCK_H, DK1]
              (dq1 * scale).to(DQ.dtype.element_ty),
@@ -281,12 +301,14 @@ def sel_bwd_dq_tok_kernel(
     walks, per other token, its spans that are not inside a leader span, masking the keys a
     leader span covers.  Every selected (row, key) pair is counted exactly once.
     """
+    # -- which (batch, first token, group) this program owns --
     n_tb = tl.cdiv(S, TOK)
     pid0 = tl.program_id(0)
     g = tl.program_id(1)
     b = pid0 // n_tb
     t0 = (pid0 % n_tb) * TOK
 
+    # -- rows: (token, head) pairs, token-major; dO and delta (as in sel_bwd_dq_kernel) --
     rows = tl.arange(0, TOK * HP)  # [M]
     r_tok = rows // HP  # [M]
     r_head = rows % HP  # [M]
@@ -307,6 +329,7 @@ def sel_bwd_dq_tok_kernel(
         tl.store(DELTA + row, delta, mask=r_ok)
         if DOT_F32:
             do = do.to(tl.float32)
+    # -- the forward's LSE and q --
     lse2 = _log2_lse(  # [M]
         tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
     q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h  # [M]
@@ -319,7 +342,8 @@ def sel_bwd_dq_tok_kernel(
     k_row = K + b64 * sk_b + g64 * sk_g
     v_row = V + b64 * sv_b + g64 * sv_g
 
-    # Spans of all TOK tokens, [TOK, BLOCK_S]; padding and tokens past S are empty.
+    # -- spans of all TOK tokens; padding and tokens past S are empty --
+    # The host clamped the ranges into [0, T] (grad.py), so only end >= start is enforced here.
     r_base = SPANS + b64 * sr_b + g64 * sr_g
     offs_t = tl.arange(0, TOK)  # [TOK]
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
@@ -328,7 +352,7 @@ def sel_bwd_dq_tok_kernel(
     st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)  # [TOK, BLOCK_S]
     en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)  # [TOK, BLOCK_S]
 
-    # Phase 1: the leader's tiles, each into the rows whose token selected its keys.
+    # -- phase 1: the leader's tiles, each into the rows whose token selected its keys --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
     l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n  # [BLOCK_S]
@@ -346,13 +370,14 @@ def sel_bwd_dq_tok_kernel(
         # [TOK, BLOCK_S, BLOCK_N]: key kp[n] lies in span (t, i) of the program's tokens
         inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])
         member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
-        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))  # [M, BLOCK_N]
+        # [M, BLOCK_N]: each token's membership repeated for its HP head rows
+        valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))
         dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok,  # [M, DK1], [M, DK2]
                             valid & n_ok[None, :], sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
                             BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
-    # Phase 2: the other tokens' spans not inside one leader span, as a flat list of
-    # TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
+    # -- phase 2: the other tokens' spans not inside one leader span --
+    # A flat list of TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
     offs_e = tl.arange(0, TOK * BLOCK_S)  # [E]
     e_tok = offs_e // BLOCK_S  # [E]
     e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
@@ -373,9 +398,11 @@ def sel_bwd_dq_tok_kernel(
         # [BLOCK_N]: keys a leader span covers, already counted in phase 1
         covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0
         valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]  # [M, BLOCK_N]
-        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, valid,  # [M, DK1], [M, DK2]
+        dq1, dq2 = _dq_tile(  # [M, DK1], [M, DK2]
+                            q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, valid,
                             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
+    # -- store dq (contiguous, q's dtype), with the softmax scale applied once --
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     tl.store(DQ + row[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),  # [M, DK1]
              mask=r_ok[:, None] & (offs_d1[None, :] < Dk))
@@ -410,6 +437,7 @@ def sel_bwd_dkdv_kernel(
     are contiguous ``[B, G, T, D]`` in k's/v's dtype; ``WS`` is float32 ``[slots, BLOCK_N,
     DK1 + DK2 + BLOCK_DV]``.
     """
+    # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
     pid = tl.program_id(0)
     chunk = CHUNKS + pid.to(tl.int64) * 4
     tile_id = tl.load(chunk)
@@ -423,6 +451,7 @@ def sel_bwd_dkdv_kernel(
     g = bg % G
     k0 = (tile_id % NT) * BLOCK_N
 
+    # -- the key tile and its dk/dv accumulators stay on chip for the whole chunk --
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     n_ok = (k0 + offs_n) < T  # [BLOCK_N]
     k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
@@ -435,7 +464,7 @@ def sel_bwd_dkdv_kernel(
         dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
 
-    # The chunk's (entry, head) pairs, flattened: pair f = entry * h + head, ROWS per step.
+    # -- the chunk's (entry, head) pairs, flattened: pair f = entry * h + head, ROWS per step --
     r = tl.arange(0, ROWS)  # [ROWS]
     f_lo = e0 * h
     f_hi = e1 * h
@@ -447,22 +476,24 @@ def sel_bwd_dkdv_kernel(
         tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
         bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
         lo = bnd & 0xFFFF  # [ROWS]
-        hi = bnd >> 16  # 0 on masked rows: they see no key
+        hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
         q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
         do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
         l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
         q1 = gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
         do = gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
         lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
-        delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)  # [ROWS]
+        # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
+        delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
 
-        # Transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns.
+        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
         st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
         if DK2 > 0:
             q2 = gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
             st += tl.dot(k2, tl.trans(q2))
         inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
-        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS] P^T
+        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
+        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
         dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
         dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
         # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
@@ -471,22 +502,25 @@ def sel_bwd_dkdv_kernel(
         if DK2 > 0:
             dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
 
+    # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     if slot < 0:
         t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
-        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], (dk1 * scale).to(DK.dtype.element_ty),  # [BLOCK_N, DK1]
+        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+                 (dk1 * scale).to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
         if DK2 > 0:
             offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
             tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
                      (dk2 * scale).to(DK.dtype.element_ty),
                      mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv.to(DV.dtype.element_ty),  # [BLOCK_N, BLOCK_DV]
+        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+                 dv.to(DV.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
     else:
         width = DK1 + DK2 + BLOCK_DV
-        ws = WS + slot * (BLOCK_N * width) + offs_n[:, None] * width  # [BLOCK_N, 1]
+        ws = WS + slot * (BLOCK_N * width) + offs_n[:, None] * width  # [BLOCK_N, 1]: the slot's rows
         tl.store(ws + offs_d1[None, :], dk1 * scale)  # [BLOCK_N, DK1]
         if DK2 > 0:
             tl.store(ws + DK1 + tl.arange(0, DK2)[None, :], dk2 * scale)  # [BLOCK_N, DK2]
@@ -507,6 +541,7 @@ def sel_bwd_reduce_kernel(
     ``TILE_SLOTS [tiles, 2]`` int64 rows ``(first slot, count)``; a count of 0 means the
     tile was written directly by the dk/dv kernel.
     """
+    # -- which key tile this program owns, and its workspace slots --
     tile_id = tl.program_id(0).to(tl.int64)
     first = tl.load(TILE_SLOTS + tile_id * 2)
     count = tl.load(TILE_SLOTS + tile_id * 2 + 1)
@@ -521,20 +556,25 @@ def sel_bwd_reduce_kernel(
         offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
         dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+    # -- add the slots in slot order: a fixed order, so the sums are bit-reproducible --
     for i in range(0, count):
         ws = WS + (first + i) * (BLOCK_N * width) + offs_n[:, None] * width  # [BLOCK_N, 1]
         dk1 += tl.load(ws + offs_d1[None, :])  # [BLOCK_N, DK1]
         if DK2 > 0:
             dk2 += tl.load(ws + offs_d2[None, :])  # [BLOCK_N, DK2]
         dv += tl.load(ws + (DK1 + DK2) + offs_dv[None, :])  # [BLOCK_N, BLOCK_DV]
+    # -- store (the dk/dv kernel applied the scale to the partial sums) --
     bg = tile_id // NT
     k0 = (tile_id % NT) * BLOCK_N
     n_ok = (k0 + offs_n) < T  # [BLOCK_N]
     t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
-    tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], dk1.to(DK.dtype.element_ty),  # [BLOCK_N, DK1]
+    tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+             dk1.to(DK.dtype.element_ty),
              mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :], dk2.to(DK.dtype.element_ty),  # [BLOCK_N, DK2]
+        tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
+                 dk2.to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-    tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv.to(DV.dtype.element_ty),  # [BLOCK_N, BLOCK_DV]
+    tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+             dv.to(DV.dtype.element_ty),
              mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
