@@ -36,7 +36,7 @@ def test_no_kernel_calls_tl_cumsum():
     calls = [f"{name}:{n}: {code.strip()}" for name, body in provenance.kernel_sources().items()
              for n, code in _code_lines(body.decode()) if CUMSUM.search(code)]
     assert not calls, "tl.cumsum miscompiles on Triton 3.0/3.2 for sm_90 (canaries/notes.toml); use the " \
-                      f"triangular prefix sum of kernels/common.py prefix_sum instead: {calls}"
+                      f"triangular prefix sum of kernels/common.py _prefix_sum instead: {calls}"
 
 
 def test_the_rule_sees_a_call():

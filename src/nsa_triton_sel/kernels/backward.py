@@ -53,7 +53,7 @@ dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head
 import triton
 import triton.language as tl
 
-from .common import LOG2E, gather_rows, load_q, prefix_sum, tile_bounds
+from .common import LOG2E, _gather_rows, _load_q, _prefix_sum, _tile_bounds
 
 
 @triton.jit
@@ -217,7 +217,7 @@ def sel_bwd_dq_kernel(
     l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
     lse2 = _log2_lse(tl.load(l_row + offs_h * sl_h, mask=h_ok, other=0.0))  # [BLOCK_H]
 
-    # q addressed from the row base plus int32 head offsets (not common.load_q's int64 offsets):
+    # q addressed from the row base plus int32 head offsets (not common._load_q's int64 offsets):
     # the compiled kernel is kept exactly as it was measured.
     q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
     q1 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,  # [BLOCK_H, DK1]
@@ -239,14 +239,14 @@ def sel_bwd_dq_kernel(
 
     # -- the row's spans, and how many BLOCK_N tiles each one needs (as in the forward) --
     # Ranges only (grad.py converts block indices), already clamped into [0, T] on the host
-    # (contract.clamp_ranges), so the kernel needs no seq_len and no clamp_spans.
+    # (contract.clamp_ranges), so the kernel needs no seq_len and no _clamp_spans.
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
     s_ok = offs_s < n_spans  # [BLOCK_S]
     starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
     ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
     tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-    cum = prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+    cum = _prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
     first = cum - tiles  # [BLOCK_S]
     total = tl.sum(tiles, 0)  # scalar
 
@@ -255,7 +255,7 @@ def sel_bwd_dq_kernel(
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, total):
-        pos, end = tile_bounds(j, starts, ends, first, cum, BLOCK_N, True)  # scalars
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, True)  # scalars
         n_ok = (pos + offs_n) < end  # [BLOCK_N]
         dq1, dq2 = _dq_tile(  # [BLOCK_H, DK1], [BLOCK_H, DK2]
                             q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, n_ok[None, :],
@@ -319,12 +319,12 @@ def sel_bwd_dq_tok_kernel(
     row = ((b64 * S + tok64) * G + g64) * h + r_head  # [M] rows of DELTA / DQ
     do_off = b64 * sdo_b + tok64 * sdo_s + g64 * sdo_g + r_head * sdo_h  # [M]
     if LOAD_DELTA:
-        do = gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [M, BLOCK_DV]
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [M, BLOCK_DV]
         delta = tl.load(DELTA + row, mask=r_ok, other=0.0)  # [M]
     else:
         o_off = b64 * so_b + tok64 * so_s + g64 * so_g + r_head * so_h  # [M]
-        o = gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
-        do = gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
+        o = _gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
         delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [M]
         tl.store(DELTA + row, delta, mask=r_ok)
         if DOT_F32:
@@ -333,7 +333,7 @@ def sel_bwd_dq_tok_kernel(
     lse2 = _log2_lse(  # [M]
         tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
     q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h  # [M]
-    q1, q2 = load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
+    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
     dq1 = tl.zeros((TOK * HP, DK1), tl.float32)  # [M, DK1]
     if DK2 > 0:
         dq2 = tl.zeros((TOK * HP, DK2), tl.float32)  # [M, DK2]
@@ -359,12 +359,12 @@ def sel_bwd_dq_tok_kernel(
     stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)  # [BLOCK_S]
     enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)  # [BLOCK_S]
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-    cumL = prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
+    cumL = _prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
     totalL = tl.sum(tilesL, 0)  # scalar
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
-        pos, end = tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)  # scalars
+        pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)  # scalars
         kp = pos + offs_n  # [BLOCK_N] key positions
         n_ok = kp < end  # [BLOCK_N]
         # [TOK, BLOCK_S, BLOCK_N]: key kp[n] lies in span (t, i) of the program's tokens
@@ -387,11 +387,11 @@ def sel_bwd_dq_tok_kernel(
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
-    cum2 = prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
+    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
     first2 = cum2 - tiles2  # [E]
     total2 = tl.sum(tiles2, 0)  # scalar
     for j in range(0, total2):
-        pos, end = tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)  # scalars
+        pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)  # scalars
         tok = tl.sum(tl.where((j >= first2) & (j < cum2), e_tok, 0), 0)  # scalar: the entry's token
         kp = pos + offs_n  # [BLOCK_N] key positions
         n_ok = kp < end  # [BLOCK_N]
@@ -456,11 +456,11 @@ def sel_bwd_dkdv_kernel(
     n_ok = (k0 + offs_n) < T  # [BLOCK_N]
     k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
     v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
-    k1 = gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
-    v = gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
+    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
     dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
     if DK2 > 0:
-        k2 = gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
+        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
         dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
 
@@ -480,8 +480,8 @@ def sel_bwd_dkdv_kernel(
         q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
         do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
         l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
-        q1 = gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
-        do = gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
+        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
+        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
         lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
         # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
         delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
@@ -489,7 +489,7 @@ def sel_bwd_dkdv_kernel(
         # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
         st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
         if DK2 > 0:
-            q2 = gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
+            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
             st += tl.dot(k2, tl.trans(q2))
         inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
         # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --

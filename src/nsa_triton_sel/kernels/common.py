@@ -27,7 +27,7 @@ LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): natural-log LSE -> log2 dom
 
 
 @triton.jit
-def prefix_sum(x, BLOCK: tl.constexpr):
+def _prefix_sum(x, BLOCK: tl.constexpr):
     """Inclusive prefix sum of a short vector ``x [BLOCK]``, as a triangular masked reduction.
 
     ``tl.cumsum`` gives wrong prefix sums on Triton 3.0 for sm_90 (found on the H100: every
@@ -40,7 +40,7 @@ def prefix_sum(x, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
+def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
     """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``).
 
     With ``MULTI`` the row has span vectors ``starts``/``ends`` ``[BLOCK_S]`` whose tiles are
@@ -60,7 +60,7 @@ def tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.co
 
 
 @triton.jit
-def clamp_spans(start, end, seq_len):
+def _clamp_spans(start, end, seq_len):
     """Spans clamped into ``[0, seq_len]`` with ``end >= start`` (any shape, elementwise): whatever
     the values, no key outside ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before
     its value checks have answered (they run beside it and raise afterwards); valid spans pass
@@ -70,7 +70,7 @@ def clamp_spans(start, end, seq_len):
 
 
 @triton.jit
-def gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr, DOT_F32: tl.constexpr):
+def _gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr, DOT_F32: tl.constexpr):
     """Rows ``[M, WIDTH]`` at element offsets ``off [M]``, columns ``OFFS_D0 + [0, WIDTH)`` (< D;
     0 outside and on rows where ``ok [M]`` is false), upcast to fp32 with ``DOT_F32``."""
     offs_d = OFFS_D0 + tl.arange(0, WIDTH)  # [WIDTH]
@@ -82,12 +82,12 @@ def gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr,
 
 
 @triton.jit
-def load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
+def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
     """The q tiles ``[M, DK1]`` and ``[M, DK2]`` (Dk as two power-of-two slices) of the rows at
     element offsets ``q_off [M]``; with ``DK2 == 0`` the second is a placeholder (``q1``)."""
-    q1 = gather_rows(Q, q_off, rows_ok, sq_d, Dk, 0, DK1, DOT_F32)  # [M, DK1]
+    q1 = _gather_rows(Q, q_off, rows_ok, sq_d, Dk, 0, DK1, DOT_F32)  # [M, DK1]
     if DK2 > 0:
-        q2 = gather_rows(Q, q_off, rows_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK2]
+        q2 = _gather_rows(Q, q_off, rows_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK2]
     else:
         q2 = q1  # unused
     return q1, q2

@@ -45,7 +45,7 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .common import LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, clamp_spans, load_q, prefix_sum, tile_bounds
+from .common import LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _load_q, _prefix_sum, _tile_bounds
 
 
 @triton.jit
@@ -216,7 +216,7 @@ def sel_fwd_kernel(
     h_ok = offs_h < h  # [BLOCK_H]
     q_off = (b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + offs_h.to(tl.int64) * sq_h)  # [BLOCK_H]
-    q1, q2 = load_q(Q, q_off, h_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_H, DK1], [BLOCK_H, DK2]
+    q1, q2 = _load_q(Q, q_off, h_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_H, DK1], [BLOCK_H, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
@@ -228,7 +228,7 @@ def sel_fwd_kernel(
         if SPAN_MODE == MODE_RANGES:
             starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
             ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
-            starts, ends = clamp_spans(starts, ends, seq_len)
+            starts, ends = _clamp_spans(starts, ends, seq_len)
         else:
             blk = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=-1).to(tl.int64)  # [BLOCK_S]
             if HAS_POS:
@@ -237,7 +237,7 @@ def sel_fwd_kernel(
                 qpos = s.to(tl.int64)
             starts, ends = _block_spans(blk, qpos, seq_len, block_size)  # [BLOCK_S] each
         tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-        cum = prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+        cum = _prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
         first = cum - tiles  # [BLOCK_S]
         total = tl.sum(tiles, 0)
     else:
@@ -269,7 +269,7 @@ def sel_fwd_kernel(
     else:
         acc2 = tl.zeros((BLOCK_H, 16), tl.float32)  # unused
     for j in range(j_lo, j_hi):
-        pos, end = tile_bounds(j, starts, ends, first, cum, BLOCK_N,
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N,
                                SPAN_MODE == MODE_RANGES or SPAN_MODE == MODE_BLOCKS)
         acc1, acc2, m_i, l_i = _attend_tile(
             q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, end,
@@ -402,7 +402,7 @@ def sel_fwd_tok_kernel(
     r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
     q_off = (b.to(tl.int64) * sq_b + (t0 + r_tok).to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + r_head.to(tl.int64) * sq_h)  # [M]
-    q1, q2 = load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
+    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
@@ -412,17 +412,17 @@ def sel_fwd_tok_kernel(
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
     sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2, en2 = clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
+    st2, en2 = _clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
                             tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), seq_len)
 
     # -- the leader's spans and their flattened tiles --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
     l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL, enL = clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
+    stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
                             tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), seq_len)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-    cumL = prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
+    cumL = _prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
     totalL = tl.sum(tilesL, 0)
 
@@ -437,7 +437,7 @@ def sel_fwd_tok_kernel(
         acc2 = tl.zeros((TOK * HP, 16), tl.float32)  # unused
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
-        pos, end = tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
+        pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)
         kp = pos + offs_n  # [BLOCK_N] key positions
         n_ok = kp < end  # [BLOCK_N]
         inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])  # [TOK, BLOCK_S, BLOCK_N]
@@ -456,16 +456,16 @@ def sel_fwd_tok_kernel(
     e_tok = offs_e // BLOCK_S  # [E]
     e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
     e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1, en1 = clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
+    st1, en1 = _clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
                             tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), seq_len)
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
-    cum2 = prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
+    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
     first2 = cum2 - tiles2  # [E]
     total2 = tl.sum(tiles2, 0)
     for j in range(0, total2):
-        pos, end = tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
+        pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)
         sel = (j >= first2) & (j < cum2)  # [E]
         tok = tl.sum(tl.where(sel, e_tok, 0), 0)  # the entry's token
         kp = pos + offs_n  # [BLOCK_N]
