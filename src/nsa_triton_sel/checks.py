@@ -90,7 +90,7 @@ def raise_value_errors(spans, positions, block_size, dims, values):
 def beside_the_kernel(r, device) -> bool:
     """Whether the value checks may run beside the kernel instead of before it.
 
-    The kernels clamp every span into ``[0, T)`` (``forward._clamp_spans``; block indices are
+    The kernels clamp every span into ``[0, T)`` (``kernels/common.py _clamp_spans``; block indices are
     clamped by construction), so invalid values cannot make them read out of bounds: the checks
     are enqueued with the kernel right behind them, and raise when they answer.  The packed-SDPA
     paths (other routes, the ``sel_triton_min_L`` gate) gather by index and must not see bad

@@ -170,7 +170,7 @@ def check_ranges(ranges, dims: Dims, device: torch.device, *, validate: bool = T
 
 def clamp_ranges(ranges: torch.Tensor, T: int) -> torch.Tensor:
     """``ranges`` as the kernels read them: int32 (as the kernels load them), every span clamped into
-    ``[0, T]`` with ``end >= start`` (``forward._clamp_spans``).  Valid spans pass unchanged; with any
+    ``[0, T]`` with ``end >= start`` (``kernels/common.py _clamp_spans``).  Valid spans pass unchanged; with any
     values (``validate=False``), nothing outside ``[0, T)`` is read, and the backward differentiates
     exactly what the forward computed.  Device ops only, no host sync."""
     r = ranges.to(torch.int32)

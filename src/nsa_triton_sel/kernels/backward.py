@@ -1,6 +1,7 @@
 """Triton kernels for the backward of NSA selection attention.
 
-This module imports only ``triton`` (the compile-smoke harness loads it without torch).
+This module imports only ``triton`` (and the shared helpers of ``common.py``, which imports
+only ``triton``): the compile-smoke harness loads it in child processes without torch.
 Same contract as the forward (``forward.py``): ``ranges [B, S, G, n, 2]`` of disjoint
 ``[start, end)`` spans per row ``(b, s, g)``, ``q [B, S, G, h, Dk]``, ``k [B, G, T, Dk]``,
 ``v [B, G, T, Dv]``, ``out``/``grad_out [B, S, G, h, Dv]``, natural-log ``lse [B, S, G, h]``
@@ -15,9 +16,8 @@ Launched in this order by ``grad.sel_attn_backward``:
   to >= 16, masked), walking the row's spans as one flattened loop over key tiles with scalar
   bounds.  It recomputes ``P`` from the forward's LSE (no second online softmax) and by
   default also computes and stores ``delta`` (the row's O is h x Dv more elements next to
-  the dO it reads anyway), so there is no separate preprocessing pass.  With ``streams=2``
-  the launcher runs :func:`sel_bwd_delta_kernel` first and the dq kernel (``LOAD_DELTA``) on
-  a side stream, beside the dk/dv work.
+  the dO it reads anyway), so there is no separate preprocessing pass.  With ``LOAD_DELTA``
+  (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.
 - :func:`sel_bwd_dkdv_kernel`, key-centric: the launcher inverts the selection into a CSR
   (for each ``BLOCK_N``-key tile of each ``(b, g)``, the sorted list of reader entries
   ``(token, [lo, hi) within the tile)``, one per (row, span) intersecting the tile) and cuts
@@ -39,35 +39,27 @@ raw pointers with masks of the exact tile shape; int64 row offsets; ``DOT_F32`` 
 dot operands (the launchers set it only under the Triton interpreter for bf16, whose
 ``tl.dot`` the interpreter computes wrongly).  An empty row contributes nothing and gets a
 zero dq; an LSE of ``-inf`` on a row that does have keys (inconsistent input) also gives
-zero, never NaN.
+zero, never NaN.  The softmax runs in the log2 domain as in the forward: ``qk_scale`` is
+``scale * log2(e)`` and the stored natural-log LSE is converted once per row (``_log2_lse``).
+
+Reading aid: every tile carries its shape in a comment (``# [BLOCK_H, DK1]``), and the steps
+of each kernel are marked (``# -- scores: q @ k^T --``).  M is the row count of the dq kernels'
+dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head) rows
+(:func:`sel_bwd_dq_tok_kernel`); the dk/dv kernel's dots have the ``BLOCK_N`` keys as M and
+``ROWS`` (entry, head) pairs as N; ``E = TOK * BLOCK_S`` is the flat span list of phase 2.
 """
 
 import triton
 import triton.language as tl
 
-@triton.jit
-def _prefix_sum(x, BLOCK: tl.constexpr):
-    """Inclusive prefix sum of a short vector (a triangular masked reduction: ``tl.cumsum``
-    is wrong on Triton 3.0 for sm_90, see ``forward._cumsum``; kept separate so the two
-    kernel modules evolve independently)."""
-    offs = tl.arange(0, BLOCK)
-    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)
-
-
-@triton.jit
-def _flat_tile(j, starts, ends, first, cum, BLOCK_N: tl.constexpr):
-    """Key positions ``[pos, end)`` of flattened tile ``j`` of a row (``pos + BLOCK_N`` may pass ``end``)."""
-    sel = (j >= first) & (j < cum)
-    pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)
-    end = tl.sum(tl.where(sel, ends, 0), 0)
-    return pos, end
+from .common import LOG2E, _gather_rows, _load_q, _prefix_sum, _tile_bounds
 
 
 @triton.jit
 def _log2_lse(lse):
     """The natural-log LSE in base 2; ``-inf`` (a row without keys) becomes ``+inf`` so that
     ``exp2(s - lse)`` is 0, not inf, if such a row is ever paired with a key."""
-    lse2 = lse * 1.4426950408889634
+    lse2 = lse * LOG2E
     return tl.where(lse2 == float("-inf"), float("inf"), lse2)
 
 
@@ -82,9 +74,9 @@ def _at_most_0(x):
 @triton.jit
 def _load_rows(X, b, s, g, offs_h, h, D, sx_b, sx_s, sx_g, sx_h, sx_d, BLOCK_D: tl.constexpr):
     """The ``[BLOCK_H, BLOCK_D]`` rows of heads ``offs_h`` of row (b, s, g) of a 5-D tensor (0 outside)."""
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
     base = X + b.to(tl.int64) * sx_b + s.to(tl.int64) * sx_s + g.to(tl.int64) * sx_g
-    return tl.load(base + offs_h[:, None] * sx_h + offs_d[None, :] * sx_d,
+    return tl.load(base + offs_h[:, None] * sx_h + offs_d[None, :] * sx_d,  # [BLOCK_H, BLOCK_D]
                    mask=(offs_h < h)[:, None] & (offs_d < D)[None, :], other=0.0)
 
 
@@ -92,31 +84,9 @@ def _load_rows(X, b, s, g, offs_h, h, D, sx_b, sx_s, sx_g, sx_h, sx_d, BLOCK_D: 
 def _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
            BLOCK_DV: tl.constexpr):
     """``(dO rows, rowsum(dO * O) in fp32)`` of heads ``offs_h`` of row (b, s, g)."""
-    o = _load_rows(O, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d, BLOCK_DV)
-    do = _load_rows(DO, b, s, g, offs_h, h, Dv, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
-    return do, tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
-
-
-@triton.jit
-def sel_bwd_delta_kernel(
-    O, DO, DELTA,
-    S, G, h, Dv,
-    so_b, so_s, so_g, so_h, so_d,
-    sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-    BLOCK_H: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-):
-    """``delta = rowsum(dO * O)`` (fp32, contiguous ``[B, S, G, h]``) of one (token, group, head chunk)."""
-    token = tl.program_id(0)
-    pid1 = tl.program_id(1)
-    n_hc = tl.cdiv(h, BLOCK_H)
-    g = pid1 // n_hc
-    offs_h = (pid1 % n_hc) * BLOCK_H + tl.arange(0, BLOCK_H)
-    b = token // S
-    s = token % S
-    _, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,
-                      sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
-    tl.store(DELTA + (token.to(tl.int64) * G + g) * h + offs_h, delta, mask=offs_h < h)
+    o = _load_rows(O, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d, BLOCK_DV)  # [BLOCK_H, BLOCK_DV]
+    do = _load_rows(DO, b, s, g, offs_h, h, Dv, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)  # [BLOCK_H, BLOCK_DV]
+    return do, tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [BLOCK_H, BLOCK_DV], [BLOCK_H]
 
 
 @triton.jit
@@ -130,34 +100,38 @@ def _dq_tile(
     """Fold the key tile at ``pos`` into ``dq``: ``n_ok [BLOCK_N]`` says which keys may be
     loaded, ``valid`` (``[1 or M, BLOCK_N]``) which (row, key) pairs count.  With ``DK2 == 0``,
     ``q2``/``dq2`` are placeholders, returned untouched."""
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d1 = tl.arange(0, DK1)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     k_tile = k_row + pos.to(tl.int64) * sk_t
+    # -- scores: q @ k^T --
     # K tiles [BLOCK_N, D]: the dq dot takes them as they are, the score dot transposed
     # (ldmatrix.trans from the same shared-memory copy).
-    k1 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d1[None, :] * sk_d,
+    k1 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d1[None, :] * sk_d,  # [BLOCK_N, DK1]
                  mask=n_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
     if DOT_F32:
         k1 = k1.to(tl.float32)
-    qk = tl.dot(q1, tl.trans(k1))
+    qk = tl.dot(q1, tl.trans(k1))  # [M, BLOCK_N] fp32
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        k2 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d2[None, :] * sk_d,
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        k2 = tl.load(k_tile + offs_n[:, None] * sk_t + offs_d2[None, :] * sk_d,  # [BLOCK_N, DK2]
                      mask=n_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
         if DOT_F32:
             k2 = k2.to(tl.float32)
         qk += tl.dot(q2, tl.trans(k2))
-    p = tl.where(valid, tl.exp2(_at_most_0(qk * qk_scale - lse2[:, None])), 0.0)
-    vt = tl.load(v_row + pos.to(tl.int64) * sv_t + offs_dv[:, None] * sv_d + offs_n[None, :] * sv_t,
+    # -- P from the forward's LSE (no second online softmax), dS = P * (dO V^T - delta) --
+    p = tl.where(valid, tl.exp2(_at_most_0(qk * qk_scale - lse2[:, None])), 0.0)  # [M, BLOCK_N]
+    vt = tl.load(  # [BLOCK_DV, BLOCK_N]: V loaded transposed
+                 v_row + pos.to(tl.int64) * sv_t + offs_dv[:, None] * sv_d + offs_n[None, :] * sv_t,
                  mask=(offs_dv[:, None] < Dv) & n_ok[None, :], other=0.0)
     if DOT_F32:
         vt = vt.to(tl.float32)
-    dp = tl.dot(do, vt)
-    ds = (p * (dp - delta[:, None])).to(k1.dtype)
-    dq1 += tl.dot(ds, k1)
+    dp = tl.dot(do, vt)  # [M, BLOCK_N]: dO V^T
+    ds = (p * (dp - delta[:, None])).to(k1.dtype)  # [M, BLOCK_N]: dS, in K's dtype for the MMA
+    # -- accumulate dS @ K, one power-of-two slice of Dk at a time --
+    dq1 += tl.dot(ds, k1)  # [M, DK1]
     if DK2 > 0:
-        dq2 += tl.dot(ds, k2)
+        dq2 += tl.dot(ds, k2)  # [M, DK2]
     return dq1, dq2
 
 
@@ -186,6 +160,7 @@ def sel_bwd_dq_kernel(
     ``DQ`` is a contiguous ``[B, S, G, h, Dk]`` tensor in q's dtype, ``DELTA`` a contiguous
     float32 ``[B, S, G, h]`` (written here, or read with ``LOAD_DELTA``).
     """
+    # -- which (token, group, head chunk) this program owns --
     token = tl.program_id(0)
     pid1 = tl.program_id(1)
     n_hc = tl.cdiv(h, BLOCK_H)
@@ -194,80 +169,83 @@ def sel_bwd_dq_kernel(
     b = token // S
     s = token % S
 
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)
-    h_ok = offs_h < h
-    offs_d1 = tl.arange(0, DK1)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    dv_ok = offs_dv < Dv
+    # -- the group's query heads: the M rows of every dot --
+    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    h_ok = offs_h < h  # [BLOCK_H]
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    dv_ok = offs_dv < Dv  # [BLOCK_DV]
 
-    # delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
-    # computed before by sel_bwd_delta_kernel so the two kernels can run side by side).
-    row = (token.to(tl.int64) * G + g) * h
+    # -- delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
+    # computed before by the launcher from O recomputed in fp32) --
+    row = (token.to(tl.int64) * G + g) * h  # scalar int64: first head's row of DELTA / DQ
     if LOAD_DELTA:
-        do = _load_rows(DO, b, s, g, offs_h, h, Dv, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
-        delta = tl.load(DELTA + row + offs_h, mask=h_ok, other=0.0)
+        do = _load_rows(DO, b, s, g, offs_h, h, Dv,  # [BLOCK_H, BLOCK_DV]
+                        sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
+        delta = tl.load(DELTA + row + offs_h, mask=h_ok, other=0.0)  # [BLOCK_H]
     else:
-        do, delta = _delta(O, DO, b, s, g, offs_h, h, Dv, so_b, so_s, so_g, so_h, so_d,
+        do, delta = _delta(O, DO, b, s, g, offs_h, h, Dv,  # [BLOCK_H, BLOCK_DV], [BLOCK_H]
+                           so_b, so_s, so_g, so_h, so_d,
                            sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
         tl.store(DELTA + row + offs_h, delta, mask=h_ok)
 
+    # -- the forward's LSE (P is recomputed from it) and q --
     l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
-    lse2 = _log2_lse(tl.load(l_row + offs_h * sl_h, mask=h_ok, other=0.0))
+    lse2 = _log2_lse(tl.load(l_row + offs_h * sl_h, mask=h_ok, other=0.0))  # [BLOCK_H]
 
+    # q addressed from the row base plus int32 head offsets (not common._load_q's int64 offsets):
+    # the compiled kernel is kept exactly as it was measured.
     q_row = Q + b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
-    q1 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,
+    q1 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d1[None, :] * sq_d,  # [BLOCK_H, DK1]
                  mask=h_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
     if DOT_F32:
         q1 = q1.to(tl.float32)
         do = do.to(tl.float32)
-    dq1 = tl.zeros((BLOCK_H, DK1), tl.float32)
+    dq1 = tl.zeros((BLOCK_H, DK1), tl.float32)  # [BLOCK_H, DK1]
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        q2 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d2[None, :] * sq_d,
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        q2 = tl.load(q_row + offs_h[:, None] * sq_h + offs_d2[None, :] * sq_d,  # [BLOCK_H, DK2]
                      mask=h_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
         if DOT_F32:
             q2 = q2.to(tl.float32)
-        dq2 = tl.zeros((BLOCK_H, DK2), tl.float32)
+        dq2 = tl.zeros((BLOCK_H, DK2), tl.float32)  # [BLOCK_H, DK2]
     else:
         q2 = q1  # placeholders, never used
         dq2 = dq1
 
-    # The row's spans and how many BLOCK_N tiles each needs (as in the forward).
-    offs_s = tl.arange(0, BLOCK_S)
+    # -- the row's spans, and how many BLOCK_N tiles each one needs (as in the forward) --
+    # Ranges only (grad.py converts block indices), already clamped into [0, T] on the host
+    # (contract.clamp_ranges), so the kernel needs no seq_len and no _clamp_spans.
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
-    s_ok = offs_s < n_spans
-    starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)
-    ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)
-    tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N
-    cum = _prefix_sum(tiles, BLOCK_S)
-    first = cum - tiles
-    total = tl.sum(tiles, 0)
+    s_ok = offs_s < n_spans  # [BLOCK_S]
+    starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
+    ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
+    tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
+    cum = _prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+    first = cum - tiles  # [BLOCK_S]
+    total = tl.sum(tiles, 0)  # scalar
 
+    # -- one loop over the row's key tiles, all spans flattened --
     k_row = K + b.to(tl.int64) * sk_b + g.to(tl.int64) * sk_g
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
-    offs_n = tl.arange(0, BLOCK_N)
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, total):
-        pos, end = _flat_tile(j, starts, ends, first, cum, BLOCK_N)
-        n_ok = (pos + offs_n) < end
-        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, n_ok[None, :],
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, True)  # scalars
+        n_ok = (pos + offs_n) < end  # [BLOCK_N]
+        dq1, dq2 = _dq_tile(  # [BLOCK_H, DK1], [BLOCK_H, DK2]
+                            q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, n_ok[None, :],
                             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
+    # -- store dq (contiguous, q's dtype), with the softmax scale applied once --
     dq_row = DQ + row * Dk
-    tl.store(dq_row + offs_h[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),
+    tl.store(dq_row + offs_h[:, None] * Dk + offs_d1[None, :],  # [BLOCK_H, DK1]
+             (dq1 * scale).to(DQ.dtype.element_ty),
              mask=h_ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        tl.store(dq_row + offs_h[:, None] * Dk + offs_d2[None, :], (dq2 * scale).to(DQ.dtype.element_ty),
+        tl.store(dq_row + offs_h[:, None] * Dk + offs_d2[None, :],  # [BLOCK_H, DK2]
+                 (dq2 * scale).to(DQ.dtype.element_ty),
                  mask=h_ok[:, None] & (offs_d2[None, :] < Dk))
-
-
-@triton.jit
-def _gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr, DOT_F32: tl.constexpr):
-    """Rows ``[ROWS, WIDTH]`` at element offsets ``off [ROWS]``, columns ``OFFS_D0 + [0, WIDTH)`` (< D)."""
-    offs_d = OFFS_D0 + tl.arange(0, WIDTH)
-    x = tl.load(PTR + off[:, None] + offs_d[None, :] * sd, mask=ok[:, None] & (offs_d[None, :] < D), other=0.0)
-    if DOT_F32:
-        x = x.to(tl.float32)
-    return x
 
 
 @triton.jit
@@ -299,106 +277,114 @@ def sel_bwd_dq_tok_kernel(
     walks, per other token, its spans that are not inside a leader span, masking the keys a
     leader span covers.  Every selected (row, key) pair is counted exactly once.
     """
+    # -- which (batch, first token, group) this program owns --
     n_tb = tl.cdiv(S, TOK)
     pid0 = tl.program_id(0)
     g = tl.program_id(1)
     b = pid0 // n_tb
     t0 = (pid0 % n_tb) * TOK
 
-    rows = tl.arange(0, TOK * HP)
-    r_tok = rows // HP
-    r_head = rows % HP
-    r_ok = (r_head < h) & (t0 + r_tok < S)
-    tok64 = (t0 + r_tok).to(tl.int64)
+    # -- rows: (token, head) pairs, token-major; dO and delta (as in sel_bwd_dq_kernel) --
+    rows = tl.arange(0, TOK * HP)  # [M]
+    r_tok = rows // HP  # [M]
+    r_head = rows % HP  # [M]
+    r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
+    tok64 = (t0 + r_tok).to(tl.int64)  # [M]
     b64 = b.to(tl.int64)
     g64 = g.to(tl.int64)
-    row = ((b64 * S + tok64) * G + g64) * h + r_head
-    do_off = b64 * sdo_b + tok64 * sdo_s + g64 * sdo_g + r_head * sdo_h
+    row = ((b64 * S + tok64) * G + g64) * h + r_head  # [M] rows of DELTA / DQ
+    do_off = b64 * sdo_b + tok64 * sdo_s + g64 * sdo_g + r_head * sdo_h  # [M]
     if LOAD_DELTA:
-        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)
-        delta = tl.load(DELTA + row, mask=r_ok, other=0.0)
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [M, BLOCK_DV]
+        delta = tl.load(DELTA + row, mask=r_ok, other=0.0)  # [M]
     else:
-        o_off = b64 * so_b + tok64 * so_s + g64 * so_g + r_head * so_h
-        o = _gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)
-        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)
-        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+        o_off = b64 * so_b + tok64 * so_s + g64 * so_g + r_head * so_h  # [M]
+        o = _gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
+        do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [M]
         tl.store(DELTA + row, delta, mask=r_ok)
         if DOT_F32:
             do = do.to(tl.float32)
-    lse2 = _log2_lse(tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
-    q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h
-    q1 = _gather_rows(Q, q_off, r_ok, sq_d, Dk, 0, DK1, DOT_F32)
-    dq1 = tl.zeros((TOK * HP, DK1), tl.float32)
+    # -- the forward's LSE and q --
+    lse2 = _log2_lse(  # [M]
+        tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
+    q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h  # [M]
+    q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
+    dq1 = tl.zeros((TOK * HP, DK1), tl.float32)  # [M, DK1]
     if DK2 > 0:
-        q2 = _gather_rows(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)
-        dq2 = tl.zeros((TOK * HP, DK2), tl.float32)
+        dq2 = tl.zeros((TOK * HP, DK2), tl.float32)  # [M, DK2]
     else:
-        q2 = q1  # placeholders, never used
-        dq2 = dq1
+        dq2 = dq1  # placeholder, never used
     k_row = K + b64 * sk_b + g64 * sk_g
     v_row = V + b64 * sv_b + g64 * sv_g
 
-    # Spans of all TOK tokens, [TOK, BLOCK_S]; padding and tokens past S are empty.
+    # -- spans of all TOK tokens; padding and tokens past S are empty --
+    # The host clamped the ranges into [0, T] (grad.py), so only end >= start is enforced here.
     r_base = SPANS + b64 * sr_b + g64 * sr_g
-    offs_t = tl.arange(0, TOK)
-    offs_s = tl.arange(0, BLOCK_S)
-    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]
-    sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)
-    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)
+    offs_t = tl.arange(0, TOK)  # [TOK]
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
+    sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n  # [TOK, BLOCK_S]
+    st2 = tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32)  # [TOK, BLOCK_S]
+    en2 = tl.maximum(tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), st2)  # [TOK, BLOCK_S]
 
-    # Phase 1: the leader's tiles, each into the rows whose token selected its keys.
+    # -- phase 1: the leader's tiles, each into the rows whose token selected its keys --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
-    l_ok = offs_s < n_spans
-    l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)
-    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)
-    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N
-    cumL = _prefix_sum(tilesL, BLOCK_S)
-    firstL = cumL - tilesL
-    totalL = tl.sum(tilesL, 0)
-    offs_n = tl.arange(0, BLOCK_N)
+    l_ok = offs_s < n_spans  # [BLOCK_S]
+    l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n  # [BLOCK_S]
+    stL = tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32)  # [BLOCK_S]
+    enL = tl.maximum(tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), stL)  # [BLOCK_S]
+    tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
+    cumL = _prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
+    firstL = cumL - tilesL  # [BLOCK_S]
+    totalL = tl.sum(tilesL, 0)  # scalar
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     for j in range(0, totalL):
-        pos, end = _flat_tile(j, stL, enL, firstL, cumL, BLOCK_N)
-        kp = pos + offs_n
-        n_ok = kp < end
+        pos, end = _tile_bounds(j, stL, enL, firstL, cumL, BLOCK_N, True)  # scalars
+        kp = pos + offs_n  # [BLOCK_N] key positions
+        n_ok = kp < end  # [BLOCK_N]
+        # [TOK, BLOCK_S, BLOCK_N]: key kp[n] lies in span (t, i) of the program's tokens
         inside = (st2[:, :, None] <= kp[None, None, :]) & (kp[None, None, :] < en2[:, :, None])
         member = tl.max(inside.to(tl.int32), 1) > 0  # [TOK, BLOCK_N]
+        # [M, BLOCK_N]: each token's membership repeated for its HP head rows
         valid = tl.reshape(tl.broadcast_to(member[:, None, :], (TOK, HP, BLOCK_N)), (TOK * HP, BLOCK_N))
-        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok,
+        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok,  # [M, DK1], [M, DK2]
                             valid & n_ok[None, :], sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
                             BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
-    # Phase 2: the other tokens' spans not inside one leader span, as a flat list of
-    # TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
-    offs_e = tl.arange(0, TOK * BLOCK_S)
-    e_tok = offs_e // BLOCK_S
-    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)
-    e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)
-    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)
-    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])
-    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)
-    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)
-    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)
-    first2 = cum2 - tiles2
-    total2 = tl.sum(tiles2, 0)
+    # -- phase 2: the other tokens' spans not inside one leader span --
+    # A flat list of TOK * BLOCK_S entries (entry e = token e // BLOCK_S, slot e % BLOCK_S).
+    offs_e = tl.arange(0, TOK * BLOCK_S)  # [E]
+    e_tok = offs_e // BLOCK_S  # [E]
+    e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
+    e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n  # [E]
+    st1 = tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32)  # [E]
+    en1 = tl.maximum(tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), st1)  # [E]
+    within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
+    contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
+    tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
+    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
+    first2 = cum2 - tiles2  # [E]
+    total2 = tl.sum(tiles2, 0)  # scalar
     for j in range(0, total2):
-        pos, end = _flat_tile(j, st1, en1, first2, cum2, BLOCK_N)
-        tok = tl.sum(tl.where((j >= first2) & (j < cum2), e_tok, 0), 0)
-        kp = pos + offs_n
-        n_ok = kp < end
+        pos, end = _tile_bounds(j, st1, en1, first2, cum2, BLOCK_N, True)  # scalars
+        tok = tl.sum(tl.where((j >= first2) & (j < cum2), e_tok, 0), 0)  # scalar: the entry's token
+        kp = pos + offs_n  # [BLOCK_N] key positions
+        n_ok = kp < end  # [BLOCK_N]
+        # [BLOCK_N]: keys a leader span covers, already counted in phase 1
         covered = tl.max(((stL[:, None] <= kp[None, :]) & (kp[None, :] < enL[:, None])).to(tl.int32), 0) > 0
-        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]
-        dq1, dq2 = _dq_tile(q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, valid,
+        valid = (r_tok == tok)[:, None] & (n_ok & (covered == 0))[None, :]  # [M, BLOCK_N]
+        dq1, dq2 = _dq_tile(  # [M, DK1], [M, DK2]
+                            q1, q2, do, lse2, delta, dq1, dq2, k_row, v_row, pos, n_ok, valid,
                             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)
 
-    offs_d1 = tl.arange(0, DK1)
-    tl.store(DQ + row[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),
+    # -- store dq (contiguous, q's dtype), with the softmax scale applied once --
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    tl.store(DQ + row[:, None] * Dk + offs_d1[None, :], (dq1 * scale).to(DQ.dtype.element_ty),  # [M, DK1]
              mask=r_ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        tl.store(DQ + row[:, None] * Dk + offs_d2[None, :], (dq2 * scale).to(DQ.dtype.element_ty),
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        tl.store(DQ + row[:, None] * Dk + offs_d2[None, :], (dq2 * scale).to(DQ.dtype.element_ty),  # [M, DK2]
                  mask=r_ok[:, None] & (offs_d2[None, :] < Dk))
 
 
@@ -427,6 +413,7 @@ def sel_bwd_dkdv_kernel(
     are contiguous ``[B, G, T, D]`` in k's/v's dtype; ``WS`` is float32 ``[slots, BLOCK_N,
     DK1 + DK2 + BLOCK_DV]``.
     """
+    # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
     pid = tl.program_id(0)
     chunk = CHUNKS + pid.to(tl.int64) * 4
     tile_id = tl.load(chunk)
@@ -440,73 +427,80 @@ def sel_bwd_dkdv_kernel(
     g = bg % G
     k0 = (tile_id % NT) * BLOCK_N
 
-    offs_n = tl.arange(0, BLOCK_N)
-    n_ok = (k0 + offs_n) < T
-    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t
-    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t
-    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)
-    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)
-    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)
+    # -- the key tile and its dk/dv accumulators stay on chip for the whole chunk --
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
+    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
+    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
+    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
+    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
     if DK2 > 0:
-        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)
-        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
+        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
+        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
 
-    # The chunk's (entry, head) pairs, flattened: pair f = entry * h + head, ROWS per step.
-    r = tl.arange(0, ROWS)
+    # -- the chunk's (entry, head) pairs, flattened: pair f = entry * h + head, ROWS per step --
+    r = tl.arange(0, ROWS)  # [ROWS]
     f_lo = e0 * h
     f_hi = e1 * h
     for f0 in range(f_lo, f_hi, ROWS):
-        f = f0 + r
-        ok = f < f_hi
-        ent = f // h
-        head = f % h
-        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)
-        bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)
-        lo = bnd & 0xFFFF
-        hi = bnd >> 16  # 0 on masked rows: they see no key
-        q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h
-        do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h
-        l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h
-        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)
-        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)
-        lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))
+        f = f0 + r  # [ROWS]
+        ok = f < f_hi  # [ROWS]
+        ent = f // h  # [ROWS]
+        head = f % h  # [ROWS]
+        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
+        bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
+        lo = bnd & 0xFFFF  # [ROWS]
+        hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
+        q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
+        do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
+        l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
+        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
+        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
+        lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
+        # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
         delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
 
-        # Transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns.
-        st = tl.dot(k1, tl.trans(q1))
+        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
+        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
         if DK2 > 0:
-            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)
+            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
             st += tl.dot(k2, tl.trans(q2))
-        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])
-        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)
-        dv += tl.dot(pt.to(do.dtype), do)
-        dpt = tl.dot(v, tl.trans(do))
+        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
+        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
+        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
+        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
+        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
         # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
-        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
-        dk1 += tl.dot(dst, q1)
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
+        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
         if DK2 > 0:
-            dk2 += tl.dot(dst, q2)
+            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
 
-    offs_d1 = tl.arange(0, DK1)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     if slot < 0:
-        t_idx = bg * T + k0 + offs_n
-        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], (dk1 * scale).to(DK.dtype.element_ty),
+        t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
+        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+                 (dk1 * scale).to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
         if DK2 > 0:
-            offs_d2 = DK1 + tl.arange(0, DK2)
-            tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :], (dk2 * scale).to(DK.dtype.element_ty),
+            offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+            tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
+                     (dk2 * scale).to(DK.dtype.element_ty),
                      mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv.to(DV.dtype.element_ty),
+        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+                 dv.to(DV.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
     else:
         width = DK1 + DK2 + BLOCK_DV
-        ws = WS + slot * (BLOCK_N * width) + offs_n[:, None] * width
-        tl.store(ws + offs_d1[None, :], dk1 * scale)
+        ws = WS + slot * (BLOCK_N * width) + offs_n[:, None] * width  # [BLOCK_N, 1]: the slot's rows
+        tl.store(ws + offs_d1[None, :], dk1 * scale)  # [BLOCK_N, DK1]
         if DK2 > 0:
-            tl.store(ws + DK1 + tl.arange(0, DK2)[None, :], dk2 * scale)
-        tl.store(ws + (DK1 + DK2) + offs_dv[None, :], dv)
+            tl.store(ws + DK1 + tl.arange(0, DK2)[None, :], dk2 * scale)  # [BLOCK_N, DK2]
+        tl.store(ws + (DK1 + DK2) + offs_dv[None, :], dv)  # [BLOCK_N, BLOCK_DV]
 
 
 @triton.jit
@@ -523,34 +517,40 @@ def sel_bwd_reduce_kernel(
     ``TILE_SLOTS [tiles, 2]`` int64 rows ``(first slot, count)``; a count of 0 means the
     tile was written directly by the dk/dv kernel.
     """
+    # -- which key tile this program owns, and its workspace slots --
     tile_id = tl.program_id(0).to(tl.int64)
     first = tl.load(TILE_SLOTS + tile_id * 2)
     count = tl.load(TILE_SLOTS + tile_id * 2 + 1)
     if count == 0:
         return
     width = DK1 + DK2 + BLOCK_DV
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d1 = tl.arange(0, DK1)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)
-        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)
-    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+    # -- add the slots in slot order: a fixed order, so the sums are bit-reproducible --
     for i in range(0, count):
-        ws = WS + (first + i) * (BLOCK_N * width) + offs_n[:, None] * width
-        dk1 += tl.load(ws + offs_d1[None, :])
+        ws = WS + (first + i) * (BLOCK_N * width) + offs_n[:, None] * width  # [BLOCK_N, 1]
+        dk1 += tl.load(ws + offs_d1[None, :])  # [BLOCK_N, DK1]
         if DK2 > 0:
-            dk2 += tl.load(ws + offs_d2[None, :])
-        dv += tl.load(ws + (DK1 + DK2) + offs_dv[None, :])
+            dk2 += tl.load(ws + offs_d2[None, :])  # [BLOCK_N, DK2]
+        dv += tl.load(ws + (DK1 + DK2) + offs_dv[None, :])  # [BLOCK_N, BLOCK_DV]
+    # -- store (the dk/dv kernel applied the scale to the partial sums) --
     bg = tile_id // NT
     k0 = (tile_id % NT) * BLOCK_N
-    n_ok = (k0 + offs_n) < T
-    t_idx = bg * T + k0 + offs_n
-    tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], dk1.to(DK.dtype.element_ty),
+    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
+    t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
+    tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+             dk1.to(DK.dtype.element_ty),
              mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :], dk2.to(DK.dtype.element_ty),
+        tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
+                 dk2.to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-    tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv.to(DV.dtype.element_ty),
+    tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+             dv.to(DV.dtype.element_ty),
              mask=n_ok[:, None] & (offs_dv[None, :] < Dv))

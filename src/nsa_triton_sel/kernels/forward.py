@@ -1,7 +1,8 @@
 """Triton kernels for NSA selection attention (forward).
 
-This module imports only ``triton``: the compile-smoke harness loads it in child
-processes without paying for ``import torch``.
+This module imports only ``triton`` (and the shared helpers of ``common.py``, which imports
+only ``triton``): the compile-smoke harness loads it in child processes without paying for
+``import torch``.
 
 :func:`sel_fwd_kernel` serves every single-token entry point (and, with ``SPLIT``, decode);
 a constexpr ``SPAN_MODE`` says where a row's keys come from:
@@ -16,7 +17,7 @@ a constexpr ``SPAN_MODE`` says where a row's keys come from:
 :func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
 selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
 
-Design (group-centric, see ``../shared/notes/perf-anchors.md``):
+Design (group-centric; this docstring is where the kernel design is written down):
 
 - grid axis 0 = query token (x ``num_splits`` for split-L decode), axis 1 = group (x head
   chunk): neighbouring programs are neighbouring tokens of one group, which select the
@@ -29,7 +30,21 @@ Design (group-centric, see ``../shared/notes/perf-anchors.md``):
 - one-pass online softmax in fp32 with ``exp2`` and the scale folded into ``qk_scale``;
 - Dk is covered by two power-of-two slices ``DK1 + DK2`` (192 = 128 + 64) rather than one
   padded block, so a non-power-of-two head dim wastes little;
-- raw pointers, masks built at the exact tile shape, int64 row offsets;
+- the multi-token kernel: ``TOK`` consecutive tokens share a program (M = TOK x HP = 64); tiles
+  of the last token's spans are loaded once and folded into every token that selected those keys,
+  and keys only other tokens selected are handled in a second phase, so any selection is exact
+  (the planner takes it where neighbouring tokens share most span starts, as real NSA selections do);
+- decode (one query position, few rows): split-L over programs, merged by LSE (flash-decoding);
+- Dv is covered by two slices too (H100, HQ = 64 in 2 groups, D = 192, T = 16K local: 3.06 ->
+  1.62 ms with the multi-token kernel against one padded tile);
+- every span is clamped into ``[0, T)`` in the kernel (``common._clamp_spans``), so no input value
+  can make it read out of bounds: the dispatcher may enqueue it before the value checks answer;
+- portable to Triton 3.0-3.9: raw pointers, masks built at the exact tile shape, explicit
+  ``[:, None]``/``[None, :]``, scalar loop bounds, int64 row offsets, no block pointers or tensor
+  descriptors, no autotuning.  Two Triton 3.0 problems found on the H100 are avoided: ``tl.cumsum``
+  gives wrong prefix sums on sm_90 (the kernels use a triangular reduction), and 64-row, 8-warp dots
+  on sm_90 abort the 3.0 and 3.1 compilers (the known-bad window ``triton30-31-sm90-mma64-abort``
+  caps M at 32 there: ``max_rows = 32``, read by the planner);
 - ``DOT_F32`` upcasts the dot operands to fp32.  Only the launchers' interpreter mode sets
   it for bf16: the Triton interpreter computes bf16 ``tl.dot`` wrongly (measured on 3.9.0:
   errors of 1e10), so CPU parity checks everything but the bf16 MMA, which the GPU tests cover.
@@ -44,35 +59,7 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from ..plan.tiles import MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES  # noqa: F401  (documented above)
-
-# ln(2): the kernels keep the LSE in the log2 domain (exp2 softmax) and convert when storing it.
-LN2 = tl.constexpr(0.6931471805599453)
-
-
-@triton.jit
-def _cumsum(x, BLOCK: tl.constexpr):
-    """Inclusive prefix sum of a short vector, as a triangular masked reduction.
-
-    ``tl.cumsum`` gives wrong prefix sums on Triton 3.0 for sm_90 (found on the H100:
-    every row with two or more spans came out NaN); this form costs BLOCK^2 adds once per
-    program and is right on every version.
-    """
-    offs = tl.arange(0, BLOCK)  # [BLOCK]
-    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)  # [BLOCK, BLOCK] -> [BLOCK]
-
-
-@triton.jit
-def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
-    """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``)."""
-    if MULTI:
-        sel = (j >= first) & (j < cum)  # [BLOCK_S] one-hot: the span tile j falls in
-        pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)
-        end = tl.sum(tl.where(sel, ends, 0), 0)
-    else:
-        pos = starts + j * BLOCK_N
-        end = ends
-    return pos, end
+from .common import LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _load_q, _prefix_sum, _tile_bounds
 
 
 @triton.jit
@@ -171,33 +158,6 @@ def _attend_tile(
 
 
 @triton.jit
-def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
-    """The q tile ``[M, DK1]`` (+ ``[M, DK2]``) of rows at element offsets ``q_off [M]``."""
-    offs_d1 = tl.arange(0, DK1)  # [DK1]
-    q1 = tl.load(Q + q_off[:, None] + offs_d1[None, :] * sq_d,  # [M, DK1]
-                 mask=rows_ok[:, None] & (offs_d1[None, :] < Dk), other=0.0)
-    if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-        q2 = tl.load(Q + q_off[:, None] + offs_d2[None, :] * sq_d,  # [M, DK2]
-                     mask=rows_ok[:, None] & (offs_d2[None, :] < Dk), other=0.0)
-    else:
-        q2 = q1  # unused
-    if DOT_F32:
-        q1 = q1.to(tl.float32)
-        q2 = q2.to(tl.float32)
-    return q1, q2
-
-
-@triton.jit
-def _clamp_spans(start, end, seq_len):
-    """Spans clamped into ``[0, seq_len]`` with ``end >= start``: whatever the values, no key outside
-    ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before its value checks have
-    answered (they run beside it and raise afterwards); valid spans pass through unchanged."""
-    start = tl.minimum(tl.maximum(start, 0), seq_len)
-    return start, tl.minimum(tl.maximum(end, start), seq_len)
-
-
-@triton.jit
 def _block_spans(blk, qpos, seq_len, block_size):
     """Spans ``[start, end)`` (int32) of block indices ``blk`` for a query at position ``qpos``.
 
@@ -275,11 +235,11 @@ def sel_fwd_kernel(
     v_row = V + b.to(tl.int64) * sv_b + g.to(tl.int64) * sv_g
 
     # -- the row's spans, and how many BLOCK_N tiles each one needs --
-    if SPAN_MODE == 0 or SPAN_MODE == 3:  # MODE_RANGES, MODE_BLOCKS: n spans per row
+    if SPAN_MODE == MODE_RANGES or SPAN_MODE == MODE_BLOCKS:  # n spans per row
         offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
         r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
         s_ok = offs_s < n_spans  # [BLOCK_S]
-        if SPAN_MODE == 0:
+        if SPAN_MODE == MODE_RANGES:
             starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
             ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
             starts, ends = _clamp_spans(starts, ends, seq_len)
@@ -291,11 +251,11 @@ def sel_fwd_kernel(
                 qpos = s.to(tl.int64)
             starts, ends = _block_spans(blk, qpos, seq_len, block_size)  # [BLOCK_S] each
         tiles = (tl.maximum(ends - starts, 0) + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-        cum = _cumsum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
+        cum = _prefix_sum(tiles, BLOCK_S)  # [BLOCK_S] inclusive
         first = cum - tiles  # [BLOCK_S]
         total = tl.sum(tiles, 0)
     else:
-        if SPAN_MODE == 1:  # MODE_DENSE
+        if SPAN_MODE == MODE_DENSE:
             # pid0 * 0, not 0: Triton 3.0/3.1's interpreter runs range() loops with Python ints,
             # and a span start that is a plain int leaves `pos` without .to(); compiled, it folds to 0.
             starts = pid0 * 0
@@ -323,7 +283,8 @@ def sel_fwd_kernel(
     else:
         acc2 = tl.zeros((BLOCK_H, 16), tl.float32)  # unused
     for j in range(j_lo, j_hi):
-        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N, SPAN_MODE == 0 or SPAN_MODE == 3)
+        pos, end = _tile_bounds(j, starts, ends, first, cum, BLOCK_N,
+                               SPAN_MODE == MODE_RANGES or SPAN_MODE == MODE_BLOCKS)
         acc1, acc2, m_i, l_i = _attend_tile(
             q1, q2, acc1, acc2, m_i, l_i, k_row, v_row, pos, end,
             sk_t, sk_d, sv_t, sv_d, Dk, Dv, qk_scale,
@@ -475,7 +436,7 @@ def sel_fwd_tok_kernel(
     stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
                             tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), seq_len)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
-    cumL = _cumsum(tilesL, BLOCK_S)  # [BLOCK_S]
+    cumL = _prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
     totalL = tl.sum(tilesL, 0)
 
@@ -514,7 +475,7 @@ def sel_fwd_tok_kernel(
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
-    cum2 = _cumsum(tiles2, TOK * BLOCK_S)  # [E]
+    cum2 = _prefix_sum(tiles2, TOK * BLOCK_S)  # [E]
     first2 = cum2 - tiles2  # [E]
     total2 = tl.sum(tiles2, 0)
     for j in range(0, total2):

@@ -1,0 +1,93 @@
+"""``@triton.jit`` helpers and constants shared by the forward and backward kernels.
+
+Imports only ``triton`` (the compile-smoke harness loads the kernel modules without torch).
+Written once here so the two kernel modules cannot drift apart: the span walk (prefix sum,
+flattened tile bounds, span clamp), the row gather of q, and the constants below.
+
+A global read inside ``@triton.jit`` code must be a ``tl.constexpr`` object (a plain Python
+int or float global is rejected by some Triton 3.x releases), and a helper imported from
+this module resolves its own names (``tl``) through this module's globals, which Triton
+3.0 - 3.9 all do.
+"""
+
+import triton
+import triton.language as tl
+
+# Where a row's keys come from (the ``SPAN_MODE`` constexpr of ``forward.sel_fwd_kernel``).
+# The same values as the host planner's MODE_* (tests/test_kernel_sources.py checks them).
+MODE_RANGES = tl.constexpr(0)  # ranges [B, S, G, n, 2]: [start, end) spans
+MODE_DENSE = tl.constexpr(1)  # one span [0, L) per row of k [N, L, Dk]
+MODE_CU = tl.constexpr(2)  # one span [cu[i], cu[i + 1]) of k_all [total, Dk]
+MODE_BLOCKS = tl.constexpr(3)  # block indices [B, S, G, n], causally clamped to the query position
+
+# The kernels run the softmax in the log2 domain (exp2, log2(e) folded into qk_scale by the
+# host) and keep the LSE that crosses the forward/backward boundary in the natural log.
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log2-domain LSE -> natural log (forward store)
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): natural-log LSE -> log2 domain (backward load)
+
+
+@triton.jit
+def _prefix_sum(x, BLOCK: tl.constexpr):
+    """Inclusive prefix sum of a short vector ``x [BLOCK]``, as a triangular masked reduction.
+
+    ``tl.cumsum`` gives wrong prefix sums on Triton 3.0 for sm_90 (found on the H100: every
+    row with two or more spans came out NaN), and on 3.2 for sm_90 its sums give wrong keys
+    once broadcast into the span indexing (the ``cumsum_spans`` GPU canary); this form costs
+    BLOCK^2 adds once per program and is right on every version.
+    """
+    offs = tl.arange(0, BLOCK)  # [BLOCK]
+    return tl.sum(tl.where(offs[None, :] <= offs[:, None], x[None, :], 0), 1)  # [BLOCK, BLOCK] -> [BLOCK]
+
+
+@triton.jit
+def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.constexpr):
+    """Key positions ``[pos, end)`` of flattened tile ``j`` (``pos + BLOCK_N`` may pass ``end``).
+
+    With ``MULTI`` the row has span vectors ``starts``/``ends`` ``[BLOCK_S]`` whose tiles are
+    numbered ``[first, cum)``: tile ``j`` finds its span with two small reductions, so the
+    caller's loop has scalar bounds and no data-dependent branch.  Without, ``starts``/``ends``
+    are the scalars of the row's one span.  ``MULTI`` is a constexpr: the other branch is not
+    compiled.
+    """
+    if MULTI:
+        sel = (j >= first) & (j < cum)  # [BLOCK_S] one-hot: the span tile j falls in
+        pos = tl.sum(tl.where(sel, starts + (j - first) * BLOCK_N, 0), 0)  # scalar
+        end = tl.sum(tl.where(sel, ends, 0), 0)  # scalar
+    else:
+        pos = starts + j * BLOCK_N  # scalar
+        end = ends  # scalar
+    return pos, end
+
+
+@triton.jit
+def _clamp_spans(start, end, seq_len):
+    """Spans clamped into ``[0, seq_len]`` with ``end >= start`` (any shape, elementwise): whatever
+    the values, no key outside ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before
+    its value checks have answered (they run beside it and raise afterwards); valid spans pass
+    through unchanged."""
+    start = tl.minimum(tl.maximum(start, 0), seq_len)  # same shape as start
+    return start, tl.minimum(tl.maximum(end, start), seq_len)
+
+
+@triton.jit
+def _gather_rows(PTR, off, ok, sd, D, OFFS_D0: tl.constexpr, WIDTH: tl.constexpr, DOT_F32: tl.constexpr):
+    """Rows ``[M, WIDTH]`` at element offsets ``off [M]``, columns ``OFFS_D0 + [0, WIDTH)`` (< D;
+    0 outside and on rows where ``ok [M]`` is false), upcast to fp32 with ``DOT_F32``."""
+    offs_d = OFFS_D0 + tl.arange(0, WIDTH)  # [WIDTH]
+    x = tl.load(PTR + off[:, None] + offs_d[None, :] * sd,  # [M, WIDTH]
+                mask=ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    if DOT_F32:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, DOT_F32: tl.constexpr):
+    """The q tiles ``[M, DK1]`` and ``[M, DK2]`` (Dk as two power-of-two slices) of the rows at
+    element offsets ``q_off [M]``; with ``DK2 == 0`` the second is a placeholder (``q1``)."""
+    q1 = _gather_rows(Q, q_off, rows_ok, sq_d, Dk, 0, DK1, DOT_F32)  # [M, DK1]
+    if DK2 > 0:
+        q2 = _gather_rows(Q, q_off, rows_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK2]
+    else:
+        q2 = q1  # unused
+    return q1, q2
