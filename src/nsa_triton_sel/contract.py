@@ -88,6 +88,13 @@ def check_block_size(block_size) -> int:
     return int(block_size)
 
 
+def require_tensors(rank: int, layout: str, **named) -> None:
+    """Each of ``named`` must be a ``rank``-D tensor (the drop-ins' first check, before any shape is read)."""
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dim() != rank:
+            raise ValueError(f"{name} must be a {rank}-D tensor {layout}, got {getattr(x, 'shape', type(x).__name__)}")
+
+
 def _require_rank(name: str, x: torch.Tensor, rank: int, layout: str) -> None:
     if x.dim() != rank:
         raise ValueError(

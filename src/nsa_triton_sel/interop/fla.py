@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from .. import dispatch, varlen
+from ..contract import require_tensors
 
 
 def _used_slots(block_indices, block_counts):
@@ -56,10 +57,7 @@ def parallel_nsa(q, k, v, block_indices, block_counts=None, block_size: int = 64
     """fla's ``parallel_nsa`` for given ``block_indices`` (the selection branch): ``o [B, TQ, HQ, V]``.
 
     ``validate`` (not fla's): ``False`` skips the value checks and their host sync (hot loops)."""
-    for name, x in (("q", q), ("k", k), ("block_indices", block_indices)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor in fla's layout ([B, T, heads, ...]), got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
+    require_tensors(4, "in fla's layout ([B, T, heads, ...])", q=q, k=k, block_indices=block_indices)
     idx = _used_slots(block_indices, block_counts)
     kw = dict(block_indices=idx, block_size=block_size, scale=scale, validate=validate, lenient=True)
     if cu_seqlens is None:

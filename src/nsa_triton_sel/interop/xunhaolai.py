@@ -19,9 +19,8 @@ Its semantics, as its Triton kernel and its torch reference define them:
 
 from __future__ import annotations
 
-import torch
-
 from .. import dispatch, varlen
+from ..contract import require_tensors
 
 
 def topk_sparse_attention(q, k, v, topk_idx, block_size: int, cu_seqlens, softmax_scale=None, *,
@@ -29,10 +28,7 @@ def topk_sparse_attention(q, k, v, topk_idx, block_size: int, cu_seqlens, softma
     """XunhaoLai's ``topk_sparse_attention``: ``o [total, HQ, D]``; differentiable.
 
     ``validate`` (not XunhaoLai's): ``False`` skips the value checks and their host sync (hot loops)."""
-    for name, x in (("q", q), ("k", k), ("topk_idx", topk_idx)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ValueError(f"{name} must be a 3-D tensor (q/k/v [total, heads, D], topk_idx [H, total, k]), "
-                             f"got {getattr(x, 'shape', type(x).__name__)}")
+    require_tensors(3, "(q/k/v [total, heads, D], topk_idx [H, total, k])", q=q, k=k, topk_idx=topk_idx)
     return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, block_indices=topk_idx.permute(1, 0, 2),
                        block_size=block_size, scale=softmax_scale, cu_seqlens=cu_seqlens, validate=validate,
                        lenient=True)

@@ -52,7 +52,7 @@ dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head
 import triton
 import triton.language as tl
 
-from .common import LOG2E, _gather_rows, _load_q, _prefix_sum, _tile_bounds
+from .common import LOG2E, _gather_rows, _group_heads, _load_q, _prefix_sum, _tile_bounds, _token_rows
 
 
 @triton.jit
@@ -160,21 +160,12 @@ def sel_bwd_dq_kernel(
     ``DQ`` is a contiguous ``[B, S, G, h, Dk]`` tensor in q's dtype, ``DELTA`` a contiguous
     float32 ``[B, S, G, h]`` (written here, or read with ``LOAD_DELTA``).
     """
-    # -- which (token, group, head chunk) this program owns --
+    # -- which (token, group, head chunk) this program owns; the group's query heads are the M
+    # rows of every dot --
     token = tl.program_id(0)
-    pid1 = tl.program_id(1)
-    n_hc = tl.cdiv(h, BLOCK_H)
-    g = pid1 // n_hc
-    hc = pid1 % n_hc
-    b = token // S
-    s = token % S
-
-    # -- the group's query heads: the M rows of every dot --
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    b, s, g, offs_h = _group_heads(token, tl.program_id(1), S, h, BLOCK_H)  # scalars, [BLOCK_H]
     h_ok = offs_h < h  # [BLOCK_H]
     offs_d1 = tl.arange(0, DK1)  # [DK1]
-    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
-    dv_ok = offs_dv < Dv  # [BLOCK_DV]
 
     # -- delta = rowsum(dO * O) in fp32, stored for the dk/dv kernel (or, with LOAD_DELTA,
     # computed before by the launcher from O recomputed in fp32) --
@@ -277,18 +268,10 @@ def sel_bwd_dq_tok_kernel(
     walks, per other token, its spans that are not inside a leader span, masking the keys a
     leader span covers.  Every selected (row, key) pair is counted exactly once.
     """
-    # -- which (batch, first token, group) this program owns --
-    n_tb = tl.cdiv(S, TOK)
-    pid0 = tl.program_id(0)
-    g = tl.program_id(1)
-    b = pid0 // n_tb
-    t0 = (pid0 % n_tb) * TOK
+    # -- which (batch, first token t0, group) this program owns; rows: (token, head) pairs, token-major --
+    b, g, t0, r_tok, r_head, r_ok = _token_rows(S, h, TOK, HP)  # scalars, [M] x 3
 
-    # -- rows: (token, head) pairs, token-major; dO and delta (as in sel_bwd_dq_kernel) --
-    rows = tl.arange(0, TOK * HP)  # [M]
-    r_tok = rows // HP  # [M]
-    r_head = rows % HP  # [M]
-    r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
+    # -- dO and delta of the rows (as in sel_bwd_dq_kernel) --
     tok64 = (t0 + r_tok).to(tl.int64)  # [M]
     b64 = b.to(tl.int64)
     g64 = g.to(tl.int64)

@@ -60,6 +60,31 @@ def _tile_bounds(j, starts, ends, first, cum, BLOCK_N: tl.constexpr, MULTI: tl.c
 
 
 @triton.jit
+def _group_heads(token, pid1, S, h, BLOCK_H: tl.constexpr):
+    """``(b, s, g, offs_h [BLOCK_H])`` of the program owning query ``token`` (= b * S + s) and grid
+    column ``pid1`` (= group x head chunk: a group's ``h`` heads in chunks of ``BLOCK_H`` rows)."""
+    n_hc = tl.cdiv(h, BLOCK_H)
+    g = pid1 // n_hc
+    offs_h = (pid1 % n_hc) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    return token // S, token % S, g, offs_h
+
+
+@triton.jit
+def _token_rows(S, h, TOK: tl.constexpr, HP: tl.constexpr):
+    """The rows of a multi-token program: ``(b, g, t0, r_tok [M], r_head [M], r_ok [M])`` with M = TOK x HP
+    (token, head) pairs, token-major; grid axis 0 = batch x chunk of TOK tokens starting at ``t0``,
+    axis 1 = group; ``r_ok`` masks padded heads and tokens past S."""
+    n_tb = tl.cdiv(S, TOK)
+    pid0 = tl.program_id(0)
+    rows = tl.arange(0, TOK * HP)  # [M]
+    r_tok = rows // HP  # [M]
+    r_head = rows % HP  # [M]
+    t0 = (pid0 % n_tb) * TOK
+    r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
+    return pid0 // n_tb, tl.program_id(1), t0, r_tok, r_head, r_ok
+
+
+@triton.jit
 def _clamp_spans(start, end, seq_len):
     """Spans clamped into ``[0, seq_len]`` with ``end >= start`` (any shape, elementwise): whatever
     the values, no key outside ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before

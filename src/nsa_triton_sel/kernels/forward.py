@@ -59,7 +59,20 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .common import LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _load_q, _prefix_sum, _tile_bounds
+from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _group_heads, _load_q, _prefix_sum,
+                     _tile_bounds, _token_rows)
+
+
+@triton.jit
+def _load_kt(k_tile, offs_n, n_ok, sk_t, sk_d, Dk, D0: tl.constexpr, WIDTH: tl.constexpr, DOT_F32: tl.constexpr):
+    """The key tile transposed, ``[WIDTH, BLOCK_N]`` (head-dim slice ``D0 + [0, WIDTH)``, < Dk; keys
+    ``offs_n [BLOCK_N]`` where ``n_ok``, else 0), so the score dot needs no trans."""
+    offs_d = D0 + tl.arange(0, WIDTH)  # [WIDTH]
+    kt = tl.load(k_tile + offs_d[:, None] * sk_d + offs_n[None, :] * sk_t,  # [WIDTH, BLOCK_N]
+                 mask=(offs_d[:, None] < Dk) & n_ok[None, :], other=0.0)
+    if DOT_F32:
+        kt = kt.to(tl.float32)
+    return kt
 
 
 @triton.jit
@@ -80,25 +93,9 @@ def _attend(
     k_tile = k_row + pos.to(tl.int64) * sk_t
     v_tile = v_row + pos.to(tl.int64) * sv_t
     # -- scores: q @ k^T, K loaded transposed so the dot needs no trans --
-    offs_d1 = tl.arange(0, DK1)  # [DK1]
-    k1 = tl.load(  # [DK1, BLOCK_N]
-        k_tile + offs_d1[:, None] * sk_d + offs_n[None, :] * sk_t,
-        mask=(offs_d1[:, None] < Dk) & n_ok[None, :],
-        other=0.0,
-    )
-    if DOT_F32:
-        k1 = k1.to(tl.float32)
-    qk = tl.dot(q1, k1)  # [M, BLOCK_N] fp32
+    qk = tl.dot(q1, _load_kt(k_tile, offs_n, n_ok, sk_t, sk_d, Dk, 0, DK1, DOT_F32))  # [M, BLOCK_N] fp32
     if DK2 > 0:
-        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-        k2 = tl.load(  # [DK2, BLOCK_N]
-            k_tile + offs_d2[:, None] * sk_d + offs_n[None, :] * sk_t,
-            mask=(offs_d2[:, None] < Dk) & n_ok[None, :],
-            other=0.0,
-        )
-        if DOT_F32:
-            k2 = k2.to(tl.float32)
-        qk += tl.dot(q2, k2)
+        qk += tl.dot(q2, _load_kt(k_tile, offs_n, n_ok, sk_t, sk_d, Dk, DK1, DK2, DOT_F32))
     qk = qk * qk_scale + bias  # [M, BLOCK_N], log2 domain; -inf where the (row, key) pair does not count
     # -- online softmax: rescale the running state to the new row maximum --
     m_new = tl.maximum(m_i, tl.max(qk, 1))  # [M]
@@ -219,14 +216,8 @@ def sel_fwd_kernel(
     else:
         token = pid0
         split = 0
-    n_hc = tl.cdiv(h, BLOCK_H)
-    g = pid1 // n_hc
-    hc = pid1 % n_hc
-    b = token // S
-    s = token % S
-
-    # -- the group's query heads: the M rows of every dot --
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    # the group's query heads offs_h: the M rows of every dot
+    b, s, g, offs_h = _group_heads(token, pid1, S, h, BLOCK_H)  # scalars, [BLOCK_H]
     h_ok = offs_h < h  # [BLOCK_H]
     q_off = (b.to(tl.int64) * sq_b + s.to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + offs_h.to(tl.int64) * sq_h)  # [BLOCK_H]
@@ -328,13 +319,7 @@ def merge_splits_kernel(
     """Combine the split-L partial results of one (token, group, head chunk) by their LSE."""
     # -- which (token, group, head chunk) this program owns --
     token = tl.program_id(0)
-    pid1 = tl.program_id(1)
-    n_hc = tl.cdiv(h, BLOCK_H)
-    g = pid1 // n_hc
-    hc = pid1 % n_hc
-    b = token // S
-    s = token % S
-    offs_h = hc * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
+    b, s, g, offs_h = _group_heads(token, tl.program_id(1), S, h, BLOCK_H)  # scalars, [BLOCK_H]
     h_ok = offs_h < h  # [BLOCK_H]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     o_mask = h_ok[:, None] & (offs_dv[None, :] < Dv)  # [BLOCK_H, BLOCK_DV]
@@ -402,18 +387,8 @@ def sel_fwd_tok_kernel(
     of every row is counted exactly once whatever the selections are.
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # fp32 state even if the scale arrives as fp64 (see sel_fwd_kernel)
-    # -- which (batch, first token, group) this program owns --
-    n_tb = tl.cdiv(S, TOK)
-    pid0 = tl.program_id(0)
-    g = tl.program_id(1)
-    b = pid0 // n_tb
-    t0 = (pid0 % n_tb) * TOK
-
-    # -- rows: (token, head) pairs, token-major --
-    rows = tl.arange(0, TOK * HP)  # [M]
-    r_tok = rows // HP  # [M]
-    r_head = rows % HP  # [M]
-    r_ok = (r_head < h) & (t0 + r_tok < S)  # [M]
+    # -- which (batch, first token t0, group) this program owns; rows: (token, head) pairs, token-major --
+    b, g, t0, r_tok, r_head, r_ok = _token_rows(S, h, TOK, HP)  # scalars, [M] x 3
     q_off = (b.to(tl.int64) * sq_b + (t0 + r_tok).to(tl.int64) * sq_s + g.to(tl.int64) * sq_g
              + r_head.to(tl.int64) * sq_h)  # [M]
     q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]

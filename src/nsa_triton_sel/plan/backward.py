@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tiles import MAX_HEAD_DIM, MIN_DOT, next_pow2, split_head_dim
+from .tiles import MIN_DOT, check_sizes, next_pow2, split_head_dim
 
 CHUNK_PROGRAMS_PER_SM = 8
 CHUNK_MIN = 64
@@ -151,11 +151,7 @@ def backward_meta(
     ``max_rows`` caps the M dimension of every dot (``launch.max_rows``: 32 on Triton 3.0 +
     Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.
     """
-    for name, d in (("Dk", Dk), ("Dv", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name}={d} is not supported by the backward kernels; accepted: 1..{MAX_HEAD_DIM}")
-    if h < 1:
-        raise ValueError(f"h={h}: need at least one query head per group")
+    check_sizes(h, Dk, Dv, "the backward kernels")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
     block_h = min(max_rows, max(MIN_DOT, next_pow2(h)))

@@ -25,6 +25,15 @@ def next_pow2(x: int) -> int:
     return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()
 
 
+def check_sizes(h: int, Dk: int, Dv: int, kernels: str) -> None:
+    """``ValueError`` (naming ``kernels``) unless 1 <= Dk, Dv <= MAX_HEAD_DIM and h >= 1."""
+    for name, d in (("Dk", Dk), ("Dv", Dv)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{name}={d} is not supported by {kernels}; accepted: 1..{MAX_HEAD_DIM}")
+    if h < 1:
+        raise ValueError(f"h={h}: need at least one query head per group")
+
+
 def split_head_dim(d: int) -> tuple[int, int]:
     """Cover ``d`` with two power-of-two slices ``(D1, D2)``, ``D2`` possibly 0.
 
@@ -123,11 +132,7 @@ def kernel_meta(
     """The launch configuration for these sizes; raises ``ValueError`` outside the supported range."""
     if mode not in MODE_NAMES:
         raise ValueError(f"mode must be one of {sorted(MODE_NAMES)}, got {mode!r}")
-    for name, d in (("Dk", Dk), ("Dv", Dv)):
-        if not 1 <= d <= MAX_HEAD_DIM:
-            raise ValueError(f"{name}={d} is not supported by the Triton kernels; accepted: 1..{MAX_HEAD_DIM}")
-    if h < 1:
-        raise ValueError(f"h={h}: need at least one query head per group")
+    check_sizes(h, Dk, Dv, "the Triton kernels")
     dk1, dk2 = split_head_dim(Dk)
     dv1, dv2 = split_head_dim(Dv)
     block_dv = dv1 + dv2
