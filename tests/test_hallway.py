@@ -4,7 +4,7 @@ A profiler hook records every call between this package's modules during one eag
 interpreter runs the kernels on the CPU).  The hall's modules, in order (README, "From
 selection_attention to a kernel"), may only call their own kind or a module further down; the fact
 modules (contract, config, device, failures, transforms, known_bad, reference, ...) answer anyone
-and are not steps.  ``python tests/test_hallway.py`` prints the path of one call.
+and are not steps.  ``python tests/test_hallway.py [--grad] [--cold]`` prints the path of one call.
 """
 
 from __future__ import annotations
@@ -125,10 +125,15 @@ def test_the_trace_sees_a_call_back_up(kernels_take_the_call, monkeypatch):
     assert any(step_of(a) == 4 and step_of(b) == 3 for a, b in edges), "the replanning call was not seen"
 
 
-def report(grad: bool) -> str:
-    """The path of one warm call: every module entered, and the hall's steps with the calls back up."""
+def report(grad: bool, cold: bool = False) -> str:
+    """The path of one call (warm: routes and plans cached; ``cold``: after ``config.refresh()``, as a new
+    signature's first call): every module entered, and the hall's steps with the calls back up."""
+    from nsa_triton_sel import config
+
     run = _call(grad)
     run()
+    if cold:
+        config.refresh()
     edges = trace(run)
     p = path(edges)
     visited, again = set(), 0
@@ -148,4 +153,4 @@ if __name__ == "__main__":
 
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ["NSA_SEL_TRITON_MIN_L"] = "0"
-    print(report("--grad" in sys.argv))
+    print(report("--grad" in sys.argv, "--cold" in sys.argv))
