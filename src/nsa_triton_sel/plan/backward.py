@@ -13,7 +13,7 @@ against 1.29 ms for 32).  Wider head dims keep the reasoned choices below:
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
   M), so the forward's measured best for h = 16, D = 128 on the H100 (1 warp, 32-key tiles,
-  3 stages: kernels/meta.py) is the starting point.  The dq loop holds more (the dq
+  3 stages: plan/tiles.py) is the starting point.  The dq loop holds more (the dq
   accumulator, q and dO as MMA operands, 3 dots per tile): with 1 warp it sits at 255
   registers and spills 128-200 bytes on sm_90 with Triton 3.0 and 3.9 (AOT compile with the
   launch's specialisations); 2 warps take 168-230 registers, no spill, at the same number of
@@ -148,7 +148,7 @@ def backward_meta(
 ) -> BackwardMeta:
     """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
 
-    ``max_rows`` caps the M dimension of every dot (``launch.max_rows``: 32 on Triton 3.0 +
+    ``max_rows`` caps the M dimension of every dot (``device.row_cap``: 32 on Triton 3.0 +
     Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.
     """
     check_sizes(h, Dk, Dv, "the backward kernels")
