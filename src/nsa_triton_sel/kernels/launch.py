@@ -28,7 +28,7 @@ from .. import plan as P
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..device import ROWS, Device, device_of
 from ..plan.tiles import LOG2E, MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES, tokens_per_program, tokens_problem
-from . import forward
+from . import bind, forward
 
 NO_STRIDES = (0, 0, 0, 0)
 
@@ -48,8 +48,14 @@ def _tune(tune: dict) -> tuple:
     return tuple(sorted(tune.items()))
 
 
-def _kernel(fn, wrap):
-    return fn if wrap is None else wrap(fn)
+def _go(fn, wrap, plan, grid, args, kwargs):
+    """Launch ``fn[grid](*args, **kwargs())``: through ``wrap`` (torch.compile) or the interpreter as
+    given, on a GPU through the bound launcher (``bind.py``: no per-call argument binding)."""
+    if wrap is not None:
+        return wrap(fn)[grid](*args, **kwargs())
+    if not args[0].is_cuda or device_of(args[0].device).interpreter:
+        return fn[grid](*args, **kwargs())
+    return bind.bound(fn)(plan, grid, args, kwargs)
 
 
 def run(plan: P.Plan, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_scale: float, block_size: int = 0,
@@ -66,29 +72,24 @@ def run(plan: P.Plan, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_sc
     dummy = o  # never dereferenced when the constexpr that guards it is off
     lse_or = lse if lse is not None else dummy
     pos_or = pos if pos is not None else dummy
+
+    def fwd_kwargs():
+        return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs())
+
     if plan.num_splits == 1 and not meta.SPLIT:
-        _kernel(forward.sel_fwd_kernel, wrap)[plan.grid](
-            q, k, v, o, lse_or, spans, pos_or, dummy, dummy,
-            S, G, h, Dk, Dv, n, T, block_size, 1, qk_scale,
-            *sq, *sk, *sv, *so, *sl, *sr, *sp,
-            num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
-        )
+        _go(forward.sel_fwd_kernel, wrap, plan, plan.grid,
+            (q, k, v, o, lse_or, spans, pos_or, dummy, dummy, S, G, h, Dk, Dv, n, T, block_size, 1, qk_scale,
+             *sq, *sk, *sv, *so, *sl, *sr, *sp), fwd_kwargs)
         return
     rows = plan.merge_grid[0] * G * plan.num_splits  # (token, group, split) partial results
     op = torch.empty((rows, h, Dv), device=q.device, dtype=torch.float32)
     lp = torch.empty((rows, h), device=q.device, dtype=torch.float32)
-    _kernel(forward.sel_fwd_kernel, wrap)[plan.grid](
-        q, k, v, o, dummy, spans, pos_or, op, lp,
-        S, G, h, Dk, Dv, n, T, block_size, plan.num_splits, qk_scale,
-        *sq, *sk, *sv, *so, *sl, *sr, *sp,
-        num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
-    )
-    _kernel(forward.merge_splits_kernel, wrap)[plan.merge_grid](
-        op, lp, o, lse_or,
-        S, G, h, Dv, plan.num_splits,
-        *so, *sl,
-        BLOCK_H=meta.BLOCK_H, BLOCK_DV=meta.BLOCK_DV, HAS_LSE=meta.HAS_LSE, num_warps=4,
-    )
+    _go(forward.sel_fwd_kernel, wrap, plan, plan.grid,
+        (q, k, v, o, dummy, spans, pos_or, op, lp, S, G, h, Dk, Dv, n, T, block_size, plan.num_splits, qk_scale,
+         *sq, *sk, *sv, *so, *sl, *sr, *sp), fwd_kwargs)
+    _go(forward.merge_splits_kernel, wrap, plan, plan.merge_grid,
+        (op, lp, o, lse_or, S, G, h, Dv, plan.num_splits, *so, *sl),
+        lambda: dict(BLOCK_H=meta.BLOCK_H, BLOCK_DV=meta.BLOCK_DV, HAS_LSE=meta.HAS_LSE, num_warps=4))
 
 
 def run_tokens(plan: P.Plan, q, k, v, o, lse, ranges, *, qk_scale: float, wrap=None):
@@ -96,12 +97,11 @@ def run_tokens(plan: P.Plan, q, k, v, o, lse, ranges, *, qk_scale: float, wrap=N
     meta = plan.meta
     S, G, h, Dk = q.shape[1:]
     sl = lse.stride() if lse is not None else NO_STRIDES
-    _kernel(forward.sel_fwd_tok_kernel, wrap)[plan.grid](
-        q, k, v, o, lse if lse is not None else o, ranges,
-        S, G, h, Dk, v.shape[3], ranges.shape[3], k.shape[2], qk_scale,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride(),
-        num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs(),
-    )
+    _go(forward.sel_fwd_tok_kernel, wrap, plan, plan.grid,
+        (q, k, v, o, lse if lse is not None else o, ranges,
+         S, G, h, Dk, v.shape[3], ranges.shape[3], k.shape[2], qk_scale,
+         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride()),
+        lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs()))
 
 
 def _outputs(shape_o, shape_l, dtype, device, return_lse, out=None):

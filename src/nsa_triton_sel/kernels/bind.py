@@ -1,0 +1,224 @@
+"""Launch a compiled Triton kernel through its launcher, without ``JITFunction.run`` (issue 22).
+
+``kernel[grid](*args, **constexprs)`` binds and specialises every argument on every call: on the
+H100 with Triton 3.6 a launch of a kernel with 62 arguments costs 51 us of host time, one with 2
+arguments 15.5 us.  A decode step launches ``sel_fwd_kernel`` with about 50 arguments, so that
+binding was most of its host time.  :class:`Bound` skips it for a call shape seen before:
+
+1. first call of a shape: the plain Triton launch; it compiles (or finds) the kernel and returns the
+   ``CompiledKernel``;
+2. second call: the plain launch again, with the compiled kernel's launcher wrapped to *record* the
+   arguments Triton passes it.  Triton's own call is the specification: the recording must start
+   with exactly this call's arguments (the same objects, the same scalars), and whatever follows
+   them (3.3+ passes the constexprs too, 3.0-3.2 does not) is constant for the shape;
+3. later calls: the recorded launcher is called directly, with the current stream, and ``None`` for
+   the launch metadata and hooks (3.5+ passes its empty ``HookChain`` objects and builds launch
+   metadata for them on every launch).
+
+A shape is everything Triton specialises on: the plan (constexprs, warps, stages), every integer
+argument's value, each tensor's dtype and 16-byte alignment, and the device.  Anything unexpected
+(a recording that does not match, a launcher Triton does not expose, an exception) disables the
+binding for that kernel and records why (:func:`report`); the launch then stays ``JITFunction.run``,
+which every Triton 3.0-3.9 runs.  Launch hooks (profilers) also take the plain path.  Not used
+under the interpreter or ``torch.compile`` (``wrap``): the callers pass those to Triton as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ENABLED = True  # tests and benchmarks switch it off to compare with JITFunction.run
+MAX_SHAPES = 4096  # per kernel; past it the table is cleared (shapes churn, the binding no longer pays)
+_ALL: dict = {}  # JITFunction -> Bound
+
+
+def _hook_holders():
+    """Where this Triton keeps its launch hooks: ``triton.knobs.runtime`` (3.5+) and/or ``CompiledKernel``."""
+    import triton
+
+    holders = []
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if runtime is not None and hasattr(runtime, "launch_enter_hook"):
+        holders.append(runtime)
+    try:
+        from triton.compiler import CompiledKernel
+    except ImportError:  # pragma: no cover - every 3.x has it
+        CompiledKernel = None
+    if CompiledKernel is not None and hasattr(CompiledKernel, "launch_enter_hook"):
+        holders.append(CompiledKernel)
+    return tuple(holders)
+
+
+def _active(hook) -> bool:
+    """A launch hook that does something: 3.0-3.4 keep ``None`` or a callable, 3.5+ a ``HookChain``
+    that is never ``None`` (empty: ``calls == []``)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class _Pending:
+    """A shape launched once through Triton: its compiled kernel, to be recorded on the next call."""
+
+    __slots__ = ("kernel", "plan")
+
+    def __init__(self, kernel, plan):
+        self.kernel, self.plan = kernel, plan
+
+
+class _Launcher:
+    """A recorded launch: the launcher, the kernel handle and metadata, and the constant tail."""
+
+    __slots__ = ("run", "function", "packed", "tail", "plan")
+
+    def __init__(self, run, function, packed, tail, plan):
+        self.run, self.function, self.packed, self.tail, self.plan = run, function, packed, tail, plan
+
+
+def _swap_run(kernel, new):
+    """Replace a ``CompiledKernel``'s launcher: 3.6+ keep it in ``_run`` behind a ``run`` property,
+    3.0-3.5 in the instance attribute ``run`` (set on first access)."""
+    if isinstance(getattr(type(kernel), "run", None), property):
+        kernel._run = new
+    else:
+        kernel.run = new
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return type(a) is type(b) and a == b
+
+
+class Bound:
+    """One ``@triton.jit`` kernel, launched by :meth:`__call__` (see the module docstring)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
+        self.shapes: dict = {}
+        self.off: str | None = None  # why this kernel launches through JITFunction.run
+        self.bound_launches = 0
+        self._stream = None
+        self._device = None
+        self._hooks = ()
+
+    def __call__(self, plan, grid, args, kwargs):
+        """Launch ``fn[grid](*args, **kwargs())``; ``plan`` fixes ``kwargs`` (a callable: built on a miss only)."""
+        if self.off is not None or not ENABLED or type(grid) is not tuple or self._hooked():
+            return self.fn[grid](*args, **kwargs())
+        try:
+            key = self._key(plan, args)
+        except Exception as e:  # noqa: BLE001 - an argument we cannot key: the plain path, with the reason
+            return self._give_up(f"cannot key the arguments: {e!r}", grid, args, kwargs)
+        entry = self.shapes.get(key)
+        if type(entry) is _Launcher:
+            g = grid + (1,) * (3 - len(grid))
+            entry.run(g[0], g[1], g[2], self._stream(self._device()), entry.function, entry.packed, None, None,
+                      None, *args, *entry.tail)
+            self.bound_launches += 1
+            return None
+        if entry is None:
+            if len(self.shapes) >= MAX_SHAPES:
+                self.shapes.clear()
+            self.shapes[key] = _Pending(self.fn[grid](*args, **kwargs()), plan)
+            return None
+        self._record(key, entry, grid, args, kwargs)
+        return None
+
+    def _hooked(self) -> bool:
+        for h in self._hooks:
+            if _active(h.launch_enter_hook) or _active(h.launch_exit_hook):
+                return True
+        return False
+
+    def _key(self, plan, args):
+        if self._stream is None:
+            import triton
+
+            drv = triton.runtime.driver.active
+            self._stream, self._device = drv.get_current_stream, drv.get_current_device
+            self._hooks = _hook_holders()
+        spec = [id(plan), self._device()]
+        for a in args:
+            if type(a) is int:
+                spec.append(a)
+            elif type(a) is float:
+                spec.append(float)  # passed as fp32, never specialised
+            else:
+                spec.append((a.dtype, a.data_ptr() & 15))
+        return tuple(spec)
+
+    def _record(self, key, pending: _Pending, grid, args, kwargs):
+        """The second call of a shape: launch through Triton, recording what it passes the launcher."""
+        kernel, seen = pending.kernel, []
+        try:
+            real = kernel.run
+        except Exception as e:  # noqa: BLE001
+            return self._give_up(f"the compiled kernel exposes no launcher: {e!r}", grid, args, kwargs)
+
+        def record(*a):
+            seen.append(a)
+            return real(*a)
+
+        try:
+            _swap_run(kernel, record)
+        except Exception as e:  # noqa: BLE001
+            return self._give_up(f"cannot wrap the launcher: {e!r}", grid, args, kwargs)
+        try:
+            self.fn[grid](*args, **kwargs())
+        finally:
+            _swap_run(kernel, real)
+        why = self._check(seen, kernel, args)
+        if why:
+            self.off = why
+            self.shapes.clear()
+            return None
+        a = seen[0]
+        self.shapes[key] = _Launcher(real, a[4], a[5], tuple(a[9 + len(args):]), pending.plan)
+        return None
+
+    @staticmethod
+    def _check(seen, kernel, args) -> str | None:
+        """Why the recorded launch cannot be replayed (None: it can)."""
+        if len(seen) != 1:
+            return f"Triton called the recorded launcher {len(seen)} times for one launch (another compiled kernel?)"
+        a = seen[0]
+        if len(a) < 9 + len(args):
+            return f"the launcher got {len(a)} arguments, fewer than 9 + the call's {len(args)}"
+        if _active(a[7]) or _active(a[8]):
+            return "Triton passed launch hooks while none were set"
+        if a[4] != getattr(kernel, "function", a[4]):
+            return "the recorded kernel handle is not the compiled kernel's"
+        for i, (got, want) in enumerate(zip(a[9:], args)):
+            if not _same(got, want):
+                return f"argument {i} reached the launcher as {type(got).__name__} {got!r:.40}, not as passed"
+        return None
+
+    def _give_up(self, why, grid, args, kwargs):
+        self.off = why
+        self.shapes.clear()
+        return self.fn[grid](*args, **kwargs())
+
+
+def bound(fn) -> Bound:
+    """The :class:`Bound` of ``fn`` (one per kernel, process-wide)."""
+    b = _ALL.get(fn)
+    if b is None:
+        b = _ALL[fn] = Bound(fn)
+    return b
+
+
+def report() -> dict[str, str]:
+    """Per kernel launched so far: how it launches, and why not bound where it is not."""
+    out = {}
+    for b in _ALL.values():
+        if b.off is not None:
+            out[b.name] = f"JITFunction.run: {b.off}"
+        else:
+            n = sum(type(e) is _Launcher for e in b.shapes.values())
+            out[b.name] = f"bound launcher: {n} shape(s), {b.bound_launches} bound launch(es)"
+    return out
+
+
+def clear() -> None:
+    """Forget every recorded launch (and every reason a kernel was not bound)."""
+    _ALL.clear()
