@@ -177,3 +177,23 @@ def test_reader_csr_matches_brute_force():
     assert {t: sorted(r) for t, r in got.items() if r} == {t: sorted(r) for t, r in want.items()}
     assert csr.n_entries == sum(len(r) for r in want.values())
     assert int(csr.tile_slots[:, 1].sum()) <= csr.slots
+
+
+@pytest.mark.parametrize("what", ["finite", "inf-q", "nan-do", "overflow"])
+def test_maybe_nonfinite_flags_every_nonfinite_input(what):
+    """The backward's cheap test (fp32 sums of q and dO) must flag any inf/NaN; an fp32 overflow of
+    finite values is a false alarm that the exact per-row test then clears."""
+    from nsa_triton_sel.kernels.grad import _maybe_nonfinite, _nonfinite_rows
+
+    q = torch.randn(1, 5, 2, 3, 16).to(torch.bfloat16)
+    do = torch.randn(1, 5, 2, 3, 16).to(torch.bfloat16)
+    if what == "inf-q":
+        q[0, 3, 1, 2, 7] = float("-inf")
+    elif what == "nan-do":
+        do[0, 0, 0, 1, 0] = float("nan")
+    elif what == "overflow":
+        q[0, 1, 0, 0, :4] = 3.0e38
+    flag = int(_maybe_nonfinite(q, do))
+    rows = _nonfinite_rows(q, do)
+    assert flag == (0 if what == "finite" else 1)
+    assert int(rows.sum()) == (1 if what in ("inf-q", "nan-do") else 0)

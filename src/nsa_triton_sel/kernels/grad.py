@@ -158,6 +158,18 @@ def _nonfinite_rows(q, grad_out) -> torch.Tensor:
     return ~(torch.isfinite(q).all(-1) & torch.isfinite(grad_out).all(-1))
 
 
+def _maybe_nonfinite(q, grad_out) -> torch.Tensor:
+    """A one-element int64, 0 when q and dO are surely finite: their fp32 sums are.
+
+    An inf or NaN anywhere makes a sum inf or NaN; a finite sum can also overflow (values near
+    the fp32 limit), which only sends the call to the exact per-row test (:func:`_nonfinite_rows`,
+    run after the host read) for nothing.  Two reductions reading q and dO once, where the
+    per-row test's isfinite / all / and / not chain cost 0.9 ms per call at T = 8K on the H100
+    (bench/profile_train.py)."""
+    sums = torch.stack([q.sum(dtype=torch.float32), grad_out.sum(dtype=torch.float32)])
+    return (~torch.isfinite(sums)).any().reshape(1).to(torch.int64)
+
+
 def _isolate(q, grad_out, lse, bad):
     """q, dO and LSE for the dk/dv kernel with the non-finite (row, head) pairs isolated.
 
@@ -261,16 +273,15 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, plan: 
     # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
     # enqueued behind it, so the GPU never waits for the host.
     counts = count_readers(ranges, T, meta.KV_BLOCK_N)
-    bad = _nonfinite_rows(q, grad_out)
-    # The entry count and "any non-finite q or dO" reach the host in one copy, behind the dq kernel.
-    host = _host_ints_later(torch.cat([counts.offsets[-1:], bad.any().reshape(1).to(torch.int64)]))
+    # The entry count and "maybe a non-finite q or dO" reach the host in one copy, behind the dq kernel.
+    host = _host_ints_later(torch.cat([counts.offsets[-1:], _maybe_nonfinite(q, grad_out)]))
     exact = meta.delta == "fp32"
     if exact:
         _fill_delta(q, k, v, ranges, grad_out, delta, sc)
     _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
     n_entries, nonfinite = host()
     csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk_for(n_entries, h, dev.sm_count))
-    qk, gk, lk = _isolate(q, grad_out, lse, bad) if nonfinite else (q, grad_out, lse)
+    qk, gk, lk = _isolate(q, grad_out, lse, _nonfinite_rows(q, grad_out)) if nonfinite else (q, grad_out, lse)
     _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
 
