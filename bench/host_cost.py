@@ -10,6 +10,9 @@ For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``bloc
 - GPU us/call: one call captured in a CUDA graph, replayed N times between CUDA events (no host cost);
   calls that sync (``validate=True``) cannot be captured: their row shows the captured validate=False call.
 
+"unbound" rows switch the bound launcher off (``kernels/bind.py``): every launch through Triton's
+``JITFunction.run``, as before issue 22; the launchers' binding state is printed after the table.
+
 Prefill, canonical shape at T = 8K (and the auto path at 64K): wall ms per call of validate=True,
 validate=False and the bare kernel the dispatcher picks, back to back with one sync at the end
 (what a model sees), for random and local selections.  Targets: host <= 40 us (validate=False) and
@@ -20,7 +23,9 @@ registered operator kind).  ``--mock-launch`` replaces the Triton launches with 
 the Python path alone (any device).  On a CPU box, ``TRITON_INTERPRET=1 python bench/host_cost.py``
 runs a smoke version on tiny shapes (the interpreter runs the kernels, so its host numbers include them).
 
-Usage:  python bench/host_cost.py [--calls 200] [--compiled] [--mock-launch] [--json out.json]
+``--peers DIR`` adds XunhaoLai's forward (its call path's host cost; see :func:`peer_calls`).
+
+Usage:  python bench/host_cost.py [--calls 200] [--compiled] [--mock-launch] [--peers DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from bench import timers
 
 from nsa_triton_sel import checks, config, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
-from nsa_triton_sel.kernels import launch
+from nsa_triton_sel.kernels import bind, launch
 from nsa_triton_sel.testing import nsa_problem
 
 CUDA = torch.cuda.is_available()
@@ -100,6 +105,17 @@ def wall_ms(fn, calls: int) -> float:
     return statistics.median(rounds)
 
 
+def unbound(fn):
+    """``fn`` with the bound launcher off (kernels/bind.py): every launch through ``JITFunction.run``."""
+    def call():
+        bind.ENABLED = False
+        try:
+            return fn()
+        finally:
+            bind.ENABLED = True
+    return call
+
+
 def decode_calls(p: dict) -> dict:
     q, k, v, ranges, blocks, pos = p["q"], p["k"], p["v"], p["ranges"], p["blocks"], p["positions"]
     pos_b = pos.view(1, 1).expand(q.shape[0], 1).contiguous()  # [B, 1]: each sequence its own position
@@ -108,9 +124,37 @@ def decode_calls(p: dict) -> dict:
         "validate=False (ranges)": lambda: selection_attention(q, k, v, ranges, validate=False),
         "block_indices, validate=False": lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False),
+        "validate=False (ranges), unbound": unbound(lambda: selection_attention(q, k, v, ranges, validate=False)),
+        "block_indices, validate=False, unbound": unbound(lambda: selection_attention(
+            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False)),
         "bare launcher sel_attn_ranges": lambda: launch.sel_attn_ranges(q, k, v, ranges),
         "bare launcher sel_attn_blocks": lambda: launch.sel_attn_blocks(q, k, v, blocks, p["bs"], pos_b),
     }
+
+
+def peer_calls(p: dict) -> dict:
+    """XunhaoLai's forward, for its host cost beside ours: its kernel needs as many keys as queries
+    (``q_len == k_len``), so it has no decode shape; 64 one-token sequences (the same B, heads and D)
+    give its call path (two allocations and a launch of ~30 arguments) on a tiny GPU workload.  Its
+    output is not compared: only the host time of the call is measured."""
+    from bench import train_contenders as TC
+
+    why = TC.peer_status("xunhaolai")
+    if why:
+        print(f"xunhaolai: {why}")
+        return {}
+    from native_sparse_attention.ops.triton.topk_sparse_attention import _topk_sparse_attention_fwd
+
+    q = p["q"]
+    B, _, G, h, D = q.shape
+    qx = q.reshape(B, G * h, D).contiguous()
+    kx = p["k"][:, :, -1].contiguous()  # [B, G, D]: each sequence's one key
+    vx = p["v"][:, :, -1].contiguous()
+    idx = torch.zeros(G, B, 16, dtype=torch.int32, device=q.device)
+    idx[..., 1:] = -1
+    cu = torch.arange(B + 1, dtype=torch.int32, device=q.device)
+    return {"xunhaolai forward (64 one-token seqs)": lambda: _topk_sparse_attention_fwd(
+        qx, kx, vx, idx, 64, cu, cu, 1, 1, D ** -0.5)}
 
 
 def compiled_calls(p: dict) -> dict:
@@ -193,6 +237,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mock-launch", action="store_true", help="no-op Triton launches: the Python path alone")
     ap.add_argument("--no-prefill", action="store_true")
     ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--peers", help="folder with xunhaolai/ (never committed): adds its forward's host cost")
     a = ap.parse_args(argv)
     if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
         print("host_cost.py needs a CUDA device, or TRITON_INTERPRET=1 for a CPU smoke run", file=sys.stderr)
@@ -209,6 +254,11 @@ def main(argv=None) -> int:
     p = nsa_problem(DECODE["T"], B=DECODE["B"], S=1, G=DECODE["G"], h=DECODE["h"], D=DECODE["D"], device=DEV,
                     dtype=torch.bfloat16 if CUDA else torch.float16)
     calls = decode_calls(p)
+    if a.peers and CUDA:
+        from bench.train_nsa import add_peers
+
+        add_peers(a.peers)
+        calls.update(peer_calls(p))
     if a.compiled:
         calls.update(compiled_calls(p))
     shape = ", ".join(f"{k}={v}" for k, v in DECODE.items())
@@ -226,6 +276,9 @@ def main(argv=None) -> int:
             note = " (validate=False's graph: a syncing call cannot be captured)"
         results["decode"][label] = {"host_us": h_us, "gpu_us": g_us}
         print(f"{label:<40} {h_us:>13.1f} {'-' if g_us is None else f'{g_us:.1f}':>12}{note}")
+    results["launchers"] = bind.report()
+    for name, how in results["launchers"].items():
+        print(f"  {name}: {how}")
     if not a.no_prefill and not a.mock_launch:
         rows = prefill_rows(a.calls)
         results["prefill"] = rows

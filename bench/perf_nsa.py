@@ -8,7 +8,13 @@ measured bf16 matmul ceiling) and the ratio to the best peer:
   switch are part of the timed call);
 - ``ours-kernel``: the kernel the dispatcher picks, launched directly (no dispatcher);
 - ``fla``: fla-core's ``parallel_nsa_fwd`` (skipped where h is not a power of two >= 16);
-- ``xunhaolai``: XunhaoLai's ``_topk_sparse_attention_fwd`` (block pointers: Triton < 3.9 only).
+- ``xunhaolai``: XunhaoLai's ``_topk_sparse_attention_fwd`` (block pointers: Triton < 3.9 only);
+- ``cudnn``: NVIDIA's cuDNN frontend NSA selection forward (``nvidia-cudnn-frontend`` 1.32,
+  ``cudnn.native_sparse_attention.selection_attention_wrapper``: a CuTe DSL Hopper kernel, THD layout,
+  ``is_causal=True`` masks the keys past the query inside its selected blocks, as our spans are clamped).
+  It needs ``nvidia-cutlass-dsl`` and its libraries, ``apache-tvm-ffi`` and ``cuda-bindings``: unpacked
+  wheels in ``PEERS/cudnn_site`` (added with ``site.addsitedir``, which runs their ``.pth`` files).
+  A configuration it fails to build is recorded as that contender's failure, not skipped.
 
 Rows: the issue-18 table (canonical NSA shape at T = 8K / 32K / 64K, random and local; HQ = 128 in
 8 groups with D = 96, blocks of 32, top-24; HQ = 64 in 2 groups (h = 32) with D = 192, top-8, local),
@@ -59,7 +65,7 @@ CASES = [
     Case("HQ=64 H=2 (h=32) D=192 top-8 T=16K local", 16384, 2, 32, 192, 64, 8, True),
 ]
 DECODE = dict(B=64, T=32768, G=4, h=16, D=128, bs=64, topk=16)
-PEERS = ("fla", "xunhaolai")
+PEERS = ("fla", "xunhaolai", "cudnn")
 
 
 def log(*a):
@@ -113,6 +119,8 @@ def peer(name: str, p: dict):
 
         fn = fla_contender(p)
         return lambda: fn()[0]
+    if name == "cudnn":
+        return cudnn_contender(p)
     from native_sparse_attention.ops.triton.topk_sparse_attention import _topk_sparse_attention_fwd
 
     T, G, h, D = p["T"], p["G"], p["h"], p["D"]
@@ -121,6 +129,28 @@ def peer(name: str, p: dict):
     idx = TC.xunhaolai_topk(p["blocks"])
     cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
     return lambda: _topk_sparse_attention_fwd(q, k, v, idx, p["bs"], cu, cu, T, T, D ** -0.5)[0]
+
+
+def cudnn_contender(p: dict):
+    """cuDNN frontend's NSA selection forward on ``p``: THD tensors, the valid block indices first in each
+    row (``block_counts`` of them), causal masking inside the selected blocks."""
+    from cudnn.native_sparse_attention import selection_attention_wrapper
+
+    T, G, h, D = p["T"], p["G"], p["h"], p["D"]
+    if h > 16:
+        return f"cuDNN's selection attention takes at most 16 query heads per KV head (h={h})"
+    q = p["q"].reshape(T, G * h, D)
+    k, v = p["k"][0].transpose(0, 1).contiguous(), p["v"][0].transpose(0, 1).contiguous()
+    blocks = p["blocks"][0]  # [T, G, topk], -1 = none
+    order = torch.sort((blocks < 0).to(torch.int8), dim=-1, stable=True).indices
+    idx = torch.gather(blocks, -1, order).to(torch.int32).contiguous()
+    counts = (blocks >= 0).sum(-1).to(torch.int32).contiguous()
+    cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
+
+    def fn():
+        return selection_attention_wrapper(q, k, v, idx, counts, cu, cu, block_size=p["bs"], scale_softmax=D ** -0.5,
+                                           max_s_q=T, max_s_k=T, is_causal=True)[0]
+    return fn
 
 
 def oracle_rel_err(out, p: dict, n: int = 48) -> float:
@@ -152,7 +182,12 @@ def run_case(c: Case, mm_tflops: float) -> dict:
         if isinstance(fn, str):
             row[f"{name}_status"] = f"skipped: {fn}"
             continue
-        got = fn().float().reshape(want.shape)
+        try:
+            got = fn().float().reshape(want.shape)
+        except Exception as exc:  # noqa: BLE001 - e.g. cuDNN's MLIR verification error for D=96, block 32
+            row[f"{name}_status"] = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            torch.cuda.synchronize()
+            continue
         err = float((got - want).norm() / want.norm())
         row[f"{name}_vs_ours_rel"] = err
         if err > 2e-2:  # a wrong convention gives errors near 1
@@ -164,6 +199,9 @@ def run_case(c: Case, mm_tflops: float) -> dict:
         row[f"{name}_ms"] = ms
         row[f"{name}_tflops"] = flops / ms / 1e9
         row[f"{name}_pct_mm"] = 100 * flops / ms / 1e9 / mm_tflops
+    for n in PEERS:
+        if f"{n}_ms" in row:
+            row[f"api_vs_{n}"] = row[f"{n}_ms"] / row["ours-api_ms"]
     peers = [row[f"{n}_ms"] for n in PEERS if f"{n}_ms" in row]
     if peers:
         row["best_peer_ms"] = min(peers)
@@ -244,17 +282,21 @@ def growth_flags(rows: list[dict]) -> list[str]:
 
 
 def print_table(rows: list[dict]) -> None:
-    log(f"{'case':48} {'ours-api':>9} {'kernel':>9} {'fla':>9} {'xunhaolai':>10} {'vs best':>8} {'TFLOP/s':>8}")
+    """ms per contender, then ours-api's speed-up against each peer (peer ms / ours ms: > 1 is faster)."""
+    names = ("ours-api", "ours-kernel") + PEERS
+    log(f"{'case':48} " + " ".join(f"{n:>11}" for n in names) + f" {'TFLOP/s':>8}  ours-api vs " + ", ".join(PEERS))
     for r in rows:
         if "floor_us" in r:
-            log(f"{r['case']:48} {r['ours-api_us']:>7.1f}us {r['ours-kernel_us']:>7.1f}us "
-                f"{r.get('fla_us', float('nan')):>7.1f}us {'-':>10} {'':>8} floor {r['floor_us']:.1f} us "
+            log(f"{r['case']:48} {r['ours-api_us']:>9.1f}us {r['ours-kernel_us']:>9.1f}us "
+                f"{r.get('fla_us', float('nan')):>9.1f}us  floor {r['floor_us']:.1f} us "
                 f"({r['api_pct_floor']:.0f}% of it; write-flush {r['ours-api_us_write_flush']:.1f} us)")
             continue
-        cols = [f"{r.get(f'{n}_ms', float('nan')):>9.3f}" for n in ("ours-api", "ours-kernel", "fla")]
-        cols.append(f"{r.get('xunhaolai_ms', float('nan')):>10.3f}")
-        log(f"{r['case']:48} {' '.join(cols)} {r.get('api_vs_best_peer', float('nan')):>7.2f}x "
-            f"{r['ours-api_tflops']:>8.0f}")
+        cols = " ".join(f"{r.get(f'{n}_ms', float('nan')):>11.3f}" for n in names)
+        ratios = ", ".join(f"{r[f'api_vs_{n}']:.2f}x" if f"api_vs_{n}" in r else "-" for n in PEERS)
+        log(f"{r['case']:48} {cols} {r['ours-api_tflops']:>8.0f}  {ratios}")
+        for n in PEERS:
+            if f"{n}_status" in r:
+                log(f"{'':50}{n}: {r[f'{n}_status']}")
 
 
 def main(argv=None) -> int:

@@ -184,7 +184,8 @@ PEERS = {"fla": fla, "xunhaolai": xunhaolai}
 
 def peer_status(name: str) -> str | None:
     """``None`` when peer ``name`` imports, else the reason it does not."""
-    mod = {"fla": "fla.ops.nsa.parallel", "xunhaolai": "native_sparse_attention.ops.triton.topk_sparse_attention"}
+    mod = {"fla": "fla.ops.nsa.parallel", "xunhaolai": "native_sparse_attention.ops.triton.topk_sparse_attention",
+           "cudnn": "cudnn.native_sparse_attention"}
     try:
         __import__(mod[name])
     except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip

@@ -88,6 +88,10 @@ def add_peers(path: str | None) -> None:
         p = Path(path, sub)
         if p.is_dir():
             sys.path.insert(0, str(p))
+    if Path(path, "cudnn_site").is_dir():  # unpacked wheels (cuDNN frontend, CUTLASS DSL): their .pth files run
+        import site
+
+        site.addsitedir(str(Path(path, "cudnn_site")))
 
 
 def make_bench(rep_ms: int, dry: bool):
