@@ -224,7 +224,8 @@ def test_interp_packed_decode_takes_the_decode_kernel():
     finally:
         plan.for_call = orig
     assert (out.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3
-    assert calls == [(2, 1)], f"launches (B, S): {calls}; expected one row per batch entry (the decode view)"
+    # (a signature's first decode call asks the plan twice: once to launch, once for the express lane)
+    assert calls and set(calls) == {(2, 1)}, f"plans (B, S): {calls}; expected one row per batch entry (the decode view)"
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

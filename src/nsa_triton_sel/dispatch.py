@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import checks, config, failures, known_bad, op, reference, transforms, varlen
+from . import checks, config, express, failures, known_bad, op, reference, transforms, varlen
 from .contract import as_ranges, resolve_scale, wants_grad
 from .device import Device, device_of
 
@@ -184,6 +184,7 @@ def _compute(q, k, v, spans, positions, block_size, scale, r: Route, eager: bool
     except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per configuration
         result, failed = failures.FORWARD.recover(failures.key_of(q, v), exc, fallback, stacklevel=4)
     _ROUTES.clear()  # the next call of this configuration routes to packed SDPA
+    express.clear()
     return result, Route("sdpa", f"Triton failed: {failed}")
 
 
@@ -226,8 +227,16 @@ def selection_attention(
                            positions=positions, scale=scale, backend=backend, return_lse=return_lse,
                            validate=validate, cu_seqlens=cu_seqlens, cu_seqlens_q=cu_seqlens_q,
                            cu_seqlens_k=cu_seqlens_k)
+    lane = not validate and type(q) is torch.Tensor and q.dim() == 5 and q.shape[1] == 1 and (
+        ranges is None or block_indices is None)
+    if lane:  # a decode step seen before: straight to the kernel (express.py says when)
+        hit = express.lookup(q, k, v, ranges if block_indices is None else block_indices, positions, block_size,
+                             scale, backend, return_lse)
+        if hit is not None:
+            return hit
     flags = config.flags()
     eager = transforms.plain_eager(q)
+    user_scale, user_block_size = scale, block_size
     dims, spans, block_size = checks.structure(q, k, v, ranges, block_indices, block_size, positions, eager)
     scale = resolve_scale(scale, dims.Dk)
     transform = transforms.transform_of(q, k, v, spans, positions) if eager else None
@@ -250,6 +259,13 @@ def selection_attention(
     (out, lse), r = _compute(q, k, v, spans, positions, block_size, scale, r, eager, flags, finish_checks)
     if finish_checks is not None:
         finish_checks()  # waits for the value checks only; the kernel keeps running
+    elif lane and eager and not transform and r.path == "triton" and (r.min_L is None or r.min_L <= 1) \
+            and not debug and not wants_grad(q, k, v):
+        dev = device_of(q.device)
+        if q.is_cuda or dev.interpreter:  # where op.forward launches a kernel
+            express.remember(q, k, v, spans, positions, user_block_size, user_scale, backend, return_lse,
+                             plan=op.plan_of(q, k, v, spans, positions, r.per_head, flags.tokens or 0, dev),
+                             resolved_scale=scale, kernel_block_size=block_size)
     if debug:
         _debug(flags, "done", q, k, v, spans, positions, block_size, scale, r, out, t0)
     return (out, lse) if return_lse else out

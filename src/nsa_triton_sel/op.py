@@ -65,11 +65,16 @@ def forward(q, k, v, spans, positions, scale: float, block_size: int, per_head: 
         out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), as_ranges(spans, positions, block_size,
                                          k.shape[2]), scale=scale, return_lse=True, validate=False)
         return out.to(v.dtype), lse
-    p = plan.for_call(tuple(q.shape), k.shape[2], v.shape[3], spans, dev=dev, blocks=spans.dim() == 4,
-                      has_pos=positions is not None, has_lse=True, per_head=per_head, tokens=tokens,
-                      dot_f32=dev.interpreter and q.dtype == torch.bfloat16, traced=wrap is not None)
+    p = plan_of(q, k, v, spans, positions, per_head, tokens, dev, traced=wrap is not None)
     return launch.launch(p, q, k, v, spans, scale=scale, return_lse=True, positions=positions,
                          block_size=block_size, wrap=wrap)
+
+
+def plan_of(q, k, v, spans, positions, per_head: bool, tokens: int, dev, traced: bool = False):
+    """The launch plan :func:`forward` runs for these inputs (``express`` remembers it for a decode step)."""
+    return plan.for_call(tuple(q.shape), k.shape[2], v.shape[3], spans, dev=dev, blocks=spans.dim() == 4,
+                         has_pos=positions is not None, has_lse=True, per_head=per_head, tokens=tokens,
+                         dot_f32=dev.interpreter and q.dtype == torch.bfloat16, traced=traced)
 
 
 def _fake_forward(q, k, v, spans, positions, scale, block_size, per_head, tokens):
