@@ -10,8 +10,9 @@ For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``bloc
 - GPU us/call: one call captured in a CUDA graph, replayed N times between CUDA events (no host cost);
   calls that sync (``validate=True``) cannot be captured: their row shows the captured validate=False call.
 
-"unbound" rows switch the bound launcher off (``kernels/bind.py``): every launch through Triton's
-``JITFunction.run``, as before issue 22; the launchers' binding state is printed after the table.
+"no lane" rows switch the decode express lane off (``express.py``: every call through the dispatcher's
+steps), "neither" rows also the bound launcher (``kernels/bind.py``: every launch through Triton's
+``JITFunction.run``): the path before issue 22.  The launchers' binding state is printed after the table.
 
 Prefill, canonical shape at T = 8K (and the auto path at 64K): wall ms per call of validate=True,
 validate=False and the bare kernel the dispatcher picks, back to back with one sync at the end
@@ -42,7 +43,7 @@ import torch
 
 from bench import timers
 
-from nsa_triton_sel import checks, config, selection_attention
+from nsa_triton_sel import checks, config, express, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import bind, launch
 from nsa_triton_sel.testing import nsa_problem
@@ -105,14 +106,14 @@ def wall_ms(fn, calls: int) -> float:
     return statistics.median(rounds)
 
 
-def unbound(fn):
-    """``fn`` with the bound launcher off (kernels/bind.py): every launch through ``JITFunction.run``."""
+def without(fn, *, lane: bool = True, bound: bool = True):
+    """``fn`` with the express lane (``express.py``) and/or the bound launcher (``kernels/bind.py``) off."""
     def call():
-        bind.ENABLED = False
+        express.ENABLED, bind.ENABLED = lane, bound
         try:
             return fn()
         finally:
-            bind.ENABLED = True
+            express.ENABLED = bind.ENABLED = True
     return call
 
 
@@ -124,9 +125,15 @@ def decode_calls(p: dict) -> dict:
         "validate=False (ranges)": lambda: selection_attention(q, k, v, ranges, validate=False),
         "block_indices, validate=False": lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False),
-        "validate=False (ranges), unbound": unbound(lambda: selection_attention(q, k, v, ranges, validate=False)),
-        "block_indices, validate=False, unbound": unbound(lambda: selection_attention(
-            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False)),
+        "validate=False (ranges), no lane": without(lambda: selection_attention(q, k, v, ranges, validate=False),
+                                                   lane=False),
+        "block_indices, validate=False, no lane": without(lambda: selection_attention(
+            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False), lane=False),
+        "validate=False (ranges), neither": without(lambda: selection_attention(q, k, v, ranges, validate=False),
+                                                    lane=False, bound=False),
+        "block_indices, validate=False, neither": without(lambda: selection_attention(
+            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False), lane=False,
+            bound=False),
         "bare launcher sel_attn_ranges": lambda: launch.sel_attn_ranges(q, k, v, ranges),
         "bare launcher sel_attn_blocks": lambda: launch.sel_attn_blocks(q, k, v, blocks, p["bs"], pos_b),
     }
@@ -268,7 +275,7 @@ def main(argv=None) -> int:
     for label, fn in calls.items():
         h_us = host_us(fn, a.calls)
         g_us = None if a.mock_launch or label.startswith("compiled") else graph_us(fn, a.calls)
-        if label.startswith("validate=False"):
+        if label == "validate=False (ranges)":
             graph_of_false = g_us
         note = ""
         if g_us is None and label.startswith("validate=True") and graph_of_false is None and CUDA and not a.mock_launch:
