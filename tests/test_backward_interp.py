@@ -197,3 +197,20 @@ def test_maybe_nonfinite_flags_every_nonfinite_input(what):
     rows = _nonfinite_rows(q, do)
     assert flag == (0 if what == "finite" else 1)
     assert int(rows.sum()) == (1 if what in ("inf-q", "nan-do") else 0)
+
+
+def test_workspace_slots_bound_every_split():
+    """The workspace is sized before the GPU says how many tiles split: the bound must hold for any
+    distribution of readers over tiles (random ones, one hot tile, every tile just over a chunk)."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randint(0, 40, (n,), generator=gen) for n in (1, 7, 64, 300)]
+    cases += [torch.tensor([1000] + [0] * 20), torch.full((50,), 9), torch.full((50,), 17)]
+    for per_tile in cases:
+        offsets = torch.zeros(per_tile.numel() + 1, dtype=torch.int64)
+        torch.cumsum(per_tile, 0, out=offsets[1:])
+        n_entries = int(offsets[-1])
+        for chunk in (1, 2, 8, 16, 64):
+            _, tile_slots, slots = grad._chunk_table(per_tile.to(torch.int64), offsets, n_entries, chunk)
+            used = int(tile_slots[:, 1].sum())
+            assert used <= slots, f"chunk {chunk}: {used} slots used, {slots} allocated"
+            assert slots <= 2 * n_entries // chunk
