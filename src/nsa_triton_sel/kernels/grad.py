@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -189,10 +188,8 @@ def _chunk_table(per_tile, offsets, n_entries: int, chunk: int):
 
     Every tile gets at least one program (a tile nobody reads still stores zeros).  A tile
     with several chunks gets consecutive workspace slots.  The number of programs is at most
-    ``tiles + entries // chunk``, and the number of slots at most ``2 * entries // chunk`` (a
-    split tile has more than ``chunk`` entries) and at most ``entries // chunk + tiles`` (each split
-    tile's ``ceil(c / chunk)`` is below ``c / chunk + 1``), so nothing here waits for the GPU.
-    The workspace is sized by the smaller bound (138 -> 103 MB at T = 8K, canonical shape).
+    ``tiles + entries // chunk`` and the number of slots at most ``2 * entries // chunk``
+    (a split tile has more than ``chunk`` entries), so nothing here waits for the GPU.
     """
     dev = per_tile.device
     n_tiles = per_tile.numel()
@@ -216,7 +213,7 @@ def _chunk_table(per_tile, offsets, n_entries: int, chunk: int):
     size = chunks[:, 2] - chunks[:, 1]
     chunks = chunks[torch.sort(-size, stable=True).indices].contiguous()
     tile_slots = torch.stack([first_slot, slots_per_tile], dim=-1).contiguous()
-    return chunks, tile_slots, min(2 * n_entries // chunk, n_entries // chunk + n_tiles)
+    return chunks, tile_slots, 2 * n_entries // chunk
 
 
 def _check_backward_inputs(q, k, v, ranges, out, lse, grad_out):
@@ -273,45 +270,20 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, plan: 
         return dq.zero_(), dk.zero_(), dv.zero_()
     sc = resolve_scale(scale, Dk)
     delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
-    # The reader list is built on a side stream while the dq kernel runs on the caller's: its ~60
-    # small torch kernels and their launch gaps (0.8 ms at T = 8K on the H100, bench/profile_train.py)
-    # stop delaying dq or dk/dv.  Its entry count (and "maybe a non-finite q or dO") reach the host in
-    # one copy there; the dk/dv work is enqueued once the host has it, so the GPU never waits for the host.
-    main, side = _streams(q.device)
-    with side:
-        counts = count_readers(ranges, T, meta.KV_BLOCK_N)
-        host = _host_ints_later(torch.cat([counts.offsets[-1:], _maybe_nonfinite(q, grad_out)]))
+    # The CSR's entry count goes to the host while the dq kernel runs: the dk/dv work is
+    # enqueued behind it, so the GPU never waits for the host.
+    counts = count_readers(ranges, T, meta.KV_BLOCK_N)
+    # The entry count and "maybe a non-finite q or dO" reach the host in one copy, behind the dq kernel.
+    host = _host_ints_later(torch.cat([counts.offsets[-1:], _maybe_nonfinite(q, grad_out)]))
     exact = meta.delta == "fp32"
     if exact:
         _fill_delta(q, k, v, ranges, grad_out, delta, sc)
     _launch_dq(q, k, v, ranges, out, lse, grad_out, dq, delta, meta, sc)
     n_entries, nonfinite = host()
-    with side:
-        csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS,
-                           chunk=meta.chunk_for(n_entries, h, dev.sm_count))
-    if main is not None:  # dk/dv waits for the list; the list's memory is not reused before dk/dv is done
-        main.wait_stream(side.stream)
-        for t in (csr.entries, csr.chunks, csr.tile_slots):
-            t.record_stream(main)
+    csr = fill_readers(counts, n_entries, h=h, rows_per_step=meta.ROWS, chunk=meta.chunk_for(n_entries, h, dev.sm_count))
     qk, gk, lk = _isolate(q, grad_out, lse, _nonfinite_rows(q, grad_out)) if nonfinite else (q, grad_out, lse)
     _launch_dkdv(qk, k, v, lk, gk, delta, dk, dv, csr, meta, sc)
     return dq, dk, dv
-
-
-_SIDE: dict = {}  # device index -> the side stream of the reader list
-
-
-def _streams(device):
-    """``(caller's stream, context of the side stream)`` on CUDA (the side stream first waits for
-    the caller's work, which produced q, dO and the clamped ranges); ``(None, no-op)`` elsewhere."""
-    if device.type != "cuda":
-        return None, contextlib.nullcontext()
-    main = torch.cuda.current_stream(device)
-    side = _SIDE.get(device.index)
-    if side is None:
-        side = _SIDE[device.index] = torch.cuda.Stream(device)
-    side.wait_stream(main)
-    return main, torch.cuda.stream(side)
 
 
 def _fill_delta(q, k, v, ranges, grad_out, delta, sc: float):
