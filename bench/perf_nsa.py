@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -185,7 +186,8 @@ def run_case(c: Case, mm_tflops: float) -> dict:
         try:
             got = fn().float().reshape(want.shape)
         except Exception as exc:  # noqa: BLE001 - e.g. cuDNN's MLIR verification error for D=96, block 32
-            row[f"{name}_status"] = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+            lines = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if ln.strip()]
+            row[f"{name}_status"] = f"FAILED: {type(exc).__name__}: {' | '.join(lines[:3])[:400]}"
             torch.cuda.synchronize()
             continue
         err = float((got - want).norm() / want.norm())
