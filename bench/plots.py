@@ -2,7 +2,7 @@
 
 - ``contenders.png``: forward and forward + backward time of the public API against fla-core 0.6.0,
   XunhaoLai's kernels and the packed-SDPA path (torch's SDPA; on the H100 sweep its calls ran cuDNN's
-  kernels), by sequence length T, random and local selections (``h100-session4/train.csv``);
+  kernels), by sequence length T, random and local selections (``h100-session8/train_nsa.csv``);
 - ``releases.png``: per Triton release, the verdict of each correctness check in
   ``constraints/ledger.jsonl`` (compile, backward, parity on the interpreter and on a GPU), and the
   speed of our kernel in each pytest-benchmark group relative to the newest release that has a GPU
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-TRAIN_CSV = RESULTS / "h100-session4" / "train.csv"
+TRAIN_CSV = RESULTS / "h100-session8" / "train_nsa.csv"
 LANE_BENCH = RESULTS / "h100-session5"  # bench/run_release.sh runs of the current kernels
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
