@@ -259,8 +259,8 @@ def selection_attention(
     (out, lse), r = _compute(q, k, v, spans, positions, block_size, scale, r, eager, flags, finish_checks)
     if finish_checks is not None:
         finish_checks()  # waits for the value checks only; the kernel keeps running
-    elif lane and eager and not transform and r.path == "triton" and (r.min_L is None or r.min_L <= 1) \
-            and not debug and not wants_grad(q, k, v):
+    elif lane and express.ENABLED and eager and not transform and r.path == "triton" \
+            and (r.min_L is None or r.min_L <= 1) and not debug and not wants_grad(q, k, v):
         dev = device_of(q.device)
         if q.is_cuda or dev.interpreter:  # where op.forward launches a kernel
             express.remember(q, k, v, spans, positions, user_block_size, user_scale, backend, return_lse,
