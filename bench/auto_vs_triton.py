@@ -34,7 +34,7 @@ def _timed(fn) -> float:
 
 
 def measure(T: int, pattern: str) -> list[dict]:
-    from nsa_triton_sel import dispatch, selection_attention
+    from nsa_triton_sel import arguments, selection_attention
 
     p = _case(T, pattern)
     kw = dict(block_indices=p["blocks"], block_size=p["bs"], positions=p["positions"][None], validate=False)
@@ -52,7 +52,7 @@ def measure(T: int, pattern: str) -> list[dict]:
                 return out
 
             call()  # compile outside the timed region
-            routes[backend] = dispatch.route(q, k, v, backend=backend)
+            routes[backend] = arguments.route_of(q, k, v, backend=backend)
             times[backend] = _timed(call)
         ratio = times["auto"] / times["triton"]
         rows.append({"T": T, "pattern": pattern, "mode": mode, "auto_ms": times["auto"], "triton_ms": times["triton"],

@@ -86,14 +86,14 @@ def cases(a):
 
 def contenders(a, p):
     """(name, callable or None, why-not) for one problem."""
-    from nsa_triton_sel.kernels.launch import sel_attn_decode, sel_attn_ranges
+    from nsa_triton_sel.kernels.direct import sel_attn_decode, sel_attn_ranges
     from nsa_triton_sel.reference import packed_sdpa
 
     decode = p["S"] == 1
     tri = sel_attn_decode if decode else sel_attn_ranges
     out = [("triton", lambda: tri(p["q"], p["k"], p["v"], p["ranges"]), "")]
     try:  # what a user gets: the dispatcher picks the kernel variant (multi-token, decode split)
-        from nsa_triton_sel.dispatch import selection_attention
+        from nsa_triton_sel import selection_attention
 
         out.append(("dispatch", lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"],
                                                              backend="triton", validate=False), ""))

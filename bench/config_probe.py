@@ -17,14 +17,14 @@ import sys
 
 CHILD = r"""
 import sys, torch
-from nsa_triton_sel.kernels import launch
+from nsa_triton_sel.kernels import direct
 from nsa_triton_sel.reference import packed_sdpa
 from nsa_triton_sel.testing import make_problem, nsa_ranges
 kind, bn, nw, ns, T, h = sys.argv[1], *map(int, sys.argv[2:7])
 p = make_problem(B=1, S=T, G=2, h=h, Dk=128, Dv=128, T=T, n=1, dtype=torch.bfloat16, device="cuda", seed=0)
 r = nsa_ranges(1, T, 2, 16, 64, seed=1, local=(kind == "tokens"), device="cuda")
 tune = dict(block_n=bn, num_warps=nw, num_stages=ns)
-fn = {"ranges": launch.sel_attn_ranges, "tokens": launch.sel_attn_tokens, "decode": launch.sel_attn_decode}[kind]
+fn = {"ranges": direct.sel_attn_ranges, "tokens": direct.sel_attn_tokens, "decode": direct.sel_attn_decode}[kind]
 out = fn(p.q, p.k, p.v, r, **tune)
 torch.cuda.synchronize()
 ref = packed_sdpa(p.q.float(), p.k.float(), p.v.float(), r)

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("decode_splits.py times GPU kernels; no CUDA device here", file=sys.stderr)
         return 2
-    from nsa_triton_sel.kernels import launch
+    from nsa_triton_sel.kernels import direct
     from nsa_triton_sel.reference import sdpa_rows
 
     splits = csvio.int_list(a.splits, "--splits")
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                 args = B.parse_args(["--decode", "1", "--T", str(a.T), "--L_list", str(L)])
                 case = sel_case.make_case(args, "decode", N, H, a.D, a.D, L, dev)
                 q5 = case.q.view(N, 1, 1, H, a.D)
-                run = lambda s: launch.sel_attn_decode(q5, case.k5, case.v5, case.ranges, num_splits=s)  # noqa: E731
+                run = lambda s: direct.sel_attn_decode(q5, case.k5, case.v5, case.ranges, num_splits=s)  # noqa: E731
                 times = {s: timer(lambda s=s: run(s)).median_ms * 1e3 for s in splits}
                 auto = timer(lambda: run(None)).median_ms * 1e3
                 ref = timer(lambda: sdpa_rows(case.q, case.kp, case.vp)).median_ms * 1e3

@@ -10,9 +10,10 @@ For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``bloc
 - GPU us/call: one call captured in a CUDA graph, replayed N times between CUDA events (no host cost);
   calls that sync (``validate=True``) cannot be captured: their row shows the captured validate=False call.
 
-"no lane" rows switch the decode express lane off (``express.py``: every call through the dispatcher's
-steps), "neither" rows also the bound launcher (``kernels/bind.py``: every launch through Triton's
-``JITFunction.run``): the path before issue 22.  The launchers' binding state is printed after the table.
+"unbound" rows switch the bound launcher off (``kernels/bind.py``: every launch through Triton's
+``JITFunction.run``).  A repeated call finds its signature, route and plan remembered (``arguments``,
+``plan.plan_call``): what the decode step's "express lane" was until issue 40.  The launchers' binding state is
+printed after the table.
 
 Prefill, canonical shape at T = 8K (and the auto path at 64K): wall ms per call of validate=True,
 validate=False and the bare kernel the dispatcher picks, back to back with one sync at the end
@@ -37,15 +38,15 @@ import os
 import statistics
 import sys
 import time
-from types import SimpleNamespace
 
 import torch
 
 from bench import timers
 
-from nsa_triton_sel import checks, config, express, selection_attention
+from nsa_triton_sel import arguments, config, selection_attention
+from nsa_triton_sel.contract import block_flags, n_blocks
 from nsa_triton_sel.contract import block_indices_to_ranges
-from nsa_triton_sel.kernels import bind, launch
+from nsa_triton_sel.kernels import bind, direct, launch
 from nsa_triton_sel.testing import nsa_problem
 
 CUDA = torch.cuda.is_available()
@@ -106,14 +107,14 @@ def wall_ms(fn, calls: int) -> float:
     return statistics.median(rounds)
 
 
-def without(fn, *, lane: bool = True, bound: bool = True):
-    """``fn`` with the express lane (``express.py``) and/or the bound launcher (``kernels/bind.py``) off."""
+def unbound(fn):
+    """``fn`` with the bound launcher (``kernels/bind.py``) off."""
     def call():
-        express.ENABLED, bind.ENABLED = lane, bound
+        bind.ENABLED = False
         try:
             return fn()
         finally:
-            express.ENABLED = bind.ENABLED = True
+            bind.ENABLED = True
     return call
 
 
@@ -125,17 +126,11 @@ def decode_calls(p: dict) -> dict:
         "validate=False (ranges)": lambda: selection_attention(q, k, v, ranges, validate=False),
         "block_indices, validate=False": lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False),
-        "validate=False (ranges), no lane": without(lambda: selection_attention(q, k, v, ranges, validate=False),
-                                                   lane=False),
-        "block_indices, validate=False, no lane": without(lambda: selection_attention(
-            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False), lane=False),
-        "validate=False (ranges), neither": without(lambda: selection_attention(q, k, v, ranges, validate=False),
-                                                    lane=False, bound=False),
-        "block_indices, validate=False, neither": without(lambda: selection_attention(
-            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False), lane=False,
-            bound=False),
-        "bare launcher sel_attn_ranges": lambda: launch.sel_attn_ranges(q, k, v, ranges),
-        "bare launcher sel_attn_blocks": lambda: launch.sel_attn_blocks(q, k, v, blocks, p["bs"], pos_b),
+        "validate=False (ranges), unbound": unbound(lambda: selection_attention(q, k, v, ranges, validate=False)),
+        "block_indices, validate=False, unbound": unbound(lambda: selection_attention(
+            q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False)),
+        "bare launcher sel_attn_ranges": lambda: direct.sel_attn_ranges(q, k, v, ranges),
+        "bare launcher sel_attn_blocks": lambda: direct.sel_attn_blocks(q, k, v, blocks, p["bs"], pos_b),
     }
 
 
@@ -201,15 +196,13 @@ def prefill_rows(calls: int) -> list[dict]:
                             **PREFILL)
             q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
             bs = p["bs"]
-            from nsa_triton_sel import dispatch
-
-            r = dispatch.route(q, k, v)
+            r = arguments.route_of(q, k, v)
             kernel_ranges = block_indices_to_ranges(blocks, bs, T)
             tokens = _tokens_chosen(q, blocks)
             if tokens > 1:
-                bare = lambda: launch.sel_attn_tokens(q, k, v, kernel_ranges, tokens=tokens)  # noqa: E731
+                bare = lambda: direct.sel_attn_tokens(q, k, v, kernel_ranges, tokens=tokens)  # noqa: E731
             else:
-                bare = lambda: launch.sel_attn_blocks(q, k, v, blocks, bs)  # noqa: E731
+                bare = lambda: direct.sel_attn_blocks(q, k, v, blocks, bs)  # noqa: E731
             n = max(3, calls // (10 if T <= 8192 else 40)) if CUDA else 1
             row = {"T": T, "pattern": pattern, "route": r.path, "kernel": "tokens" if tokens > 1 else "blocks",
                    "bare_ms": wall_ms(bare, n),
@@ -219,16 +212,16 @@ def prefill_rows(calls: int) -> list[dict]:
                 row["validate_ms"] = wall_ms(
                     lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs), n)
                 # the checks alone (GPU-bound when back to back): what validate=True adds at most
-                row["checks_ms"] = wall_ms(lambda: checks.value_flags(blocks, None, bs, SimpleNamespace(T=T)), n)
+                row["checks_ms"] = wall_ms(lambda: block_flags(blocks, n_blocks(T, bs), None), n)
             rows.append(row)
     return rows
 
 
 def _tokens_chosen(q, blocks) -> int:
     from nsa_triton_sel.device import device_of
-    from nsa_triton_sel.plan.tokens import choose_tokens
+    from nsa_triton_sel.plan.tokens import auto_tokens, choose_tokens
 
-    return choose_tokens(blocks, q.shape[3], device_of(q.device))
+    return choose_tokens(blocks, auto_tokens(q.shape[3], blocks.shape[1], device_of(q.device)))
 
 
 def mock_launches():

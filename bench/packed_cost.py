@@ -15,7 +15,7 @@ timed with ``triton.testing.do_bench`` (median, L2 flushed by do_bench), alterna
 ``--rounds`` rounds, and the ratio is the median packed time over the median fixed time.  The
 conversion's own GPU time (uncached row quantities included) is printed too.  The packed calls
 reuse one cu_seqlens tensor, as the layers of a model do, so the row quantities come from the cache
-(``varlen.cached_rows``); ``--fresh-cu`` passes a new cu_seqlens tensor every call (a cache miss).  Outputs of the two calls are compared (max abs diff).
+(``arguments/layouts.py`` ``cached_rows``); ``--fresh-cu`` passes a new cu_seqlens tensor every call (a cache miss).  Outputs of the two calls are compared (max abs diff).
 ``--dry`` runs one tiny case on the CPU (Triton interpreter) to check the script.
 """
 
@@ -93,7 +93,7 @@ def calls(p: dict, validate: bool, backward: bool, fresh_cu: bool = False):
 def conversion(p: dict):
     """The packed call's extra device work alone, uncached: the row quantities (which a call with the
     same cu_seqlens tensor reuses, as the timed packed calls do) and the global ranges."""
-    from nsa_triton_sel import varlen
+    from nsa_triton_sel.arguments import layouts as varlen
 
     B, T = p["B"], p["T"]
     idx = p["idx"].reshape(1, B * T, *p["idx"].shape[2:])

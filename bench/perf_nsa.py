@@ -99,12 +99,12 @@ def ours_kernel(p: dict):
     """The kernel the dispatcher picks for these inputs, launched without the dispatcher."""
     from nsa_triton_sel.device import device_of
     from nsa_triton_sel.plan.tokens import choose_tokens
-    from nsa_triton_sel.kernels import launch
+    from nsa_triton_sel.kernels import direct
 
     tokens = choose_tokens(p["blocks"], p["h"], device_of(p["q"].device))
     if tokens > 1:
-        return "tokens", lambda: launch.sel_attn_tokens(p["q"], p["k"], p["v"], p["ranges"], tokens=tokens)
-    return "blocks", lambda: launch.sel_attn_blocks(p["q"], p["k"], p["v"], p["blocks"], p["bs"])
+        return "tokens", lambda: direct.sel_attn_tokens(p["q"], p["k"], p["v"], p["ranges"], tokens=tokens)
+    return "blocks", lambda: direct.sel_attn_blocks(p["q"], p["k"], p["v"], p["blocks"], p["bs"])
 
 
 def peer(name: str, p: dict):
@@ -218,7 +218,7 @@ def decode_row(copy_gbs: float) -> dict:
     from bench.timers import GraphTimer
     from nsa_triton_sel import selection_attention
     from nsa_triton_sel.contract import block_indices_to_ranges
-    from nsa_triton_sel.kernels import launch
+    from nsa_triton_sel.kernels import direct
 
     d = DECODE
     B, T, G, h, D, bs = d["B"], d["T"], d["G"], d["h"], d["D"], d["bs"]
@@ -238,10 +238,10 @@ def decode_row(copy_gbs: float) -> dict:
     calls = {"ours-api": lambda: selection_attention(q, k, v, block_indices=blocks, block_size=bs, positions=pos,
                                                      validate=False),
              "ours-api-ranges": lambda: selection_attention(q, k, v, ranges, validate=False),
-             "ours-kernel": lambda: launch.sel_attn_blocks(q, k, v, blocks, bs, pos),
+             "ours-kernel": lambda: direct.sel_attn_blocks(q, k, v, blocks, bs, pos),
              # the planner does not split 256 (row, head-block) programs over 132 SMs; measured beside it:
-             "ours-split2": lambda: launch.sel_attn_decode(q, k, v, ranges, num_splits=2),
-             "ours-split4": lambda: launch.sel_attn_decode(q, k, v, ranges, num_splits=4)}
+             "ours-split2": lambda: direct.sel_attn_decode(q, k, v, ranges, num_splits=2),
+             "ours-split4": lambda: direct.sel_attn_decode(q, k, v, ranges, num_splits=4)}
     why = TC.peer_status("fla")
     if why is None:
         from fla.ops.nsa.parallel import parallel_nsa_fwd

@@ -66,7 +66,7 @@ def make_case(a: Args, dist: str, N: int, H: int, Dk: int, Dv: int, L: int, devi
 
 def sides(a: Args, dist: str, case: Case):
     """The callables to time: (tri, ref, tri_packed or None, ref_gather or None)."""
-    from nsa_triton_sel.kernels import launch as K
+    from nsa_triton_sel.kernels import direct as K
     from nsa_triton_sel.reference import packed_sdpa, sdpa_rows
 
     q, kp, vp = case.q, case.kp, case.vp

@@ -91,13 +91,13 @@ def nsa_inputs():
 
 
 def _nsa_fn(impl, p):
-    from nsa_triton_sel.kernels.launch import sel_attn_ranges
+    from nsa_triton_sel.kernels.direct import sel_attn_ranges
     from nsa_triton_sel.reference import packed_sdpa
 
     if impl == "triton":
         return lambda: sel_attn_ranges(p["q"], p["k"], p["v"], p["ranges"])
     if impl == "dispatch":  # what a user gets: the dispatcher picks the kernel variant
-        from nsa_triton_sel.dispatch import selection_attention
+        from nsa_triton_sel import selection_attention
 
         return lambda: selection_attention(p["q"], p["k"], p["v"], p["ranges"], backend="triton", validate=False)
     if impl == "sdpa":

@@ -8,8 +8,9 @@ once, as block indices, and handed to every contender in its own convention:
 - ``ours-api``: the public ``selection_attention`` from the block indices on inputs that require
   grad (the operator, its forward kernel and the backward kernels), q ``[B, T, G, h, D]``, k/v
   ``[B, G, T, D]``: the row the targets are judged on;
-- ``ours``: ``grad.sel_attn_train`` (forward kernel + the backward kernels) on
-  ``ranges = block_indices_to_ranges(blocks)``, the kernels without the operator;
+- ``ours``: the kernels without the dispatcher or the operator (``kernels/direct.py``: the forward kernel,
+  then ``sel_attn_backward``) on ``ranges = block_indices_to_ranges(blocks)``, through a bench-local
+  autograd function (:class:`KernelsOnly`);
 - ``sdpa``: ``reference.packed_sdpa`` (the dispatcher's fallback, differentiable);
 - ``fla``: fla-core's ``ParallelNSAFunction`` (q ``[B, T, HQ, D]``, k/v ``[B, T, H, D]``,
   block indices ``[B, T, H, S]`` padded with -1);
@@ -113,20 +114,45 @@ def _leaf(x):
     return x.detach().clone().requires_grad_()
 
 
+class KernelsOnly(torch.autograd.Function):
+    """The forward kernel (``tokens``: the multi-token one) and ``sel_attn_backward`` with launch overrides: the
+    kernels without the dispatcher and the operator, for timing and tuning (the library's own autograd is the
+    operator's, ``op.py``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, ranges, forward, tune):
+        from nsa_triton_sel.kernels import direct
+        from nsa_triton_sel.plan.backward import dq_tokens_per_program
+
+        fwd = {"ranges": direct.sel_attn_ranges, "tokens": direct.sel_attn_tokens}[forward]
+        out, lse = fwd(q, k, v, ranges, return_lse=True)
+        if forward == "tokens" and "dq_tokens" not in tune:  # the same locality serves the dq kernel
+            tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3]) or None}
+        ctx.save_for_backward(q, k, v, ranges, out, lse)
+        ctx.tune = tune
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        from nsa_triton_sel.kernels import direct
+
+        q, k, v, ranges, out, lse = ctx.saved_tensors
+        return (*direct.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, **ctx.tune), None, None, None)
+
+
 def ours(p: Problem, tune: dict | None = None, name: str = "ours") -> Contender:
     """The forward kernel the dispatcher picks for this selection (multi-token for local ones,
     where neighbouring tokens share their blocks) and the backward kernels."""
-    from nsa_triton_sel.kernels import grad
-
     q, k, v = _leaf(p.q), _leaf(p.k), _leaf(p.v)
-    tune = {"forward": "tokens" if p.sel == "local" else "ranges", **(tune or {})}
-    return Contender(name, [q, k, v], lambda: grad.sel_attn_train(q, k, v, p.ranges, **tune), p.grad_out,
-                     note=" ".join(f"{a}={b}" for a, b in sorted(tune.items())))
+    forward = "tokens" if p.sel == "local" else "ranges"
+    tune = dict(tune or {})
+    return Contender(name, [q, k, v], lambda: KernelsOnly.apply(q, k, v, p.ranges, forward, tune), p.grad_out,
+                     note=" ".join(f"{a}={b}" for a, b in sorted({"forward": forward, **tune}.items())))
 
 
 def ours_api(p: Problem) -> Contender:
     """What a user gets: ``selection_attention`` from block indices (``validate=False``) on inputs that
-    require grad; the operator's autograd runs the backward kernels (``op.kernel_backward``)."""
+    require grad; the operator's autograd runs the backward kernels (``op.backward``)."""
     from nsa_triton_sel import selection_attention
 
     q, k, v = _leaf(p.q), _leaf(p.k), _leaf(p.v)

@@ -45,10 +45,22 @@ def _fmt(x) -> str:
     return f"{x:8.3f} ms" if isinstance(x, float) else f"failed ({x})"
 
 
+def _readers(ranges, T: int, bn: int, h: int, rows: int, programs: int):
+    """The backward's reader list for ``ranges`` with tiles of ``bn`` keys, about ``programs`` dk/dv programs."""
+    from nsa_triton_sel.plan import entries_per_row
+    from nsa_triton_sel.plan.backward import chunk_size
+
+    from nsa_triton_sel.kernels import readers
+
+    B, S, G, n, _ = ranges.shape
+    capacity = B * S * G * entries_per_row(n, T, bn, 0, aligned=False)
+    return readers.reader_list(ranges, T, bn, capacity=capacity, chunk=chunk_size(capacity, programs, rows, h))
+
+
 def sweep_tok(p, bench, log) -> dict:
     """The multi-token dq kernel's configurations on (local) problem ``p``, against the
     single-token dq kernel; returns the best ``tok_*`` keywords."""
-    from nsa_triton_sel.kernels import grad, launch
+    from nsa_triton_sel.kernels import direct, launch
     from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
 
     q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
@@ -57,18 +69,19 @@ def sweep_tok(p, bench, log) -> dict:
     tok = dq_tokens_per_program(h, cap)
     if not tok:
         return {}
-    out, lse = launch.sel_attn_tokens(q, k, v, ranges, return_lse=True)
+    out, lse = direct.sel_attn_tokens(q, k, v, ranges, return_lse=True)
     dq = torch.empty_like(q)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
+    dlse = torch.zeros((), device=q.device).expand(B, S, Gn, h)
     sc = Dk ** -0.5
     single = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap)
-    t = _time(lambda: grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, single, sc), bench)
+    t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, single, sc), bench)
     log(f"sweep on T={p.T} {p.sel}: dq kernel one token per program (default config): {_fmt(t)}")
     times = {}
     for bn, w, st in TOK_CONFIGS:
         meta = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap, dq_tokens=tok,
                              tok_block_n=bn, tok_warps=w, tok_stages=st)
-        times[(bn, w, st)] = _time(lambda: grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, meta, sc), bench)
+        times[(bn, w, st)] = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, meta, sc), bench)
         log(f"  dq {tok} tokens/program BLOCK_N={bn:3d} warps={w} stages={st}: {_fmt(times[(bn, w, st)])}")
     ok = {c: t for c, t in times.items() if isinstance(t, float)}
     if not ok:
@@ -80,41 +93,42 @@ def sweep_tok(p, bench, log) -> dict:
 def sweep(p, bench, log, local=None) -> dict:
     """Time the configurations on problem ``p`` (and the multi-token dq kernel on ``local``);
     returns the best keywords for ``sel_attn_backward``."""
-    from nsa_triton_sel.kernels import grad, launch
+    from nsa_triton_sel.kernels import direct, launch
     from nsa_triton_sel.plan.backward import CHUNK_PROGRAMS_PER_SM, backward_meta
 
     q, k, v, ranges, go = p.q, p.k, p.v, p.ranges, p.grad_out
     B, S, Gn, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
-    out, lse = launch.sel_attn_ranges(q, k, v, ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(q, k, v, ranges, return_lse=True)
     sc = Dk ** -0.5
     cap = device_of(q.device).max_rows
     dq = torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
+    dlse = torch.zeros((), device=q.device).expand(B, S, Gn, h)
     programs = CHUNK_PROGRAMS_PER_SM * device_of(q.device).sm_count
     log(f"sweep on T={p.T} {p.sel}: dq kernel")
     dq_times = {}
     for bn, w, s in DQ_CONFIGS:
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=ranges.shape[3], max_rows=cap, dq_block_n=bn,
                              dq_warps=w, dq_stages=s)
-        t = _time(lambda: grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, meta, sc), bench)
+        t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, meta, sc), bench)
         dq_times[(bn, w, s)] = t
         log(f"  dq BLOCK_N={bn:3d} warps={w} stages={s}: {_fmt(t)}")
-    grad._launch_dq(q, k, v, ranges, out, lse, go, dq, delta, backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap), sc)
-    log("  reader CSR (count + entry count to the host + fill) and dk/dv kernel + reduce")
+    launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap), sc)
+    log("  reader list (sized from the shapes, no host read) and dk/dv kernel + reduce")
     csrs, kv_times = {}, {}
     for bn, rows, w, s in KV_CONFIGS:
         if bn > cap:
             continue
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap, kv_block_n=bn, rows=rows, kv_warps=w, kv_stages=s)
         if bn not in csrs:
-            build = lambda: grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=programs)  # noqa: E731
+            build = lambda: _readers(ranges, T, bn, h, rows, programs)  # noqa: E731
             csrs[bn] = build()
-            log(f"  CSR BLOCK_N={bn}: {_fmt(_time(build, bench))} ({csrs[bn].n_entries} entries, "
-                f"{csrs[bn].chunks.shape[0]} programs, chunk {csrs[bn].chunk}, {csrs[bn].slots} slots)")
+            log(f"  reader list BLOCK_N={bn}: {_fmt(_time(build, bench))} ({csrs[bn].entries.shape[0]} entries "
+                f"capacity, {csrs[bn].chunks.shape[0]} programs, chunk {csrs[bn].chunk}, {csrs[bn].slots} slots)")
         csr = csrs[bn]
-        t = _time(lambda: grad._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
+        t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
         kv_times[(bn, rows, w, s)] = t
         log(f"  dkdv BLOCK_N={bn:3d} ROWS={rows:3d} warps={w} stages={s}: {_fmt(t)}")
     best = {}
@@ -129,12 +143,12 @@ def sweep(p, bench, log, local=None) -> dict:
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap, kv_block_n=bn, rows=rows, kv_warps=w, kv_stages=s)
         best_t = ok_kv[(bn, rows, w, s)]
         for pps in PROGRAMS_PER_SM:
-            csr = grad.reader_csr(ranges, T, bn, h=h, rows_per_step=rows, programs=pps * device_of(q.device).sm_count)
-            t = _time(lambda: grad._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
+            csr = _readers(ranges, T, bn, h, rows, pps * device_of(q.device).sm_count)
+            t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
             log(f"  dkdv programs_per_sm={pps} (chunk {csr.chunk}, {csr.chunks.shape[0]} programs): {_fmt(t)}")
             if isinstance(t, float) and t < best_t * 0.97:
                 best["programs_per_sm"], best_t = pps, t
-    full = lambda tune: _time(lambda: grad.sel_attn_backward(q, k, v, ranges, out, lse, go, **tune), bench)  # noqa: E731
+    full = lambda tune: _time(lambda: direct.sel_attn_backward(q, k, v, ranges, out, lse, go, **tune), bench)  # noqa: E731
     t_default, t_best = full({}), full(best)
     log(f"  whole backward: default {_fmt(t_default)}, best {_fmt(t_best)}")
     if local is not None:

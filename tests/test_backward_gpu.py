@@ -14,20 +14,8 @@ pytestmark = pytest.mark.gpu
 DTYPES = [torch.float16, torch.bfloat16]
 
 
-def _grad():
-    from nsa_triton_sel.kernels import grad
-
-    return grad
-
-
 def run(p, grad_out=None, **tune):
-    q, k, v = (x.detach().clone().requires_grad_() for x in (p.q, p.k, p.v))
-    out = _grad().sel_attn_train(q, k, v, p.ranges, **tune)
-    if grad_out is None:
-        g = torch.Generator(device=out.device).manual_seed(1)
-        grad_out = torch.randn(out.shape, generator=g, device=out.device).to(out.dtype)
-    out.backward(grad_out)
-    return (q.grad, k.grad, v.grad), grad_out
+    return grad_checks.kernel_grads(p.q, p.k, p.v, p.ranges, grad_out, **tune)
 
 
 def check(p, what, **tune):

@@ -4,7 +4,9 @@ Part of the CPU parity suite (``pytest -m interp``, run by ``nox -s parity-X``).
 yet they cover: a span just past one key tile (65 keys), multi-span rows with empty rows,
 h = 3 and 16, Dk != Dv, Dk = 192, a partial last key tile (T = 150), strided inputs and
 upstream gradients, hot keys read by every token (split over several programs and reduced),
-bit-for-bit determinism, and the reader CSR against a brute-force enumeration.
+bit-for-bit determinism, the LSE's own gradient, and the reader list against a brute-force enumeration.
+The kernels are called directly (``kernels/direct.py``: forward, then ``sel_attn_backward`` with launch
+overrides); the operator's autograd is tested in ``test_op.py`` / ``test_api.py``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ pytestmark = [
     ),
 ]
 
-grad = pytest.importorskip("nsa_triton_sel.kernels.grad")
+direct = pytest.importorskip("nsa_triton_sel.kernels.direct")
+readers = pytest.importorskip("nsa_triton_sel.kernels.readers")
 
 
 def factor(dtype) -> float:
@@ -34,14 +37,10 @@ def factor(dtype) -> float:
     return 4.0 if dtype == torch.bfloat16 else 2.0
 
 
-def run(p, grad_out=None, scale=None, **tune):
-    """Forward + backward through the kernels; returns (dq, dk, dv, grad_out)."""
-    q, k, v = (x.detach().clone().requires_grad_() for x in (p.q, p.k, p.v))
-    out = grad.sel_attn_train(q, k, v, p.ranges, scale=scale, **tune)
-    if grad_out is None:
-        grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
-    out.backward(grad_out)
-    return (q.grad, k.grad, v.grad), grad_out
+def run(p, grad_out=None, scale=None, ranges=None, **tune):
+    """Forward + backward through the kernels (``grad_checks.kernel_grads``): ``((dq, dk, dv), grad_out)``."""
+    return grad_checks.kernel_grads(p.q, p.k, p.v, p.ranges if ranges is None else ranges, grad_out, scale=scale,
+                                    **tune)
 
 
 def check(p, what, scale=None, **tune):
@@ -123,9 +122,11 @@ def test_hot_keys_split_and_deterministic(chunk):
     p.ranges[..., 1:, 0] = p.ranges[..., 1:, 0].clamp_min(40)
     p.ranges[..., 1:, 1] = torch.maximum(p.ranges[..., 1:, 1], p.ranges[..., 1:, 0])
     tune = {} if chunk is None else {"chunk": chunk}
-    csr = grad.reader_csr(p.ranges, 200, 64, h=2, rows_per_step=64, chunk=chunk, programs=1)
     if chunk is not None:
-        assert csr.slots > 0 and int((csr.tile_slots[:, 1] > 1).sum()) >= 1, "the hot tile was not split"
+        from nsa_triton_sel.plan import entries_per_row
+
+        lists = readers.reader_list(p.ranges, 200, 64, capacity=8 * entries_per_row(3, 200, 64, 0, False), chunk=chunk)
+        assert lists.slots > 0 and int((lists.tile_slots[:, 1] > 1).sum()) >= 1, "the hot tile was not split"
     check(p, f"hot keys chunk={chunk}", **tune)
     first, go = run(p, **tune)
     again, _ = run(p, grad_out=go, **tune)
@@ -134,28 +135,45 @@ def test_hot_keys_split_and_deterministic(chunk):
 
 def test_grad_out_strided_and_expanded():
     p = make_problem(B=1, S=3, G=2, h=3, Dk=32, Dv=32, T=90, n=3, seed=5)
-    q, k, v = (x.detach().clone().requires_grad_() for x in (p.q, p.k, p.v))
-    out = grad.sel_attn_train(q, k, v, p.ranges)
-    out.float().sum().backward()  # grad_out is a stride-0 expand of ones
-    ones = torch.ones(out.shape, dtype=out.dtype)
-    grad_checks.check_grads((q.grad, k.grad, v.grad), p.q, p.k, p.v, p.ranges, ones, what="expanded grad_out")
+    ones = torch.ones((), dtype=p.q.dtype).expand(*p.q.shape[:4], p.v.shape[-1])  # a stride-0 expand
+    got, _ = run(p, grad_out=ones)
+    grad_checks.check_grads(got, p.q, p.k, p.v, p.ranges, ones.contiguous(), what="expanded grad_out")
 
 
 def test_empty_selections_give_zero_gradients():
     p = make_problem(B=1, S=2, G=1, h=2, Dk=32, Dv=32, T=70, n=2, seed=3)
     for ranges in (torch.zeros_like(p.ranges), p.ranges[..., :0, :]):
-        q, k, v = (x.detach().clone().requires_grad_() for x in (p.q, p.k, p.v))
-        out = grad.sel_attn_train(q, k, v, ranges)
-        out.backward(torch.randn(out.shape).to(out.dtype))
-        for name, g in (("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+        got, _ = run(p, ranges=ranges)
+        for name, g in zip(("dq", "dk", "dv"), got):
             assert g is not None and not torch.isnan(g).any() and torch.count_nonzero(g) == 0, name
 
 
-def test_reader_csr_matches_brute_force():
+def test_the_lse_gradient_is_folded_into_the_backward():
+    """d lse / d s = P: with an upstream gradient on the LSE (merging attention branches by LSE), the kernels'
+    gradients equal float64 autograd of output and LSE together."""
+    p = make_problem(B=1, S=5, G=2, h=3, Dk=32, Dv=16, T=150, n=3, seed=12, empty_frac=0.2)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    g = torch.Generator().manual_seed(2)
+    go = torch.randn(out.shape, generator=g).to(out.dtype)
+    gl = torch.randn(lse.shape, generator=g) * torch.isfinite(lse)  # an empty row's LSE is -inf: no gradient
+    got = direct.sel_attn_backward(p.q, p.k, p.v, p.ranges, out, lse, go, grad_lse=gl)
+    xs = [x.double().requires_grad_() for x in (p.q, p.k, p.v)]
+    o, l = reference.oracle(*xs, p.ranges, return_lse=True)
+    fin = torch.isfinite(l)
+    ((o * go.double()).sum() + (torch.where(fin, l, 0) * gl.double()).sum()).backward()
+    for name, a, b in zip("qkv", got, xs):
+        err = float((a.double() - b.grad).norm() / b.grad.norm())
+        assert err < 5e-3, f"d{name}: relative error {err:.2e}"
+
+
+def test_reader_list_matches_brute_force():
+    from nsa_triton_sel.plan import entries_per_row
+
     p = make_problem(B=2, S=5, G=2, h=1, T=100, n=4, seed=9, empty_frac=0.2)
     bn, chunk = 16, 2
-    csr = grad.reader_csr(p.ranges, 100, bn, h=1, rows_per_step=16, chunk=chunk, programs=1)
-    nt = csr.n_tiles
+    capacity = 2 * 5 * 2 * entries_per_row(4, 100, bn, 0, aligned=False)
+    lists = readers.reader_list(p.ranges, 100, bn, capacity=capacity, chunk=chunk)
+    nt = lists.n_tiles
     want = {}
     for b in range(2):
         for s in range(5):
@@ -165,38 +183,29 @@ def test_reader_csr_matches_brute_force():
                         lo, hi = max(st - t * bn, 0), min(en - t * bn, bn)
                         want.setdefault((b * 2 + g) * nt + t, []).append((s, lo, hi))
     got = {}
-    for tile, e0, e1, slot in csr.chunks.tolist():
+    for tile, e0, e1, slot in lists.chunks.tolist():
         if tile < 0:
             continue
         assert e1 - e0 <= chunk
-        rows = [(s, bnd & 0xFFFF, bnd >> 16) for s, bnd in csr.entries[e0:e1].tolist()]
+        rows = [(s, bnd & 0xFFFF, bnd >> 16) for s, bnd in lists.entries[e0:e1].tolist()]
         got.setdefault(tile, []).extend(rows)
         assert (slot >= 0) == (len(want.get(tile, [])) > chunk), f"tile {tile}: slot {slot}"
     for tile in got:
         got[tile].sort(key=lambda r: r[0])  # programs run longest first; entries within a tile are by token
     assert {t: sorted(r) for t, r in got.items() if r} == {t: sorted(r) for t, r in want.items()}
-    assert csr.n_entries == sum(len(r) for r in want.values())
-    assert int(csr.tile_slots[:, 1].sum()) <= csr.slots
+    assert sum(len(r) for r in want.values()) <= capacity
+    assert int(lists.tile_slots[:, 1].sum()) <= lists.slots
 
 
-@pytest.mark.parametrize("what", ["finite", "inf-q", "nan-do", "overflow"])
-def test_maybe_nonfinite_flags_every_nonfinite_input(what):
-    """The backward's cheap test (fp32 sums of q and dO) must flag any inf/NaN; an fp32 overflow of
-    finite values is a false alarm that the exact per-row test then clears."""
-    from nsa_triton_sel.kernels.grad import _maybe_nonfinite, _nonfinite_rows
-
-    q = torch.randn(1, 5, 2, 3, 16).to(torch.bfloat16)
-    do = torch.randn(1, 5, 2, 3, 16).to(torch.bfloat16)
-    if what == "inf-q":
-        q[0, 3, 1, 2, 7] = float("-inf")
-    elif what == "nan-do":
-        do[0, 0, 0, 1, 0] = float("nan")
-    elif what == "overflow":
-        q[0, 1, 0, 0, :4] = 3.0e38
-    flag = int(_maybe_nonfinite(q, do))
-    rows = _nonfinite_rows(q, do)
-    assert flag == (0 if what == "finite" else 1)
-    assert int(rows.sum()) == (1 if what in ("inf-q", "nan-do") else 0)
+def test_overlapping_spans_cannot_overrun_the_reader_list():
+    """Spans that break the contract (overlapping: validate=False) can exceed the bound: the list is cut at its
+    capacity, so no kernel reads past it (the gradients of such input are not defined)."""
+    p = make_problem(B=1, S=4, G=1, h=2, Dk=16, Dv=16, T=128, n=3, seed=2)
+    p.ranges[:] = torch.tensor([0, 128], dtype=p.ranges.dtype)  # three copies of all keys per row
+    lists = readers.reader_list(p.ranges, 128, 16, capacity=10, chunk=4)
+    assert int(lists.chunks[:, 2].max()) <= 10 and lists.entries.shape[0] == 10
+    got, _ = run(p)  # the real bound, from shapes: runs, whatever it computes
+    assert all(g.shape == x.shape for g, x in zip(got, (p.q, p.k, p.v)))
 
 
 def test_workspace_slots_bound_every_split():
@@ -210,7 +219,7 @@ def test_workspace_slots_bound_every_split():
         torch.cumsum(per_tile, 0, out=offsets[1:])
         n_entries = int(offsets[-1])
         for chunk in (1, 2, 8, 16, 64):
-            _, tile_slots, slots = grad._chunk_table(per_tile.to(torch.int64), offsets, n_entries, chunk)
+            _, tile_slots, slots = readers._chunk_table(per_tile.to(torch.int64), offsets, n_entries, chunk)
             used = int(tile_slots[:, 1].sum())
             assert used <= slots, f"chunk {chunk}: {used} slots used, {slots} allocated"
             assert slots <= 2 * n_entries // chunk

@@ -161,7 +161,9 @@ def test_disabled_is_the_plain_path(monkeypatch):
 
 
 def test_report_says_why_a_kernel_is_not_bound():
-    bind.clear()
+    from nsa_triton_sel import caches
+
+    caches.clear()
     fn = _FakeJIT(_AttrKernel, False, convert=lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a)
     b = bind.bound(fn)
     b._stream, b._device, b._hooks = (lambda dev: "stream"), (lambda: 0), ()
@@ -169,5 +171,5 @@ def test_report_says_why_a_kernel_is_not_bound():
     for _ in range(2):
         b(PLAN, (1,), (x,), _kw)
     assert bind.report()["fake_kernel"].startswith("JITFunction.run: argument 0")
-    bind.clear()
+    caches.clear()  # the registry (config.refresh) forgets the recorded launches and the reasons
     assert bind.report() == {}

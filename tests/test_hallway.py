@@ -1,4 +1,4 @@
-"""The front hallway (issue 24): ``q`` goes from ``selection_attention`` to the kernel once, never back up.
+"""The hallway (issues 24, 40): a call goes from ``selection_attention`` to the kernel once, never back up.
 
 A profiler hook records every call between this package's modules during one eager call (the
 interpreter runs the kernels on the CPU).  The hall's modules, in order (README, "From
@@ -14,11 +14,11 @@ import sys
 import pytest
 
 HALL = (
-    ("dispatch", ("nsa_triton_sel.dispatch",)),
-    ("checks", ("nsa_triton_sel.checks",)),
+    ("api", ("nsa_triton_sel.api",)),
+    ("arguments", ("nsa_triton_sel.arguments",)),
     ("op", ("nsa_triton_sel.op",)),
     ("plan", ("nsa_triton_sel.plan",)),
-    ("launch", ("nsa_triton_sel.kernels.launch", "nsa_triton_sel.kernels.grad")),
+    ("launch", ("nsa_triton_sel.kernels.launch", "nsa_triton_sel.kernels.readers", "nsa_triton_sel.kernels.bind")),
     ("kernels", ("nsa_triton_sel.kernels.forward", "nsa_triton_sel.kernels.backward", "nsa_triton_sel.kernels.common")),
 )
 
@@ -68,19 +68,30 @@ def path(edges) -> list[str]:
     return out
 
 
-def _call(grad: bool):
+def _calls():
+    """``(forward, backward)``: one eager forward of inputs that require grad, and its backward."""
     from nsa_triton_sel import selection_attention
     from nsa_triton_sel.testing import make_problem
 
     p = make_problem(B=1, S=4, G=1, h=4, Dk=16, Dv=16, T=64, n=2, seed=3)
-    q, k, v = (x.clone().requires_grad_(grad) for x in (p.q, p.k, p.v))
+    state = {}
 
-    def run():
-        out = selection_attention(q, k, v, p.ranges)
-        if grad:
-            out.float().sum().backward()
+    def forward():
+        q, k, v = (x.clone().requires_grad_(True) for x in (p.q, p.k, p.v))
+        state["out"] = selection_attention(q, k, v, p.ranges)
 
-    return run
+    def backward():
+        state["out"].float().sum().backward()
+
+    return forward, backward
+
+
+def _plain_forward():
+    from nsa_triton_sel import selection_attention
+    from nsa_triton_sel.testing import make_problem
+
+    p = make_problem(B=1, S=4, G=1, h=4, Dk=16, Dv=16, T=64, n=2, seed=3)
+    return lambda: selection_attention(p.q, p.k, p.v, p.ranges)
 
 
 @pytest.fixture
@@ -88,69 +99,88 @@ def kernels_take_the_call(monkeypatch):
     """Every call takes the kernel path, and the kernels themselves are not launched: the trace is about the
     way down to the launch (running them under the interpreter, profiled, took 30 s for nothing)."""
     from nsa_triton_sel import config
-    from nsa_triton_sel.kernels import grad, launch
+    from nsa_triton_sel.kernels import launch
 
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
-    for module, name in ((launch, "run"), (launch, "run_tokens"), (grad, "_launch_dq"), (grad, "_launch_dkdv")):
-        monkeypatch.setattr(module, name, lambda *a, **kw: None)
+    for name in ("run", "run_tokens", "_launch_dq", "_launch_dkdv"):
+        monkeypatch.setattr(launch, name, lambda *a, **kw: None)
     config.refresh()
     yield
     config.refresh()
 
 
-@pytest.mark.parametrize("grad", [False, True], ids=["forward", "forward+backward"])
-def test_q_goes_down_the_hall_once(grad, kernels_take_the_call):
-    run = _call(grad)
-    run()  # warm: compiled kernels, cached routes and plans
-    edges = trace(run)
-    back = [(a, b) for a, b in edges if step_of(a) is not None and step_of(b) is not None and step_of(b) < step_of(a)]
-    assert not back, f"calls back up the hall: {sorted(set(back))}"
-    first = []  # the steps in the order the call first enters them
-    for m in path(edges):
+def walk(edges) -> dict:
+    """The measures of a traced call: moves between modules, moves back to a module already left, calls back
+    up the hall, and the hall's steps in the order first entered."""
+    p = path(edges)
+    visited, again = set(p[:1]), []
+    for m in p[1:]:
+        if m in visited:
+            again.append(m)
+        visited.add(m)
+    back = sorted({(a, b) for a, b in edges if None not in (step_of(a), step_of(b)) and step_of(b) < step_of(a)})
+    first = []
+    for m in p:
         s = step_of(m)
         if s is not None and HALL[s][0] not in first:
             first.append(HALL[s][0])
-    # (the launcher enters the kernels through Triton, which the hook does not see as our call)
-    assert first == ["dispatch", "checks", "op", "plan", "launch"], first
+    return {"path": p, "moves": len(p) - 1, "again": again, "back": back, "first": first}
+
+
+MAX_MOVES, MAX_CLIMBS = 8, 1  # issue 40's bound for the eager forward and the default backward
+
+
+def test_the_eager_forward_walks_down_the_hall_once(kernels_take_the_call):
+    run = _plain_forward()
+    run()  # warm: compiled kernels, remembered signatures and plans
+    w = walk(trace(run))
+    assert w["first"] == ["api", "arguments", "op", "plan", "launch"], w
+    assert w["moves"] <= MAX_MOVES and len(w["back"]) <= MAX_CLIMBS and not w["again"], w
+
+
+def test_the_backward_walks_down_the_hall_once(kernels_take_the_call):
+    forward, backward = _calls()
+    forward()
+    backward()  # warm
+    forward()
+    w = walk(trace(backward))
+    assert "plan" not in w["first"], f"the backward asked the planner again: {w}"  # the forward's plan, carried
+    assert w["moves"] <= MAX_MOVES and len(w["back"]) <= MAX_CLIMBS and not w["again"], w
 
 
 def test_the_trace_sees_a_call_back_up(kernels_take_the_call, monkeypatch):
-    """The check can fail: an operator whose launcher plans again (``launch.selection`` asks the planner)
-    makes a call from the launcher back up to the planner."""
-    from types import SimpleNamespace
-
-    from nsa_triton_sel import op
+    """The check can fail: a launcher that plans again (a function of ``kernels/launch.py`` asking the planner)
+    is a call from the launcher back up to the planner."""
+    from nsa_triton_sel.device import Device
     from nsa_triton_sel.kernels import launch
 
-    def replanning(p, q, k, v, spans, *, scale, return_lse, positions, block_size, wrap):
-        return launch.selection(q, k, v, spans, scale=scale, return_lse=return_lse)
-
-    monkeypatch.setattr(op, "launch", SimpleNamespace(launch=replanning))
-    edges = trace(_call(False))
+    real = launch.run
+    scope = {**vars(launch), "Device": Device, "real": real}
+    replanning = eval("lambda plan, *a, **kw: (P.selection(1, 1, 1, 4, 16, 16, 64, 2, dev=Device.target(90, '')),"
+                      " real(plan, *a, **kw))", scope)  # defined "in" the launcher module
+    monkeypatch.setattr(launch, "run", replanning)
+    edges = trace(_plain_forward())
     assert any(step_of(a) == 4 and step_of(b) == 3 for a, b in edges), "the replanning call was not seen"
+    assert walk(edges)["back"], "walk() did not count the climb"
 
 
 def report(grad: bool, cold: bool = False) -> str:
-    """The path of one call (warm: routes and plans cached; ``cold``: after ``config.refresh()``, as a new
-    signature's first call): every module entered, and the hall's steps with the calls back up."""
+    """The path of one call (warm: signatures and plans remembered; ``cold``: after ``config.refresh()``, as a
+    new signature's first call): every module entered, the moves, and the calls back up the hall."""
     from nsa_triton_sel import config
 
-    run = _call(grad)
-    run()
+    forward, backward = _calls() if grad else (_plain_forward(), None)
+    forward()
+    if backward:
+        backward()
+        forward()
     if cold:
         config.refresh()
-    edges = trace(run)
-    p = path(edges)
-    visited, again = set(), 0
-    for m in p[1:]:
-        again += m in visited
-        visited.add(m)
-    back = sorted({(a, b) for a, b in edges if None not in (step_of(a), step_of(b)) and step_of(b) < step_of(a)})
-    steps = [HALL[step_of(m)][0] for m in p if step_of(m) is not None]
-    steps = [x for i, x in enumerate(steps) if i == 0 or steps[i - 1] != x]
-    return ("hall steps: " + " -> ".join(steps) + "\nmodules: " + " -> ".join(m.replace("nsa_triton_sel.", "") for m in p)
-            + f"\n{len(p) - 1} moves between modules, {again} of them to a module already visited; "
-            + f"{len(back)} calls back up the hall {back}")
+    w = walk(trace(backward or forward))
+    return ("hall steps: " + " -> ".join(w["first"]) + "\nmodules: "
+            + " -> ".join(m.replace("nsa_triton_sel.", "") for m in w["path"])
+            + f"\n{w['moves']} moves between modules, {len(w['again'])} to a module already visited {w['again']}; "
+            + f"{len(w['back'])} calls back up the hall {w['back']}")
 
 
 if __name__ == "__main__":

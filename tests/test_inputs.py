@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, dispatch, failures, reference, selection_attention
+from nsa_triton_sel import config, failures, reference, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle, packed_as_5d, varlen_as_5d
-from nsa_triton_sel import dispatch, failures, selection_attention
-from nsa_triton_sel.kernels import launch
+from nsa_triton_sel import arguments, caches, failures, selection_attention
+from nsa_triton_sel.kernels import direct
 from nsa_triton_sel.testing import make_problem, nsa_ranges
 
 pytestmark = pytest.mark.gpu
@@ -41,10 +41,10 @@ def fresh_seed():
 )
 def test_ranges_kernel(dtype, shape):
     p = make_problem(**shape, dtype=dtype, device=DEV, seed=fresh_seed(), empty_frac=0.1)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"ranges {shape} {dtype}")
     dirty = torch.full_like(out, float("nan"))
-    launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
+    direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
     assert torch.equal(dirty, out), "an output element was not written"
 
 
@@ -55,10 +55,10 @@ def test_multi_token_kernel(dtype, h, local):
     T, G = 1500, 2
     p = make_problem(B=1, S=T, G=G, h=h, Dk=128, Dv=128, T=T, n=1, dtype=dtype, device=DEV, seed=fresh_seed())
     p.ranges = nsa_ranges(1, T, G, 16, 64, seed=h, local=local, device=DEV)
-    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"tokens h={h} local={local}")
     dirty = torch.full_like(out, float("nan"))
-    launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, out=dirty)
+    direct.sel_attn_tokens(p.q, p.k, p.v, p.ranges, out=dirty)
     assert torch.equal(dirty, out)
 
 
@@ -66,7 +66,7 @@ def test_multi_token_kernel(dtype, h, local):
 def test_ranges_kernel_strided_inputs(dtype):
     p = make_problem(B=2, S=40, G=2, h=8, Dk=128, Dv=128, T=900, n=6, dtype=dtype, device=DEV,
                      seed=fresh_seed(), noncontiguous=True)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="strided")
 
 
@@ -75,21 +75,21 @@ def test_ranges_kernel_strided_inputs(dtype):
 def test_decode_kernel(dtype, splits):
     p = make_problem(B=3, S=1, G=2, h=16, Dk=128, Dv=128, T=4096, n=16, dtype=dtype, device=DEV,
                      seed=fresh_seed(), empty_frac=0.2)
-    out, lse = launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=splits)
+    out, lse = direct.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=splits)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"decode splits={splits}")
     dirty = torch.full_like(out, float("nan"))
-    launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, out=dirty, num_splits=splits)
+    direct.sel_attn_decode(p.q, p.k, p.v, p.ranges, out=dirty, num_splits=splits)
     assert torch.equal(dirty, out)
 
 
 BOUND_CASES = {
-    "ranges": (dict(B=2, S=40, G=2, h=16, Dk=128, Dv=128, T=900, n=6), lambda p: launch.sel_attn_ranges(
+    "ranges": (dict(B=2, S=40, G=2, h=16, Dk=128, Dv=128, T=900, n=6), lambda p: direct.sel_attn_ranges(
         p.q, p.k, p.v, p.ranges, return_lse=True)),
-    "h3-dk192": (dict(B=1, S=33, G=2, h=3, Dk=192, Dv=128, T=777, n=4), lambda p: launch.sel_attn_ranges(
+    "h3-dk192": (dict(B=1, S=33, G=2, h=3, Dk=192, Dv=128, T=777, n=4), lambda p: direct.sel_attn_ranges(
         p.q, p.k, p.v, p.ranges, return_lse=True)),
-    "decode-split4": (dict(B=3, S=1, G=2, h=16, Dk=128, Dv=128, T=4096, n=16), lambda p: launch.sel_attn_decode(
+    "decode-split4": (dict(B=3, S=1, G=2, h=16, Dk=128, Dv=128, T=4096, n=16), lambda p: direct.sel_attn_decode(
         p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=4)),
-    "tokens": (dict(B=1, S=300, G=2, h=4, Dk=128, Dv=128, T=300, n=16), lambda p: launch.sel_attn_tokens(
+    "tokens": (dict(B=1, S=300, G=2, h=4, Dk=128, Dv=128, T=300, n=16), lambda p: direct.sel_attn_tokens(
         p.q, p.k, p.v, p.ranges, return_lse=True)),
 }
 
@@ -101,7 +101,7 @@ def test_bound_launcher_reads_each_calls_tensors(case):
     from nsa_triton_sel.kernels import bind, forward
 
     shape, call = BOUND_CASES[case]
-    bind.clear()
+    caches.clear()  # (config.refresh without re-reading the flags: the recorded launches too)
     for i in range(4):
         p = make_problem(**shape, dtype=torch.bfloat16, device=DEV, seed=fresh_seed(), empty_frac=0.1)
         if case == "tokens":
@@ -125,11 +125,11 @@ def test_dense_seed_api(dtype, L):
     q = torch.randn(N, H, D, device=DEV, generator=g).to(dtype)
     k = torch.randn(N, L, D, device=DEV, generator=g).to(dtype)
     v = torch.randn(N, L, D, device=DEV, generator=g).to(dtype)
-    out, lse = launch.sel_attn_fwd_dense(q, k, v, return_lse=True)
+    out, lse = direct.sel_attn_fwd_dense(q, k, v, return_lse=True)
     q5, k5, v5, r5 = packed_as_5d(q, k, v)
     check_against_oracle(out.reshape(N, 1, 1, H, D), lse.reshape(N, 1, 1, H), q5, k5, v5, r5, what=f"dense L={L}")
     dirty = torch.full_like(out, float("nan"))
-    launch.sel_attn_fwd_dense(q, k, v, out=dirty)
+    direct.sel_attn_fwd_dense(q, k, v, out=dirty)
     assert torch.equal(dirty, out)
 
 
@@ -145,7 +145,7 @@ def test_varlen_seed_api(dtype):
     q = torch.randn(N, H, Dk, device=DEV, generator=g).to(dtype)
     k_all = torch.randn(total, Dk, device=DEV, generator=g).to(dtype)
     v_all = torch.randn(total, Dv, device=DEV, generator=g).to(dtype)
-    out, lse = launch.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
+    out, lse = direct.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
     q5, k5, v5, r5 = varlen_as_5d(q, k_all, v_all, cu)
     check_against_oracle(out.reshape(1, N, 1, H, Dv), lse.reshape(1, N, 1, H), q5, k5, v5, r5, what="varlen")
 
@@ -156,7 +156,7 @@ def test_dispatcher_auto_on_gpu(dtype, monkeypatch):
     failures.FORWARD.clear()
     p = make_problem(B=1, S=128, G=4, h=16, Dk=128, Dv=128, T=2048, n=8, dtype=dtype, device=DEV,
                      seed=fresh_seed())
-    d = dispatch.route(p.q, p.k, p.v)
+    d = arguments.route_of(p.q, p.k, p.v)
     assert d.path == "triton", d.reason
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="dispatcher")

@@ -25,7 +25,7 @@ pytestmark = [
     ),
 ]
 
-launch = pytest.importorskip("nsa_triton_sel.kernels.launch")
+direct = pytest.importorskip("nsa_triton_sel.kernels.direct")
 
 DTYPES = [torch.float16, torch.bfloat16]
 
@@ -41,7 +41,7 @@ def check_against_oracle(out, lse, q, *args, **kw):
 @pytest.mark.parametrize("L", [1, 63, 64, 65, 200])
 def test_ranges_single_span_lengths(L):
     p = make_problem(B=1, S=2, G=1, h=3, Dk=64, Dv=64, T=200, n=2, ranges="single", L=L, seed=L)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"ranges L={L}")
 
 
@@ -50,13 +50,13 @@ def test_ranges_single_span_lengths(L):
 def test_ranges_multi_span_heads(h, dtype):
     # T = 150 is not a multiple of 64; random spans are unaligned; ~1/3 of rows are empty.
     p = make_problem(B=2, S=2, G=2, h=h, Dk=32, Dv=48, T=150, n=4, dtype=dtype, seed=h, empty_frac=0.3)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"ranges h={h} {dtype}")
 
 
 def test_ranges_dk192_dk_ne_dv_noncontiguous():
     p = make_problem(B=1, S=2, G=2, h=4, Dk=192, Dv=128, T=130, n=3, seed=7, noncontiguous=True)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="Dk=192 Dv=128 strided")
 
 
@@ -66,9 +66,9 @@ def test_value_dim_in_two_slices_every_kernel(Dk, Dv):
     # the single-token, multi-token and split-decode kernels all store both slices.
     p = make_problem(B=1, S=4, G=2, h=5, Dk=Dk, Dv=Dv, T=150, n=3, seed=Dv, empty_frac=0.25)
     for what, (out, lse) in (
-        ("ranges", launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)),
-        ("tokens", launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=4)),
-        ("decode", launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=2)),
+        ("ranges", direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)),
+        ("tokens", direct.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=4)),
+        ("decode", direct.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=2)),
     ):
         check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"{what} Dk={Dk} Dv={Dv}")
 
@@ -76,24 +76,24 @@ def test_value_dim_in_two_slices_every_kernel(Dk, Dv):
 def test_ranges_all_rows_empty_and_no_spans():
     p = make_problem(B=1, S=2, G=1, h=2, T=70, n=2, seed=3)
     zero = torch.zeros_like(p.ranges)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, zero, return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, zero, return_lse=True)
     assert torch.count_nonzero(out) == 0 and torch.isneginf(lse).all()
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges[..., :0, :], return_lse=True)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges[..., :0, :], return_lse=True)
     assert torch.count_nonzero(out) == 0 and torch.isneginf(lse).all()
 
 
 def test_ranges_writes_every_output_element():
     p = make_problem(B=1, S=3, G=2, h=3, Dk=32, Dv=32, T=100, n=3, seed=11, empty_frac=0.3)
-    clean = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges)
+    clean = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges)
     dirty = torch.full_like(clean, float("nan"))
-    launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
+    direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, out=dirty)
     assert torch.equal(clean, dirty)
 
 
 @pytest.mark.parametrize("per_head", [False, True])
 def test_ranges_per_head_programs(per_head):
     p = make_problem(B=1, S=2, G=2, h=5, Dk=32, Dv=32, T=90, n=3, seed=5)
-    out, lse = launch.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True, per_head=per_head)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True, per_head=per_head)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"per_head={per_head}")
 
 
@@ -112,13 +112,13 @@ def test_decode_split_merge(num_splits):
     # B*G = 2 rows, up to 16 splits: most splits of a short row have no tile at all.
     p = make_problem(B=2, S=1, G=1, h=20, Dk=64, Dv=32, T=260, n=4, seed=num_splits, empty_frac=0.25)
     p.ranges[1] = 0  # one empty row
-    out, lse = launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=num_splits)
+    out, lse = direct.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True, num_splits=num_splits)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"decode splits={num_splits}")
 
 
 def test_decode_default_splits_dk192():
     p = make_problem(B=1, S=1, G=2, h=3, Dk=192, Dv=64, T=200, n=2, seed=9, empty_frac=0.0)
-    out, lse = launch.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_decode(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="decode default splits")
 
 
@@ -130,7 +130,7 @@ def test_dense_seed_api(L, dtype):
     q = torch.randn(N, H, Dk, generator=g).to(dtype)
     k = torch.randn(N, L, Dk, generator=g).to(dtype)
     v = torch.randn(N, L, Dv, generator=g).to(dtype)
-    out, lse = launch.sel_attn_fwd_dense(q, k, v, return_lse=True)
+    out, lse = direct.sel_attn_fwd_dense(q, k, v, return_lse=True)
     q5, k5, v5, r5 = packed_as_5d(q, k, v)
     check_against_oracle(out.reshape(N, 1, 1, H, Dv), lse.reshape(N, 1, 1, H), q5, k5, v5, r5,
                          what=f"dense L={L} {dtype}")
@@ -145,7 +145,7 @@ def test_varlen_seed_api_with_empty_row():
     q = torch.randn(N, H, Dk, generator=g).half()
     k_all = torch.randn(int(cu[-1]), Dk, generator=g).half()
     v_all = torch.randn(int(cu[-1]), Dv, generator=g).half()
-    out, lse = launch.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
+    out, lse = direct.sel_attn_fwd_varlen(q, k_all, v_all, cu, return_lse=True)
     q5, k5, v5, r5 = varlen_as_5d(q, k_all, v_all, cu)
     check_against_oracle(out.reshape(1, N, 1, H, Dv), lse.reshape(1, N, 1, H), q5, k5, v5, r5, what="varlen")
 
@@ -160,7 +160,7 @@ def test_multi_token_kernel(h, selection):
     p = make_problem(B=B, S=T, G=G, h=h, Dk=32, Dv=48, T=T, n=3, seed=h, empty_frac=0.1)
     if selection == "local":
         p.ranges = nsa_ranges(B, T, G, 3, 16, seed=h)
-    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
+    out, lse = direct.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what=f"tokens {selection} h={h}")
 
 
@@ -171,7 +171,7 @@ def test_multi_token_kernel_bf16_overlapping_leader():
     p.ranges[0, :, 0, 1] = torch.tensor([120, 121], dtype=torch.int32)
     p.ranges[0, 7, 0, 0] = torch.tensor([40, 70], dtype=torch.int32)  # a leader covering only part
     p.ranges[0, 3, 0] = 0  # an empty row among them
-    out, lse = launch.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=8)
+    out, lse = direct.sel_attn_tokens(p.q, p.k, p.v, p.ranges, return_lse=True, tokens=8)
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="tokens partial leader")
 
 
@@ -209,7 +209,7 @@ def test_block_mode_matches_oracle(shape, bs, positions, dtype):
         pos = torch.randint(0, T, (S,), generator=gen).to(torch.int32)
     else:
         pos = None  # query s at position s: most blocks are wholly in the future (causal clamp)
-    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, bs, pos, return_lse=True)
+    out, lse = direct.sel_attn_blocks(p.q, p.k, p.v, idx, bs, pos, return_lse=True)
     ranges = block_indices_to_ranges(idx, bs, T, pos)
     check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"blocks {shape} bs={bs} pos={positions}")
 
@@ -221,7 +221,7 @@ def test_block_mode_decode_split(num_splits):
     p = make_problem(B=3, S=1, G=1, h=5, Dk=64, Dv=32, T=200, n=2, seed=num_splits)
     idx = torch.tensor([[3, 0, -1, 1], [-1, -1, -1, -1], [2, 1, 0, 3]]).view(3, 1, 1, 4)  # row 1 empty
     pos = torch.tensor([199, 10, 150])  # row 0 sees the partial last block [192, 200)
-    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, 64, pos.view(3, 1), return_lse=True, decode=True,
+    out, lse = direct.sel_attn_blocks(p.q, p.k, p.v, idx, 64, pos.view(3, 1), return_lse=True, decode=True,
                                       num_splits=num_splits)
     ranges = block_indices_to_ranges(idx, 64, 200, pos.view(3, 1))
     check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"blocks decode splits={num_splits}")
@@ -233,12 +233,12 @@ def test_block_mode_huge_positions_and_block_size():
     p = make_problem(B=1, S=2, G=1, h=2, Dk=32, Dv=32, T=100, n=1, seed=2)
     idx = torch.tensor([[[[0, 1]], [[1, -1]]]])
     big = torch.tensor([2**63 - 1, 2**63 - 2])
-    out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, idx, 64, big, return_lse=True)
+    out, lse = direct.sel_attn_blocks(p.q, p.k, p.v, idx, 64, big, return_lse=True)
     full = torch.tensor([[[[[0, 64], [64, 100]]], [[[64, 100], [0, 0]]]]], dtype=torch.int32)
     check_against_oracle(out, lse, p.q, p.k, p.v, full, what="positions near 2^63")
     whole = torch.tensor([[[[0, -1]], [[0, -1]]]])
     for bs in (2**31, 2**63, 2**64):  # one block covers every key (clamped to T by the launcher)
-        out, lse = launch.sel_attn_blocks(p.q, p.k, p.v, whole, bs, big, return_lse=True)
+        out, lse = direct.sel_attn_blocks(p.q, p.k, p.v, whole, bs, big, return_lse=True)
         ranges = torch.tensor([0, 100], dtype=torch.int32).expand(1, 2, 1, 2, 2).contiguous()
         ranges[..., 1, :] = 0
         check_against_oracle(out, lse, p.q, p.k, p.v, ranges, what=f"block_size={bs}")
@@ -256,8 +256,8 @@ def test_kernels_clamp_spans_outside_the_keys():
     clamped[0, :, 0, 0, 0] = 0
     clamped[0, :, 0, 1, 1] = 90
     clamped[0, :, 0, 2] = 0
-    for run in (lambda r: launch.sel_attn_ranges(p.q, p.k, p.v, r, return_lse=True),
-                lambda r: launch.sel_attn_tokens(p.q, p.k, p.v, r, return_lse=True, tokens=4)):
+    for run in (lambda r: direct.sel_attn_ranges(p.q, p.k, p.v, r, return_lse=True),
+                lambda r: direct.sel_attn_tokens(p.q, p.k, p.v, r, return_lse=True, tokens=4)):
         out, lse = run(bad)
         ref_out, ref_lse = run(clamped)
         assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, device, op, reference, selection_attention
-from nsa_triton_sel.kernels import launch
+from nsa_triton_sel import arguments, config, device, op, reference, selection_attention
+from nsa_triton_sel.kernels import direct
 from nsa_triton_sel.testing import nsa_problem
 
 pytestmark = pytest.mark.gpu
@@ -161,7 +161,7 @@ def test_compiled_training_step_gradients(kind, monkeypatch):
 def test_compiling_a_direct_kernel_call_keeps_fp32_state():
     """Inductor passes a traced Python float as fp64: the kernels cast qk_scale, so this compiles."""
     p = nsa_problem(512, device="cuda", seed=4)
-    fn = torch.compile(lambda q, k, v, r, s: launch.sel_attn_ranges(q, k, v, r, scale=s))
+    fn = torch.compile(lambda q, k, v, r, s: direct.sel_attn_ranges(q, k, v, r, scale=s))
     out = fn(p["q"], p["k"], p["v"], p["ranges"], 0.07)
     check_against_oracle(out, None, p["q"], p["k"], p["v"], p["ranges"], scale=0.07, what="direct kernel, compiled")
 
@@ -188,11 +188,9 @@ def test_host_cost_of_a_decode_call(request):
 def test_dk192_h64_through_selection_attention(dtype):
     """The class Triton 3.0/3.1 abort on for sm_90 (64-row, 8-warp tiles): capped to 32 rows there by
     the window triton30-31-sm90-mma64-abort, oracle-correct everywhere (issue 14 acceptance)."""
-    from nsa_triton_sel import dispatch, plan
-
     p = nsa_problem(256, G=1, h=64, D=192, dtype=dtype, device="cuda", seed=5)
     v = torch.randn(1, 1, 256, 128, device="cuda", dtype=dtype)
-    route = dispatch.route(p["q"], p["k"], v)
+    route = arguments.route_of(p["q"], p["k"], v)
     assert route.path == "triton" and route.min_L == 1, route  # the kernels run: this test can fail
     dev = device.device_of(p["q"].device)
     assert dev.max_rows == device.row_cap(dev.triton, dev.arch)  # 32 on Triton 3.0/3.1 + sm_90 (the window)
@@ -213,12 +211,13 @@ def test_value_checks_beside_the_kernel_raise_on_bad_input_and_agree_on_good():
     """validate=True on the Triton path: the checks are enqueued with the kernel (on the caller's
     stream ahead of it), the call waits for them and raises; good input gives the same result as
     validate=False."""
-    from nsa_triton_sel import checks, dispatch
+    from nsa_triton_sel import arguments
 
     p = nsa_problem(512, device="cuda", seed=7)
     q, k, v, ranges = p["q"], p["k"], p["v"], p["ranges"]
-    r = dispatch.route(q, k, v)
-    assert checks.beside_the_kernel(r, q.device), r
+    call = arguments.parse(q, k, v, ranges)
+    assert call.route.kernels and call.finish is not None, call.route  # the checks run beside the kernel
+    call.finish()
     good = selection_attention(q, k, v, ranges)
     assert torch.equal(good, selection_attention(q, k, v, ranges, validate=False))
     bad = ranges.clone()

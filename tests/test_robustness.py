@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nsa_triton_sel import dispatch, failures, op, reference, selection_attention
+from nsa_triton_sel import api, arguments, failures, op, reference, selection_attention
 
 INTERP = os.environ.get("TRITON_INTERPRET") == "1"
 needs_interp = pytest.mark.skipif(not INTERP, reason="runs the Triton kernels under TRITON_INTERPRET=1 (CPU)")
@@ -136,12 +136,12 @@ def test_triton_backward_keeps_a_nonfinite_q_or_do_row_to_its_own_keys(where, ev
 @pytest.mark.xfail(strict=True, reason="documented limit (README, Non-finite values): the multi-token forward kernel "
                    "multiplies one v tile for all the tokens of a program")
 def test_multi_token_kernel_keeps_an_inf_value_to_its_readers():
-    from nsa_triton_sel.kernels import launch
+    from nsa_triton_sel.kernels import direct
 
     q, k, v = problem(torch.float16, T=16, S=8, h=16)
     v[0, 0, 0] = float("inf")
     r = torch.tensor([[4, 8]] * 7 + [[0, 8]], dtype=torch.int32).view(1, 8, 1, 1, 2)  # only token 7 reads key 0
-    out = launch.sel_attn_tokens(q, k, v, r, tokens=4)
+    out = direct.sel_attn_tokens(q, k, v, r, tokens=4)
     assert torch.isfinite(out[0, :7]).all()
 
 
@@ -198,9 +198,9 @@ def test_bad_span_backward_with_validate_false_is_not_a_kernel_failure(nothing_r
 def test_an_error_the_fallback_shares_is_not_remembered(monkeypatch, every_row_through_triton, nothing_remembered):
     q, k, v = problem(torch.float16)
     r = ranges([[4, 8]], [[0, 6]])
-    monkeypatch.setattr(dispatch, "_kernel_call", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
-    monkeypatch.setattr(dispatch, "_reference_path", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
-    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0))
+    monkeypatch.setattr(op, "forward", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
+    monkeypatch.setattr(api, "_reference", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
+    monkeypatch.setattr(arguments.routes, "route", lambda *a, **kw: arguments.Route("triton", "test", 0))
     with pytest.raises(RuntimeError, match="kernel boom"):
         selection_attention(q, k, v, r, validate=False)
 
@@ -208,8 +208,8 @@ def test_an_error_the_fallback_shares_is_not_remembered(monkeypatch, every_row_t
 def test_a_real_kernel_failure_is_still_remembered(monkeypatch, every_row_through_triton):
     q, k, v = problem(torch.float16)
     r = ranges([[4, 8]], [[0, 6]])
-    monkeypatch.setattr(dispatch, "_kernel_call", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
-    monkeypatch.setattr(dispatch, "route", lambda *a, **kw: dispatch.Route("triton", "test", 0))
+    monkeypatch.setattr(op, "forward", lambda *a: (_ for _ in ()).throw(RuntimeError("kernel boom")))
+    monkeypatch.setattr(arguments.routes, "route", lambda *a, **kw: arguments.Route("triton", "test", 0))
     with pytest.warns(RuntimeWarning, match="kernel boom"):
         out = selection_attention(q, k, v, r)
     assert torch.allclose(out.double(), reference.oracle(q, k, v, r), atol=2e-3)
@@ -221,12 +221,11 @@ def test_backward_error_the_fallback_shares_is_not_remembered(monkeypatch, nothi
     r = ranges([[4, 8]], [[0, 6]])
     out, lse = reference.packed_sdpa(q, k, v, r, return_lse=True)
     monkeypatch.setattr(op.failures, "blocker", lambda *a: None)
-    monkeypatch.setattr(op.backward_plan, "for_call", lambda *a, **kw: None)
-    monkeypatch.setattr(op, "grad", SimpleNamespace(
-        sel_attn_backward=lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("bwd boom"))))
-    monkeypatch.setattr(op, "reference_backward", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
+    monkeypatch.setattr(op, "launch", SimpleNamespace(
+        backward=lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("bwd boom"))))
+    monkeypatch.setattr(op, "_reference_backward", lambda *a: (_ for _ in ()).throw(IndexError("bad input")))
     with pytest.raises(RuntimeError, match="bwd boom"):
-        op.kernel_backward(q, k, v, r, out, lse, torch.ones_like(out), 0.25)
+        op.backward(q, k, v, r, None, 0, 0, False, 1, False, out, lse, torch.ones_like(out), None, 0.25, p=object())
 
 
 # -- item 9: the backward clamps spans like the forward ----------------------------------------

@@ -28,7 +28,7 @@ known_bad._installed_triton = lambda: "3.0.0"
 known_bad._current_arch = lambda: 90
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
-    import nsa_triton_sel.dispatch
+    import nsa_triton_sel.api
 text = " ".join(str(w.message) for w in seen if issubclass(w.category, known_bad.KnownBadTritonWarning))
 assert "triton30-sm90-cumsum" in text and "mma64" not in text, text  # a capped window is mitigated
 from nsa_triton_sel.compat.specs import SPECS

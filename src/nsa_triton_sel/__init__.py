@@ -3,7 +3,7 @@
 The public entry point is :func:`selection_attention`; :mod:`nsa_triton_sel.reference`
 holds the float64 oracle and the packed-SDPA path.  Attributes are imported lazily so
 that ``import nsa_triton_sel.kernels.forward`` (the compile-smoke child processes) does not
-pay for the dispatcher.
+pay for the rest of the library.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {
-    "selection_attention": "nsa_triton_sel.dispatch",
+    "selection_attention": "nsa_triton_sel.api",
     "block_indices_to_ranges": "nsa_triton_sel.contract",
     "oracle": "nsa_triton_sel.reference",
     "packed_sdpa": "nsa_triton_sel.reference",
-    "sel_attn_ranges": "nsa_triton_sel.kernels.launch",
-    "sel_attn_blocks": "nsa_triton_sel.kernels.launch",
-    "sel_attn_tokens": "nsa_triton_sel.kernels.launch",
-    "sel_attn_decode": "nsa_triton_sel.kernels.launch",
-    "sel_attn_fwd_dense": "nsa_triton_sel.kernels.launch",
-    "sel_attn_fwd_varlen": "nsa_triton_sel.kernels.launch",
+    "sel_attn_ranges": "nsa_triton_sel.kernels.direct",
+    "sel_attn_blocks": "nsa_triton_sel.kernels.direct",
+    "sel_attn_tokens": "nsa_triton_sel.kernels.direct",
+    "sel_attn_decode": "nsa_triton_sel.kernels.direct",
+    "sel_attn_fwd_dense": "nsa_triton_sel.kernels.direct",
+    "sel_attn_fwd_varlen": "nsa_triton_sel.kernels.direct",
     "kernel_source_hash": "nsa_triton_sel.provenance",  # which kernels a result is about (the ledger)
 }
 

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from . import caches
+
 THRESHOLDS_ENV = "NSA_SEL_THRESHOLDS_FILE"  # points the dispatcher at another thresholds file
 DEFAULT_MIN_L = 1  # no measurement for this (GPU, Triton release): the kernels take every call
 THRESHOLDS_SCHEMA = 2  # entries keyed by the exact Triton release; schema 1 keyed by minor and guessed a default
@@ -64,7 +66,7 @@ class Flags:
     op: str = "custom"  # NSA_SEL_OP
 
 
-_FLAGS: list[Flags] = []  # the flags of this process, read on first use
+_FLAGS: list[Flags] = caches.register("flags", [])  # the flags of this process, read on first use
 
 
 def flags() -> Flags:
@@ -75,22 +77,13 @@ def flags() -> Flags:
 
 
 def refresh() -> None:
-    """Re-read the flags and the thresholds file, and forget cached devices, plans and routes.
+    """Re-read the flags and the thresholds file, and empty every cache of the runtime (``caches``):
+    devices, routes, plans, prepared launches, remembered kernel failures.
 
     Call it after changing an ``NSA_*`` variable, ``TRITON_INTERPRET`` or the thresholds file
     while the process runs (tests do).  A bad flag raises on the next call, not here.
     """
-    from . import known_bad, plan
-
-    _FLAGS.clear()
-    _load.cache_clear()
-    known_bad._cached.cache_clear()
-    plan.clear_caches()
-    for hook in REFRESH_HOOKS:
-        hook()
-
-
-REFRESH_HOOKS: list = []  # other modules' caches (the dispatcher's routes), cleared by refresh()
+    caches.clear()
 
 
 def read_flags() -> Flags:
@@ -147,6 +140,7 @@ def thresholds_path() -> Path:
 
 @lru_cache(maxsize=8)
 def _load(path: str) -> dict:
+    """The thresholds file at ``path``, parsed and checked (cached: registered as ``thresholds``)."""
     with open(path) as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or data.get("schema") != THRESHOLDS_SCHEMA or not isinstance(data.get("entries"), list):
@@ -160,6 +154,9 @@ def _load(path: str) -> dict:
         if problem:
             raise ValueError(f"{path}: entries[{n}]: {problem}")
     return data
+
+
+caches.register("thresholds", clear=_load.cache_clear, size=lambda: _load.cache_info().currsize)
 
 
 def entry_problem(e) -> str | None:

@@ -23,7 +23,13 @@ from typing import NamedTuple
 import torch
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
-_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+# torch.compiler.is_compiling (torch >= 2.3) is safe to call under Dynamo (it is constant-folded there);
+# every fast path asks it first, before anything a trace could not follow.
+is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+# The largest |scale| accepted: scores are formed in float32 (the kernels, packed SDPA), and with a scale
+# much larger than this an ordinary logit (|q . k| of a few hundred) overflows to inf, which the softmax
+# turns into NaN.  Real models use 1 / sqrt(Dk) or a learnt temperature of order 1.
+MAX_SCALE = 1e6
 REFERENCE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -52,7 +58,7 @@ def _fmt_shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(d) for d in t.shape) + "]"
 
 
-def _require_tensor(name: str, x) -> None:
+def require_tensor(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:
@@ -70,21 +76,24 @@ def resolve_scale(scale, Dk: int) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (numbers.Real, torch.SymFloat)):
         raise TypeError(f"scale must be a real number (float or int) or None, got {type(scale).__name__} "
                         f"{scale!r}; accepted: a finite float, or None for 1/sqrt(Dk)")
-    if isinstance(scale, torch.SymFloat) or _is_compiling():
+    if isinstance(scale, torch.SymFloat) or is_compiling():
         return scale  # a float traced by torch.compile is a graph input: its value is checked in eager calls
     try:
         value = float(scale)
     except OverflowError:  # an int beyond the float range (10**400)
         value = math.inf if scale > 0 else -math.inf
-    if not math.isfinite(value):
-        raise ValueError(f"scale={value!r} is not finite; accepted: a finite float, or None for 1/sqrt(Dk)")
+    if not math.isfinite(value) or abs(value) > MAX_SCALE:
+        what = "is not finite" if not math.isfinite(value) else "is too large (an ordinary score would overflow float32)"
+        raise ValueError(f"scale={value!r} {what}; accepted: a finite float with |scale| <= {MAX_SCALE:g}, or None "
+                         f"for 1/sqrt(Dk)")
     return value
 
 
 def check_block_size(block_size) -> int:
-    """``block_size`` as a positive Python int (any size: conversions clamp it to ``max(T, 1)``)."""
+    """``block_size`` as a positive Python int (any size: conversions clamp it to ``max(T, 1)``).
+    A bool, a float (``8.0``) or a tensor is not an int: ValueError, as for a value <= 0."""
     if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        raise ValueError(f"block_size must be a positive int, got {type(block_size).__name__} {block_size!r}")
     return int(block_size)
 
 
@@ -105,7 +114,7 @@ def _require_rank(name: str, x: torch.Tensor, rank: int, layout: str) -> None:
 def check_qkv(q, k, v, *, allow_fp32: bool = False) -> Dims:
     """Check q, k, v against the contract and return their sizes."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        _require_tensor(name, x)
+        require_tensor(name, x)
     _require_rank("q", q, 5, "[B, S, G, h, Dk]")
     _require_rank("k", k, 4, "[B, G, T, Dk]")
     _require_rank("v", v, 4, "[B, G, T, Dv]")
@@ -160,7 +169,7 @@ def check_ranges(ranges, dims: Dims, device: torch.device, *, validate: bool = T
     ``validate`` the values are checked too: ``0 <= start <= end <= T`` and no two
     non-empty spans of one row overlap.  That costs one host synchronisation.
     """
-    _require_tensor("ranges", ranges)
+    require_tensor("ranges", ranges)
     _require_rank("ranges", ranges, 5, "[B, S, G, n, 2]")
     _require_integer("ranges", ranges)
     B, S, G = dims.B, dims.S, dims.G
@@ -240,7 +249,7 @@ def raise_range_errors(ranges: torch.Tensor, T: int, flags: list) -> None:
 
 def check_positions(positions, B: int, S: int, device) -> None:
     """``positions`` ``[S]``, ``[1, S]`` or ``[B, S]``, integer, on ``device`` (structure only)."""
-    _require_tensor("positions", positions)
+    require_tensor("positions", positions)
     _require_integer("positions", positions)
     if positions.device != device:
         raise ValueError(f"positions is on {positions.device} but block_indices is on {device}")
@@ -251,7 +260,7 @@ def check_positions(positions, B: int, S: int, device) -> None:
 
 def check_block_indices(block_indices) -> None:
     """``block_indices`` ``[B, S, G, n]``, integer (structure only)."""
-    _require_tensor("block_indices", block_indices)
+    require_tensor("block_indices", block_indices)
     _require_rank("block_indices", block_indices, 4, "[B, S, G, n]")
     _require_integer("block_indices", block_indices)
 

@@ -4,7 +4,7 @@ A fact source, not a step of the call: the dispatcher reads it to route a call (
 importable, which GPU for the thresholds file) and the planner to size launches (SMs, the
 compute capability, the rows a known-bad window lets this Triton compile).  Pure Python at
 import (no torch, no triton): :func:`device_of` imports torch when first asked about a device.
-``config.refresh`` forgets what was read (:func:`clear`).
+``config.refresh`` forgets what was read (the ``devices`` cache).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import known_bad
+from . import caches, known_bad
 
 ROWS = 64  # the widest dot M tile the kernels use (h = 64 heads of a group, or TOK x HP rows)
 INTERPRETER_SMS = 8  # the interpreter has no SMs: any small number exercises the split path
@@ -71,7 +71,7 @@ def triton_version() -> str:
     return triton.__version__
 
 
-_DEVICES: dict[tuple[str, int | None], Device] = {}
+_DEVICES: dict[tuple[str, int | None], Device] = caches.register("devices", {})
 
 
 def device_of(device) -> Device:
@@ -93,8 +93,3 @@ def _read_device(device) -> Device:
     props = torch.cuda.get_device_properties(device)
     arch = props.major * 10 + props.minor
     return Device("cuda", arch, props.multi_processor_count, props.name, version, interp, row_cap(version, arch))
-
-
-def clear() -> None:
-    """Forget the devices read so far (``config.refresh`` calls this)."""
-    _DEVICES.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 
+from . import caches
 from .contract import KERNEL_DTYPES
 from .plan.tiles import MAX_HEAD_DIM
 from .plan.tokens import PlanError
@@ -51,8 +52,8 @@ class Failures(dict):
         return result, reason
 
 
-FORWARD = Failures("the Triton selection kernel", "using the packed-SDPA path")
-BACKWARD = Failures("the Triton backward kernels", "using the packed-SDPA gradients")
+FORWARD = caches.register("forward_failures", Failures("the Triton selection kernel", "using the packed-SDPA path"))
+BACKWARD = caches.register("backward_failures", Failures("the Triton backward kernels", "using the packed-SDPA gradients"))
 
 
 def blocker(dev, device, dtype, Dk: int, Dv: int, h: int, failures: Failures) -> str | None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from . import caches
 from ._toml import tomllib
 
 SCHEMA = 1
@@ -165,6 +166,9 @@ def load(path: Path | None = None) -> list[Window]:
 @lru_cache(maxsize=1)
 def _cached() -> tuple[Window, ...]:
     return tuple(load())
+
+
+caches.register("known_bad_windows", clear=_cached.cache_clear, size=lambda: _cached.cache_info().currsize)
 
 
 def matching(version: str, arch: int | None = None, check: str | None = None,

@@ -183,12 +183,12 @@ def packed_sdpa(
     return out, torch.cat(lses).reshape(shape_l).float()
 
 
-def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+def packed_backward(q, k, v, ranges, grad_out, *, scale=None, grad_lse=None, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
     """Gradients ``(dq, dk, dv)`` (float32) of selection attention, by the gather of :func:`packed_sdpa`.
 
     Written out rather than through autograd, so it can run inside an operator's implementation
     (which runs below autograd): per chunk of rows, the softmax ``P`` is recomputed in float32 and
-    ``dS = P * (dO V^T - rowsum(dO * O))``; ``dk``/``dv`` are scattered back with ``index_add_``
+    ``dS = P * (dO V^T - rowsum(dO * O) + dlse)`` (``grad_lse``, the LSE's gradient, optional); ``dk``/``dv`` are scattered back with ``index_add_``
     (on CUDA its order is not deterministic).  One host sync (the longest row).  Empty rows give
     zero gradients.
     """
@@ -216,7 +216,10 @@ def packed_backward(q, k, v, ranges, grad_out, *, scale=None, chunk_bytes: int =
         p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
         p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)  # [r, h, L]; an empty row stays 0
         o = torch.einsum("rhl,rld->rhd", p, vb)
-        ds = p * (torch.einsum("rhd,rld->rhl", go, vb) - (go * o).sum(-1, keepdim=True))
+        delta = (go * o).sum(-1, keepdim=True)
+        if grad_lse is not None:  # d lse / d s = P
+            delta = delta - grad_lse.reshape(R, h, 1)[r0:r1].float()
+        ds = p * (torch.einsum("rhd,rld->rhl", go, vb) - delta)
         dq[r0:r1] = torch.einsum("rhl,rld->rhd", ds, kb) * sc
         flat = ((b_of[r0:r1] * G + g_of[r0:r1]) * T)[:, None] + key  # [r, L] rows of k viewed as [B*G*T]
         w = valid[..., None]  # padding slots add exactly 0 to key 0 (where, not * 0: a NaN row stays its own)

@@ -248,7 +248,7 @@ def test_thresholds_file_that_is_not_one_is_refused(tmp_path):
 def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
     """--write-config for this machine's (GPU, Triton) changes what the dispatcher decides."""
     config = pytest.importorskip("nsa_triton_sel.config")
-    dispatch = pytest.importorskip("nsa_triton_sel.dispatch")
+    arguments = pytest.importorskip("nsa_triton_sel.arguments")
     import triton
 
     from nsa_triton_sel.device import device_of
@@ -273,7 +273,7 @@ def test_written_threshold_reaches_the_dispatcher(tmp_path, monkeypatch):
             cfg.read_text())["entries"][0]["sel_triton_min_L"]
         monkeypatch.setenv(config.THRESHOLDS_ENV, str(cfg))
         config.refresh()  # flags and the thresholds file are read once per process
-        return dispatch.route(q, k, v)
+        return arguments.route_of(q, k, v)
 
     d = decide_with(lambda dist, N, L: 0.8 if L < 256 else 1.5, "on")
     assert d.path == "triton" and d.min_L == 65, d

@@ -32,7 +32,7 @@ class SmokeCase:
     rows: int = 0  # the dot's M: a known-bad window's max_rows skips the case where it is larger
 
 
-def _tile_class(p: plan.Plan, dtype: str) -> tuple:
+def _tile_class(p: plan.Launch, dtype: str) -> tuple:
     """What shapes the compiled code: the dot tile (rows, BLOCK_N, Dk slices), warps and stages.
 
     64-row dots take sm_90's wgmma path, whose instructions (and the layout conversions Triton
@@ -43,7 +43,7 @@ def _tile_class(p: plan.Plan, dtype: str) -> tuple:
             dtype if p.rows >= ROWS else "")
 
 
-def _features(p: plan.Plan, dtype: str) -> set:
+def _features(p: plan.Launch, dtype: str) -> set:
     """Every (constexpr, value) the plan sets, and its dtype: each must be compiled at least once."""
     tag = "tok" if p.kernel == "tokens" else "sel"
     out = {(tag, name, value) for name, value in p.meta.constexprs().items()}
@@ -128,7 +128,7 @@ def smoke_cases(dev: Device | None = None) -> list[SmokeCase]:
 BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
 # Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
 BACKWARD_TYPES = {
-    "LSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
+    "LSE": "*fp32", "DLSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
     "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
     "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
 }

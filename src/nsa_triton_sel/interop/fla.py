@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import dispatch, varlen
+from .. import api, arguments
 from ..contract import require_tensors
 
 
@@ -63,10 +63,9 @@ def parallel_nsa(q, k, v, block_indices, block_counts=None, block_size: int = 64
     if cu_seqlens is None:
         TQ, TK = q.shape[1], k.shape[1]
         positions = None if TQ == TK else torch.arange(TK - TQ, TK, device=q.device)
-        return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, positions=positions, **kw)
+        return api.run(arguments.parse(q, k, v, positions=positions, **kw))
     if isinstance(cu_seqlens, (tuple, list)):
         if len(cu_seqlens) != 2:
             raise ValueError("cu_seqlens as a tuple is (cu_seqlens_q, cu_seqlens_k)")
-        return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, cu_seqlens_q=cu_seqlens[0],
-                           cu_seqlens_k=cu_seqlens[1], **kw)
-    return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, cu_seqlens=cu_seqlens, **kw)
+        return api.run(arguments.parse(q, k, v, cu_seqlens_q=cu_seqlens[0], cu_seqlens_k=cu_seqlens[1], **kw))
+    return api.run(arguments.parse(q, k, v, cu_seqlens=cu_seqlens, **kw))

@@ -19,7 +19,7 @@ Its semantics, as its Triton kernel and its torch reference define them:
 
 from __future__ import annotations
 
-from .. import dispatch, varlen
+from .. import api, arguments
 from ..contract import require_tensors
 
 
@@ -29,6 +29,5 @@ def topk_sparse_attention(q, k, v, topk_idx, block_size: int, cu_seqlens, softma
 
     ``validate`` (not XunhaoLai's): ``False`` skips the value checks and their host sync (hot loops)."""
     require_tensors(3, "(q/k/v [total, heads, D], topk_idx [H, total, k])", q=q, k=k, topk_idx=topk_idx)
-    return varlen.call(dispatch.selection_attention, dispatch.route, q, k, v, block_indices=topk_idx.permute(1, 0, 2),
-                       block_size=block_size, scale=softmax_scale, cu_seqlens=cu_seqlens, validate=validate,
-                       lenient=True)
+    return api.run(arguments.parse(q, k, v, block_indices=topk_idx.permute(1, 0, 2), block_size=block_size,
+                                   scale=softmax_scale, cu_seqlens=cu_seqlens, validate=validate, lenient=True))

@@ -6,10 +6,11 @@ Same contract as the forward (``forward.py``): ``ranges [B, S, G, n, 2]`` of dis
 ``[start, end)`` spans per row ``(b, s, g)``, ``q [B, S, G, h, Dk]``, ``k [B, G, T, Dk]``,
 ``v [B, G, T, Dv]``, ``out``/``grad_out [B, S, G, h, Dv]``, natural-log ``lse [B, S, G, h]``
 (``-inf`` for a row without keys), any strides.  With ``P = softmax(scale * q K^T)`` over a
-row's keys, ``delta = rowsum(dO * O)`` and ``dS = P * (dO V^T - delta)``:
-``dq = scale * dS K``, ``dk = scale * dS^T q``, ``dv = P^T dO``.
+row's keys, ``delta = rowsum(dO * O) - dlse`` (``dlse``: the gradient of the LSE output, 0 when unused;
+``d lse / d s = P``) and ``dS = P * (dO V^T - delta)``: ``dq = scale * dS K``, ``dk = scale * dS^T q``,
+``dv = P^T dO``.
 
-Launched in this order by ``grad.sel_attn_backward``:
+Launched in this order by ``launch.backward``:
 
 - :func:`sel_bwd_dq_kernel`, query-centric and group-centric like the forward: one program
   per (token, group[, head chunk]) with the h heads as the M dimension of ``tl.dot`` (padded
@@ -17,14 +18,17 @@ Launched in this order by ``grad.sel_attn_backward``:
   bounds.  It recomputes ``P`` from the forward's LSE (no second online softmax) and by
   default also computes and stores ``delta`` (the row's O is h x Dv more elements next to
   the dO it reads anyway), so there is no separate preprocessing pass.  With ``LOAD_DELTA``
-  (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.
+  (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.  It
+  subtracts ``dlse`` (loaded per row, a stride-0 zero when the LSE has no gradient) either way.
 - :func:`sel_bwd_dkdv_kernel`, key-centric: the launcher inverts the selection into a CSR
   (for each ``BLOCK_N``-key tile of each ``(b, g)``, the sorted list of reader entries
   ``(token, [lo, hi) within the tile)``, one per (row, span) intersecting the tile) and cuts
   each tile's list into chunks of at most ``chunk`` entries.  One program per chunk keeps its
   K/V tile and its dk/dv accumulators on chip and walks the (entry, head) pairs ``ROWS`` at a
   time, so every MMA is ``BLOCK_N x ROWS x D`` however small h is (``ROWS`` mixes several
-  tokens' heads; h need not divide it).  The keys of the tile are the M dimension.
+  tokens' heads; h need not divide it).  The keys of the tile are the M dimension.  A pair whose q
+  or dO is not finite is isolated where it is loaded (q = dO = 0, LSE = NaN): only the keys it read
+  get NaN.  The reader list is sized from the shapes (``readers.py``): no host read.
 - :func:`sel_bwd_reduce_kernel`: a tile read by more than ``chunk`` entries (a "hot" tile:
   block 0, the local blocks) is split over several programs so it does not serialise the
   launch; those write fp32 partial sums to a workspace, and this kernel adds them up in
@@ -69,6 +73,12 @@ def _at_most_0(x):
     the stored LSE is at most 1.  With logits near 1e8 the fp32 rounding of ``s - lse`` reaches
     tens of units, and ``exp2`` of that overflowed P (fp16 dv inf/off by tens of percent)."""
     return tl.where(x > 0.0, 0.0, x)
+
+
+@triton.jit
+def _finite_rows(x):
+    """``[M]``: whether every element of the row of ``x [M, D]`` is finite (``|x| < inf``: NaN fails too)."""
+    return tl.min((tl.abs(x.to(tl.float32)) < float("inf")).to(tl.int32), 1) > 0
 
 
 @triton.jit
@@ -137,7 +147,7 @@ def _dq_tile(
 
 @triton.jit
 def sel_bwd_dq_kernel(
-    Q, K, V, O, DO, LSE, DELTA, DQ, SPANS,
+    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -145,6 +155,7 @@ def sel_bwd_dq_kernel(
     so_b, so_s, so_g, so_h, so_d,
     sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
     sl_b, sl_s, sl_g, sl_h,
+    sdl_b, sdl_s, sdl_g, sdl_h,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -178,7 +189,10 @@ def sel_bwd_dq_kernel(
         do, delta = _delta(O, DO, b, s, g, offs_h, h, Dv,  # [BLOCK_H, BLOCK_DV], [BLOCK_H]
                            so_b, so_s, so_g, so_h, so_d,
                            sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, BLOCK_DV)
-        tl.store(DELTA + row + offs_h, delta, mask=h_ok)
+    # the LSE's own gradient: d lse / d s = P, so dS = P * (dO V^T - (delta - dlse))
+    dl_row = DLSE + b.to(tl.int64) * sdl_b + s.to(tl.int64) * sdl_s + g.to(tl.int64) * sdl_g
+    delta -= tl.load(dl_row + offs_h * sdl_h, mask=h_ok, other=0.0)  # [BLOCK_H]
+    tl.store(DELTA + row + offs_h, delta, mask=h_ok)  # for the dk/dv kernel
 
     # -- the forward's LSE (P is recomputed from it) and q --
     l_row = LSE + b.to(tl.int64) * sl_b + s.to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
@@ -205,7 +219,7 @@ def sel_bwd_dq_kernel(
         dq2 = dq1
 
     # -- the row's spans, and how many BLOCK_N tiles each one needs (as in the forward) --
-    # Ranges only (grad.py converts block indices), already clamped into [0, T] on the host
+    # Ranges only (the operator converts block indices), already clamped into [0, T] on the device
     # (contract.clamp_ranges), so the kernel needs no seq_len and no _clamp_spans.
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
@@ -241,7 +255,7 @@ def sel_bwd_dq_kernel(
 
 @triton.jit
 def sel_bwd_dq_tok_kernel(
-    Q, K, V, O, DO, LSE, DELTA, DQ, SPANS,
+    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -249,6 +263,7 @@ def sel_bwd_dq_tok_kernel(
     so_b, so_s, so_g, so_h, so_d,
     sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
     sl_b, sl_s, sl_g, sl_h,
+    sdl_b, sdl_s, sdl_g, sdl_h,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     TOK: tl.constexpr,
     HP: tl.constexpr,
@@ -285,9 +300,11 @@ def sel_bwd_dq_tok_kernel(
         o = _gather_rows(O, o_off, r_ok, so_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
         do = _gather_rows(DO, do_off, r_ok, sdo_d, Dv, 0, BLOCK_DV, False)  # [M, BLOCK_DV]
         delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [M]
-        tl.store(DELTA + row, delta, mask=r_ok)
         if DOT_F32:
             do = do.to(tl.float32)
+    # the LSE's own gradient (as in sel_bwd_dq_kernel)
+    delta -= tl.load(DLSE + b64 * sdl_b + tok64 * sdl_s + g64 * sdl_g + r_head * sdl_h, mask=r_ok, other=0.0)
+    tl.store(DELTA + row, delta, mask=r_ok)  # for the dk/dv kernel
     # -- the forward's LSE and q --
     lse2 = _log2_lse(  # [M]
         tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
@@ -302,7 +319,7 @@ def sel_bwd_dq_tok_kernel(
     v_row = V + b64 * sv_b + g64 * sv_g
 
     # -- spans of all TOK tokens; padding and tokens past S are empty --
-    # The host clamped the ranges into [0, T] (grad.py), so only end >= start is enforced here.
+    # The ranges were clamped into [0, T] (contract.clamp_ranges), so only end >= start is enforced here.
     r_base = SPANS + b64 * sr_b + g64 * sr_g
     offs_t = tl.arange(0, TOK)  # [TOK]
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
@@ -444,11 +461,21 @@ def sel_bwd_dkdv_kernel(
         lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
         # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
         delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
+        if DK2 > 0:
+            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
+            finite = _finite_rows(q1) & _finite_rows(q2) & _finite_rows(do)  # [ROWS]
+            q2 = tl.where(finite[:, None], q2, tl.zeros_like(q2))
+        else:
+            finite = _finite_rows(q1) & _finite_rows(do)  # [ROWS]
+        # A pair whose q or dO is not finite is isolated: q = dO = 0 and LSE = NaN, so only the keys it read
+        # get NaN (as in exact arithmetic), not the tile's other keys (their P^T is 0, and 0 * inf is NaN).
+        q1 = tl.where(finite[:, None], q1, tl.zeros_like(q1))
+        do = tl.where(finite[:, None], do, tl.zeros_like(do))
+        lse2 = tl.where(finite, lse2, float("nan"))
 
         # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
         st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
         if DK2 > 0:
-            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
             st += tl.dot(k2, tl.trans(q2))
         inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
         # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --

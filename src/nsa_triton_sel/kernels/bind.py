@@ -15,7 +15,8 @@ binding was most of its host time.  :class:`Bound` skips it for a call shape see
    the launch metadata and hooks (3.5+ passes its empty ``HookChain`` objects and builds launch
    metadata for them on every launch).
 
-A shape is everything Triton specialises on: the plan (constexprs, warps, stages), every integer
+A shape is everything Triton specialises on: the launch plan (constexprs, warps, stages; plans are
+frozen dataclasses, compared by value), every integer
 argument's value, each tensor's dtype and 16-byte alignment, and the device.  Anything unexpected
 (a recording that does not match, a launcher Triton does not expose, an exception) disables the
 binding for that kernel and records why (:func:`report`); the launch then stays ``JITFunction.run``,
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 import torch
 
+from .. import caches
+
 ENABLED = True  # tests and benchmarks switch it off to compare with JITFunction.run
 MAX_SHAPES = 4096  # per kernel; past it the table is cleared (shapes churn, the binding no longer pays)
-_ALL: dict = {}  # JITFunction -> Bound
+_ALL: dict = caches.register("bound_launchers", {})  # JITFunction -> Bound
 
 
 def _hook_holders():
@@ -96,6 +99,8 @@ class Bound:
         self.name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
         self.shapes: dict = {}
         self.off: str | None = None  # why this kernel launches through JITFunction.run
+        if type(fn).__name__ == "InterpretedFunction":  # TRITON_INTERPRET=1 when the kernel was decorated
+            self.off = "the Triton interpreter runs this kernel"
         self.bound_launches = 0
         self._stream = None
         self._device = None
@@ -137,7 +142,7 @@ class Bound:
             drv = triton.runtime.driver.active
             self._stream, self._device = drv.get_current_stream, drv.get_current_device
             self._hooks = _hook_holders()
-        spec = [id(plan), self._device()]
+        spec = [plan, self._device()]
         for a in args:
             if type(a) is int:
                 spec.append(a)
@@ -217,8 +222,3 @@ def report() -> dict[str, str]:
             n = sum(type(e) is _Launcher for e in b.shapes.values())
             out[b.name] = f"bound launcher: {n} shape(s), {b.bound_launches} bound launch(es)"
     return out
-
-
-def clear() -> None:
-    """Forget every recorded launch (and every reason a kernel was not bound)."""
-    _ALL.clear()

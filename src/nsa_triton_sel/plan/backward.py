@@ -1,8 +1,9 @@
 """The backward's launch plan: tiles, warps, stages, chunks and the multi-token dq kernel.
 
-Pure Python (no torch, no triton), like :mod:`.tiles`: the launcher (``kernels/grad.py``), the
+Pure Python (no torch, no triton), like :mod:`.tiles`: the launcher (``kernels/launch.py``), the
 compile-smoke registry (``compat/variants.py``) and the tests read the same numbers from here.
-:func:`for_call` is what the operator's backward asks; :func:`backward_meta` the explicit form.
+:func:`backward_meta` is the one entry: ``plan.plan_call`` asks it for the operator's plan (with the
+multi-token dq kernel where the forward took the multi-token kernel), ``kernels/direct.py`` with overrides.
 
 The defaults for h = 16, Dk = Dv <= 128 are the best of ``bench/train_nsa.py --sweep`` on the
 H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K; bench/results/h100-train/sweep8k.log):
@@ -199,16 +200,3 @@ def chunk_size(entries: int, programs: int, rows_per_step: int, h: int) -> int:
     c = min(CHUNK_MAX, max(CHUNK_MIN, c))
     step = max(1, rows_per_step // h) if rows_per_step % h == 0 else 1
     return -(-c // step) * step
-
-
-def for_call(q_shape: tuple, Dv: int, ranges, *, dev, dot_f32: bool) -> BackwardMeta:
-    """The backward of one operator call on ``dev`` (a ``device.Device``): the row cap of its known-bad
-    windows, and the multi-token dq kernel where neighbouring tokens share their spans (the question the
-    forward's plan asked, :func:`.tokens.decide_tokens`): then they share the dq kernel's K/V tiles too."""
-    from .tokens import decide_tokens
-
-    B, S, G, h, Dk = q_shape
-    shared = decide_tokens(0, ranges, h, S, dev) > 1
-    dq_tokens = dq_tokens_per_program(h, dev.max_rows) if shared else 0
-    return backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(ranges.shape[3], 1), dot_f32=dot_f32,
-                         max_rows=dev.max_rows, dq_tokens=dq_tokens or None)

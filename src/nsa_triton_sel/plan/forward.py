@@ -1,8 +1,8 @@
 """The forward's launch plan: which kernel runs a call, and with which configuration.
 
-From the sizes of a call, its span layout and the device, :func:`for_call` (what the operator
-asks), :func:`selection` (the 5-D contract, explicit choices) and :func:`packed` (the seeds'
-packed layouts) return a :class:`Plan`:
+From the sizes of a call, its span layout and the device, :func:`selection` (the 5-D contract,
+explicit choices; ``plan.plan_call`` asks it for the operator) and :func:`packed` (the seeds' packed
+layouts) return a :class:`Launch`:
 
 - which kernel: the single-token kernel, its split-L decode form (:func:`use_decode`) or the
   multi-token kernel (tokens per program: :mod:`.tokens`);
@@ -18,12 +18,12 @@ signature, so a repeated call costs a dict lookup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .. import caches
 from ..device import ROWS, Device
 from . import tiles as M
-from .tokens import decide_tokens
 
 # Each extra split adds one partial result that the merge kernel reads in a serial loop
 # (about 0.4 us per split on the H100), while a decode row selects only L keys (16 blocks of
@@ -35,14 +35,22 @@ MAX_DECODE_SPLITS = 4
 
 
 @dataclass(frozen=True)
-class Plan:
-    """One launch: the kernel, its constexprs and launch options, and its grid."""
+class Launch:
+    """One forward launch: the kernel, its constexprs and launch options, and its grid.  Hashed once (the
+    bound launcher keys every launch by it)."""
 
     kernel: str  # "ranges", "decode" (split-L), "tokens", "dense" or "varlen"
     meta: M.KernelMeta | M.TokMeta
     grid: tuple[int, int]
     num_splits: int = 1  # decode: programs per row (the merge kernel runs on the rows' grid)
     merge_grid: tuple[int, int] | None = None
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.kernel, self.meta, self.grid, self.num_splits, self.merge_grid)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def rows(self) -> int:
@@ -74,7 +82,7 @@ def selection(
     dev: Device, span_mode: int = M.MODE_RANGES, has_pos: bool = False, has_lse: bool = True,
     per_head: bool = False, tokens: int = 1, decode: bool | None = None, num_splits: int | None = None,
     dot_f32: bool = False, tune: tuple = (),
-) -> Plan:
+) -> Launch:
     """The launch of one selection call (``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``n`` spans a row).
 
     ``tokens > 1`` picks the multi-token kernel (ranges only: the caller converts block indices);
@@ -88,7 +96,7 @@ def selection(
             raise ValueError("the multi-token kernel reads ranges; convert block indices first")
         meta = M.tok_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), has_lse=has_lse, dot_f32=dot_f32,
                           tokens=tokens, max_rows=cap, **opts)
-        return Plan("tokens", meta, (B * cdiv(S, meta.TOK), G))
+        return Launch("tokens", meta, (B * cdiv(S, meta.TOK), G))
     if decode is None:
         decode = use_decode(B, S, G, h, per_head, dev) or num_splits is not None
     if not decode:
@@ -98,17 +106,17 @@ def selection(
                          per_head=per_head, dot_f32=dot_f32, has_pos=has_pos, max_rows=cap, **opts)
     n_hc = cdiv(h, meta.BLOCK_H)
     if not decode:
-        return Plan("ranges", meta, (B * S, G * n_hc))
+        return Launch("ranges", meta, (B * S, G * n_hc))
     if num_splits is None:
         num_splits = decode_splits(B * S * G * n_hc, T, meta.BLOCK_N, dev.sm_count)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    return Plan("decode", meta, (B * S * num_splits, G * n_hc), num_splits, (B * S, G * n_hc))
+    return Launch("decode", meta, (B * S * num_splits, G * n_hc), num_splits, (B * S, G * n_hc))
 
 
 @lru_cache(maxsize=256)
 def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: Device, has_lse: bool,
-           dot_f32: bool = False, tune: tuple = ()) -> Plan:
+           dot_f32: bool = False, tune: tuple = ()) -> Launch:
     """The launch of the seeds' packed layouts: ``MODE_DENSE`` (rows of ``L`` keys) or ``MODE_CU``."""
     opts = dict(tune)
     cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
@@ -117,17 +125,8 @@ def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: D
         opts.setdefault("keys_hint", L)
     meta = M.kernel_meta(mode=mode, h=H, Dk=Dk, Dv=Dv, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap, **opts)
     kernel = "dense" if mode == M.MODE_DENSE else "varlen"
-    return Plan(kernel, meta, (N, cdiv(H, meta.BLOCK_H)))
+    return Launch(kernel, meta, (N, cdiv(H, meta.BLOCK_H)))
 
 
-def for_call(q_shape: tuple, T: int, Dv: int, spans, *, dev: Device, blocks: bool, has_pos: bool, has_lse: bool,
-             per_head: bool, tokens: int, dot_f32: bool, traced: bool = False) -> Plan:
-    """The plan of one operator call: decode or not, tokens per program (``tokens`` 0: decide from the
-    spans, see :func:`.tokens.decide_tokens`; a forced count is checked there), then :func:`selection`.
-    ``traced`` (the triton_op path under torch.compile) cannot read the spans: there "decide" means one."""
-    B, S, G, h, Dk = q_shape
-    decode = use_decode(B, S, G, h, per_head, dev)
-    tok = 1 if traced and tokens == 0 else decide_tokens(tokens, spans, h, S, dev, single=per_head or decode)
-    return selection(B, S, G, h, Dk, Dv, T, spans.shape[3], dev=dev, span_mode=M.MODE_BLOCKS if blocks and tok == 1
-                     else M.MODE_RANGES, has_pos=has_pos and tok == 1, has_lse=has_lse, per_head=per_head,
-                     tokens=tok, decode=decode, dot_f32=dot_f32)
+for _fn in (selection, packed):
+    caches.register(f"launches_{_fn.__name__}", clear=_fn.cache_clear, size=lambda f=_fn: f.cache_info().currsize)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import caches
+
 
 SHARE_MIN = 0.5
 
@@ -42,7 +44,7 @@ class _Probe:
     shared: bool | None = None  # the answer in use
 
 
-_PROBES: dict[tuple, _Probe] = {}
+_PROBES: dict[tuple, _Probe] = caches.register("share_probes", {})
 
 
 def _key(spans) -> tuple:
@@ -74,7 +76,3 @@ def _shared_async(spans: torch.Tensor) -> bool:
         probe.event.synchronize()
         probe.shared, probe.pending = float(probe.host[0]) >= SHARE_MIN, False
     return probe.shared
-
-
-def clear() -> None:
-    _PROBES.clear()

@@ -1,9 +1,9 @@
 """Tokens per program: one, a forced count, or as many as share their selections.
 
-:func:`decide_tokens` is the one place this is decided: the forward's plan asks it, and the
-backward's plan asks it the same question (the multi-token dq kernel).  Whether neighbouring tokens share their spans is
-measured on the device without a host sync (:mod:`.share`, imported only when asked: this module
-stays free of torch).
+:func:`static_tokens` (from the shapes) and :func:`choose_tokens` (from the spans) are the one place this is
+decided, for the forward and for the backward's multi-token dq kernel alike (``plan.plan_call`` asks them
+once per call).  Whether neighbouring tokens share their spans is measured on the device without a host
+sync (:mod:`.share`, imported only when asked: this module stays free of torch).
 """
 
 from __future__ import annotations
@@ -29,26 +29,25 @@ def auto_tokens(h: int, S: int, dev: Device) -> int:
     return tok if tok > 1 and S >= 2 * tok else 1
 
 
-def decide_tokens(requested: int, spans, h: int, S: int, dev: Device, *, single: bool = False) -> int:
-    """Tokens per program of a call: ``requested`` 1 or N (``NSA_SEL_TRITON_TOKENS``; N is checked here),
-    0 = the multi-token count when neighbouring tokens share their spans (:func:`choose_tokens`), else 1.
-    ``single`` (per-head programs, split-L decode, a traced launch): always 1."""
+def static_tokens(requested: int, h: int, S: int, dev: Device, *, single: bool = False) -> tuple[int, int]:
+    """Tokens per program known from the shapes alone: ``(tokens, candidate)``.  ``tokens`` > 0 is the answer
+    (``requested`` 1 or N from ``NSA_SEL_TRITON_TOKENS``, N checked here; ``single``: per-head programs,
+    split-L decode or a traced launch take 1); ``tokens`` 0 means "``candidate`` tokens if neighbouring tokens
+    share their spans, else 1" (:func:`choose_tokens` measures that per call)."""
     if single or requested == 1:
-        return 1
+        return 1, 1
     if requested > 1:
         problem = tokens_problem(requested, h, dev)
         if problem:
             raise PlanError(f"NSA_SEL_TRITON_TOKENS={requested} cannot run these inputs: {problem}; "
                             f"accepted here: auto, 1, or such a power of two")
-        return 1 if S == 1 else requested  # one query position: nothing to share
-    return choose_tokens(spans, h, dev)
+        return (1 if S == 1 else requested), 1  # one query position: nothing to share
+    candidate = auto_tokens(h, S, dev)
+    return (0, candidate) if candidate > 1 else (1, 1)
 
 
-def choose_tokens(spans, h: int, dev: Device) -> int:
-    """The multi-token count when neighbouring tokens share their spans (measured by :mod:`.share`), else 1."""
-    tok = auto_tokens(h, spans.shape[1], dev)
-    if tok == 1:
-        return 1
+def choose_tokens(spans, candidate: int) -> int:
+    """``candidate`` when neighbouring tokens share their spans (measured by :mod:`.share`), else 1."""
     from .share import shared  # imports torch: only when a call gets here
 
-    return tok if shared(spans) else 1
+    return candidate if shared(spans) else 1

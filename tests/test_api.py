@@ -1,4 +1,4 @@
-"""The dispatcher: every flag's effect, the thresholds file reaching the decision, fallbacks.
+"""The public function (``api.py``) and its route: every flag's effect, the thresholds file reaching the decision, fallbacks.
 
 Runs on the CPU with the Triton interpreter (conftest sets TRITON_INTERPRET=1 there).
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernel_checks import check_against_oracle
-from nsa_triton_sel import config, device, dispatch, failures, known_bad, reference, selection_attention
+from nsa_triton_sel import arguments, config, device, failures, known_bad, reference, selection_attention
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem
 
@@ -98,8 +98,8 @@ def test_group_flag_selects_per_head_programs(monkeypatch, spy):
     from nsa_triton_sel import op
 
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
-    asked, real = [], op.plan.for_call
-    monkeypatch.setattr(op.plan, "for_call", lambda *a, **kw: asked.append(kw["per_head"]) or real(*a, **kw))
+    asked, real = [], op.plan.plan_call
+    monkeypatch.setattr(op.plan, "plan_call", lambda *a, **kw: asked.append(kw["per_head"]) or real(*a, **kw))
     p = problem(h=20)
     selection_attention(p.q, p.k, p.v, p.ranges)
     monkeypatch.setenv("NSA_SEL_TRITON_GROUP", "0")
@@ -113,7 +113,7 @@ def test_force_parity_takes_reference_path(monkeypatch, spy):
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     monkeypatch.setenv("NSA_FORCE_PARITY", "1")
     p = problem()
-    assert dispatch.route(p.q, p.k, p.v).path == "reference"
+    assert arguments.route_of(p.q, p.k, p.v).path == "reference"
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, return_lse=True)
     assert spy == [] and out.dtype == p.v.dtype
     check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="reference path")
@@ -163,19 +163,19 @@ def test_thresholds_file_reaches_the_decision(monkeypatch, tmp_path, spy):
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     p = problem()
     write_thresholds(path, 1, installed_release())
-    d = dispatch.route(p.q, p.k, p.v)
+    d = arguments.route_of(p.q, p.k, p.v)
     assert (d.path, d.min_L) == ("triton", 1) and "measured for cpu" in d.reason
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
     write_thresholds(path, None, installed_release())
     config.refresh()  # the thresholds file is read once per process
-    d = dispatch.route(p.q, p.k, p.v)
+    d = arguments.route_of(p.q, p.k, p.v)
     assert d.path == "sdpa" and "null" in d.reason
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert len(spy) == 1
     # The environment variable overrides the file.
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "7")
-    assert dispatch.route(p.q, p.k, p.v).min_L == 7
+    assert arguments.route_of(p.q, p.k, p.v).min_L == 7
 
 
 @pytest.mark.parametrize("gpu, release", [("cpu", "2.9.0"), ("cpu", "OTHER-MINOR"), ("NVIDIA A100-SXM4-80GB", "SAME")])
@@ -188,7 +188,7 @@ def test_another_gpus_or_releases_entry_never_applies(monkeypatch, tmp_path, gpu
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     write_thresholds(path, None, release, gpu=gpu)  # "keep Triton off" measured elsewhere
     p = problem()
-    d = dispatch.route(p.q, p.k, p.v)
+    d = arguments.route_of(p.q, p.k, p.v)
     assert (d.path, d.min_L) == ("triton", config.DEFAULT_MIN_L) == ("triton", 1)
     assert "default" in d.reason and "no measurement for cpu" in d.reason
 
@@ -210,7 +210,7 @@ def test_a_thresholds_entry_that_could_move_rows_without_evidence_is_refused(mon
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     p = problem()
     with pytest.raises(ValueError, match="entries\\[0\\]: .*" + problem_text.replace("(", "\\(")):
-        dispatch.route(p.q, p.k, p.v)
+        arguments.route_of(p.q, p.k, p.v)
 
 
 def test_a_schema_1_thresholds_file_is_refused_with_what_to_do(monkeypatch, tmp_path):
@@ -219,7 +219,7 @@ def test_a_schema_1_thresholds_file_is_refused_with_what_to_do(monkeypatch, tmp_
     monkeypatch.setenv("NSA_SEL_THRESHOLDS_FILE", str(path))
     p = problem()
     with pytest.raises(ValueError, match="schema 2 .*found schema 1.*re-measure"):
-        dispatch.route(p.q, p.k, p.v)
+        arguments.route_of(p.q, p.k, p.v)
 
 
 def test_the_shipped_thresholds_file_loads_and_moves_no_row_anywhere():
@@ -231,7 +231,7 @@ def test_the_shipped_thresholds_file_loads_and_moves_no_row_anywhere():
 def test_the_debug_log_names_the_entry_or_default_that_applied(caplog):
     p = problem()
     with caplog.at_level(logging.DEBUG, logger="nsa_triton_sel"):
-        dispatch.route(p.q, p.k, p.v)
+        arguments.route_of(p.q, p.k, p.v)
     assert "sel_triton_min_L=1" in caplog.text and "default: thresholds.json has no measurement for cpu" in caplog.text
 
 
@@ -244,16 +244,18 @@ UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.0"), ("NVIDIA H100 80GB HBM3", 
 def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, arch, release):
     """Issue 26: Triton 3.7.1 on the H100 (and every GPU but cc 9.0) got the old default 4096, so
     every NSA row (16 x 64 = 1024 keys) went through packed SDPA, 400-600x slower."""
-    from nsa_triton_sel import op
 
     dev = device.Device("cpu", arch, 132, gpu, release, True)  # the interpreter runs it, named as that GPU
-    monkeypatch.setattr(dispatch, "device_of", lambda device: dev)  # the route (the thresholds entry)
-    monkeypatch.setattr(op, "device_of", lambda device: dev)  # the plan
+    from nsa_triton_sel.arguments import route
+    from nsa_triton_sel.plan import call
+
+    monkeypatch.setattr(route, "device_of", lambda device: dev)  # the route (the thresholds entry)
+    monkeypatch.setattr(call, "device_of", lambda device: dev)  # the plan
     p = problem(B=1, S=2, G=1, h=2, Dk=16, Dv=16, T=1024 + 64, n=16, empty_frac=0.0)
     blocks = torch.randperm(16, generator=torch.Generator().manual_seed(0))
     start = (blocks * 64).to(torch.int32)  # an NSA row: 16 blocks of 64 keys, 1024 keys
     ranges = torch.stack([start, start + 64], -1).expand(1, 2, 1, 16, 2).contiguous()
-    r = dispatch.route(p.q, p.k, p.v)
+    r = arguments.route_of(p.q, p.k, p.v)
     assert (r.path, r.min_L) == ("triton", 1), r
     assert f"no measurement for {gpu} with Triton {release.split('+')[0]}" in r.reason
     out = selection_attention(p.q, p.k, p.v, ranges)
@@ -266,7 +268,7 @@ def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, ar
     ("NSA_FORCE_PARITY=1", lambda mp, p: mp.setenv("NSA_FORCE_PARITY", "1"), "NSA_FORCE_PARITY=1"),
     ("fp32", lambda mp, p: None, "dtype torch.float32"),
     ("head dims", lambda mp, p: None, "head dims Dk=320"),
-    ("no triton", lambda mp, p: mp.setattr(dispatch, "device_of", lambda d: device.Device(
+    ("no triton", lambda mp, p: mp.setattr(arguments.route, "device_of", lambda d: device.Device(
         "cpu", None, 1, "cpu", "", True)), "triton is not importable"),
     ("earlier failure", lambda mp, p: failures.FORWARD.__setitem__(
         failures.key(p.q.device, p.q.dtype, 32, 32, 3), "boom"), "failed earlier for this configuration"),
@@ -278,9 +280,9 @@ def test_each_fallback_to_sdpa_names_its_reason(monkeypatch, tmp_path, spy, why,
     kw = {"fp32": dict(dtype=torch.float32), "head dims": dict(Dk=320)}.get(why, {})
     p = problem(**kw)
     p.path = tmp_path / "thresholds.json"
-    setup(monkeypatch, p)
-    config.refresh()
-    r = dispatch.route(p.q, p.k, p.v)
+    config.refresh()  # (a refresh also forgets remembered kernel failures: it comes first)
+    setup(monkeypatch, p)  # its setenv re-reads the flags
+    r = arguments.route_of(p.q, p.k, p.v)
     assert r.path in ("sdpa", "reference") and reason in r.reason, r
     selection_attention(p.q, p.k, p.v, p.ranges)
     assert spy == []
@@ -306,7 +308,7 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
         out2 = selection_attention(p.q, p.k, p.v, p.ranges)
     assert calls == [1], "a failed configuration must not be retried"
     assert torch.equal(out, out2)
-    assert "failed earlier" in dispatch.route(p.q, p.k, p.v).reason
+    assert "failed earlier" in arguments.route_of(p.q, p.k, p.v).reason
     # Another configuration (other h) is still tried.
     p2 = problem(h=2)
     with pytest.warns(RuntimeWarning):
@@ -316,14 +318,11 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
 
 def test_requires_grad_goes_through_the_kernels_and_their_backward(monkeypatch, spy, caplog):
     """Training inputs take the kernel path (its autograd is the backward kernels), not packed SDPA."""
-    from nsa_triton_sel import op
-    from nsa_triton_sel.kernels import grad
-
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     monkeypatch.setenv("NSA_DEBUG_SHAPES", "1")
     calls = []
-    real = grad.sel_attn_backward
-    monkeypatch.setattr(grad, "sel_attn_backward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = launch.backward
+    monkeypatch.setattr(launch, "backward", lambda *a, **k: calls.append(1) or real(*a, **k))
     p = problem()
     q = p.q.clone().requires_grad_(True)
     with caplog.at_level(logging.INFO, logger="nsa_triton_sel"):
@@ -331,12 +330,10 @@ def test_requires_grad_goes_through_the_kernels_and_their_backward(monkeypatch, 
     assert out.grad_fn is not None and "-> triton" in caplog.text
     out.float().sum().backward()
     assert calls == [1] and q.grad is not None and torch.isfinite(q.grad).all()
-    assert op.backward is op.kernel_backward
 
 
 def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
     from nsa_triton_sel import op
-    from nsa_triton_sel.kernels import grad
 
     monkeypatch.setenv("NSA_SEL_TRITON_MIN_L", "0")
     monkeypatch.setattr(failures, "BACKWARD", failures.Failures("the Triton backward kernels", "instead"))
@@ -346,7 +343,7 @@ def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
         calls.append(1)
         raise RuntimeError("simulated backward kernel failure")
 
-    monkeypatch.setattr(grad, "sel_attn_backward", boom)
+    monkeypatch.setattr(launch, "backward", boom)
     p = problem()
 
     def grads():
@@ -360,8 +357,8 @@ def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
         warnings.simplefilter("error")
         second = grads()  # remembered: no retry, no second warning
     assert calls == [1]
-    want = op.reference_backward(p.q, p.k, p.v, p.ranges, None, None, torch.ones(p.q.shape[:4] + (p.v.shape[-1],),
-                                 dtype=p.q.dtype), 1.0 / p.q.shape[-1] ** 0.5)
+    want = op._reference_backward(p.q, p.k, p.v, p.ranges, torch.ones(p.q.shape[:4] + (p.v.shape[-1],),
+                                  dtype=p.q.dtype), torch.zeros(p.q.shape[:4]), 1.0 / p.q.shape[-1] ** 0.5)
     for a, b, c in zip(first, second, want):
         assert torch.equal(a, b) and torch.allclose(a.float(), c.float(), atol=1e-3)
 

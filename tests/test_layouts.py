@@ -1,5 +1,5 @@
 """``selection_attention`` with packed batches (``cu_seqlens``, ``cu_seqlens_q``/``cu_seqlens_k``) and the
-``[B, T, HQ, D]`` / ``[T, HQ, D]`` layouts (``varlen.py``): packed calls equal per-sequence calls, the
+``[B, T, HQ, D]`` / ``[T, HQ, D]`` layouts (``arguments/layouts.py``): packed calls equal per-sequence calls, the
 layouts are views, no row reads across its sequence's boundary (validated: errors name the row), and
 the Triton kernels (interpreter) agree with float64 forward and backward on packed batches."""
 
@@ -12,7 +12,7 @@ import torch
 
 import peer_refs
 from nsa_triton_sel import selection_attention
-from nsa_triton_sel.varlen import layout
+from nsa_triton_sel.arguments.layouts import layout_of
 
 CU = [0, 5, 5, 45, 83]
 BS = 16
@@ -35,10 +35,10 @@ def _per_sequence(q, k, v, spans, cu, **kw):
     for a, b in zip(cu[:-1], cu[1:]):
         if b == a:
             continue
-        lay = layout(q[a:b], k[a:b], v[a:b])
+        q5, k5, v5 = layout_of(q[a:b], k[a:b], v[a:b]).native(q[a:b], k[a:b], v[a:b])
         s = spans[a:b][None]
         key = "block_indices" if s.dim() == 4 else "ranges"
-        outs.append(selection_attention(lay.q, lay.k, lay.v, **{key: s}, **kw, backend="oracle").flatten(2, 3)[0])
+        outs.append(selection_attention(q5, k5, v5, **{key: s}, **kw, backend="oracle").flatten(2, 3)[0])
     return torch.cat(outs)
 
 
@@ -77,18 +77,36 @@ def test_layouts_are_views_and_match_the_native_call():
     g = _gen(3)
     q, k, v = torch.randn(2, 9, 6, 8, generator=g), torch.randn(2, 9, 3, 8, generator=g), torch.randn(2, 9, 3, 5,
                                                                                                       generator=g)
-    lay = layout(q, k, v)
-    for a, b in ((lay.q, q), (lay.k, k), (lay.v, v)):
+    q5, k5, v5 = layout_of(q, k, v).native(q, k, v)
+    for a, b in ((q5, q), (k5, k), (v5, v)):
         assert a.data_ptr() == b.data_ptr() and a._base is not None  # a view, no copy
-    assert lay.q.shape == (2, 9, 3, 2, 8) and lay.k.shape == (2, 3, 9, 8)
+    assert q5.shape == (2, 9, 3, 2, 8) and k5.shape == (2, 3, 9, 8)
     idx = torch.tensor([0, -1]).expand(2, 9, 3, 2)
     out, lse = selection_attention(q, k, v, block_indices=idx, block_size=4, backend="oracle", return_lse=True)
-    ref, ref_lse = selection_attention(lay.q, lay.k, lay.v, block_indices=idx, block_size=4, backend="oracle",
+    ref, ref_lse = selection_attention(q5, k5, v5, block_indices=idx, block_size=4, backend="oracle",
                                        return_lse=True)
     assert out.shape == (2, 9, 6, 5) and lse.shape == (2, 9, 6)
     assert torch.equal(out, ref.flatten(2, 3)) and torch.equal(lse, ref_lse.flatten(2, 3))
     out3 = selection_attention(q[1], k[1], v[1], block_indices=idx[1], block_size=4, backend="oracle")
     assert torch.equal(out3, out[1])
+
+
+def test_a_new_layout_is_one_table_entry(monkeypatch):
+    """Adding a layout is one entry of ``layouts.LAYOUTS``: here ``q [T, Dk]`` with ``k/v [T, D]`` (one head)."""
+    from nsa_triton_sel.arguments import layouts
+
+    single = layouts.Layout("[T, Dk]", "[T, D]",
+                            native=lambda q, k, v: (q[None, :, None, None], k[None, None], v[None, None]),
+                            spans=lambda x: x if x is None else x[None, :, None],
+                            back=lambda o, l: (o[0, :, 0, 0], None if l is None else l[0, :, 0, 0]))
+    monkeypatch.setitem(layouts.LAYOUTS, 2, single)
+    q, k, v = _packed(HQ=1, H=1)
+    idx = torch.tensor([0, 2, -1]).expand(CU[-1], 3)
+    got, lse = selection_attention(q[:, 0], k[:, 0], v[:, 0], block_indices=idx, block_size=BS, backend="oracle",
+                                   return_lse=True)
+    want, want_lse = selection_attention(q, k, v, block_indices=idx[:, None], block_size=BS, backend="oracle",
+                                         return_lse=True)
+    assert torch.equal(got, want[:, 0]) and torch.equal(lse, want_lse[:, 0])
 
 
 def test_meta_tensors_give_the_shapes():
@@ -206,26 +224,25 @@ def test_interp_packed_forward_and_backward(seed):
 @INTERP_ONLY
 @pytest.mark.usefixtures("every_row_through_triton")
 def test_interp_packed_decode_takes_the_decode_kernel():
-    from nsa_triton_sel import plan
+    from nsa_triton_sel.kernels import launch
 
     cu_q, cu_k = [0, 1, 2], [0, 200, 450]
     q, k, v, idx = _fp16_case(3, cu_q, cu_k, S=4, extra=False)
     calls = []
-    orig = plan.for_call
+    orig = launch.launch
 
-    def spy(q_shape, *a, **kw):
-        calls.append(q_shape[:2])  # (B, S) of the launch
-        return orig(q_shape, *a, **kw)
+    def spy(p, q5, *a, **kw):
+        calls.append((p.kernel, tuple(q5.shape[:2])))  # the kernel and (B, S) of the launch
+        return orig(p, q5, *a, **kw)
 
-    plan.for_call = spy
+    launch.launch = spy
     try:
         out = selection_attention(q, k, v, block_indices=idx, block_size=BS, cu_seqlens_q=torch.tensor(cu_q),
                                   cu_seqlens_k=torch.tensor(cu_k))
     finally:
-        plan.for_call = orig
+        launch.launch = orig
     assert (out.double() - peer_refs.fla(q, k, v, idx, None, BS, cu_q, cu_k)).abs().max() < 4e-3
-    # (a signature's first decode call asks the plan twice: once to launch, once for the express lane)
-    assert calls and set(calls) == {(2, 1)}, f"plans (B, S): {calls}; expected one row per batch entry (the decode view)"
+    assert calls == [("decode", (2, 1))], f"launches: {calls}; expected one row per batch entry (the packed rows as a batch)"
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

@@ -1,20 +1,67 @@
-"""``validate=True`` for packed batches: cu_seqlens, and that no row reads across its sequence's boundary.
+"""``validate=True``: the values of the spans (and cu_seqlens), read with one host sync, before or beside the kernel.
 
-The flags are computed on the device from the sequence-local spans and read with one host sync.
-On the Triton path (CUDA) that read waits only for the checks, after the kernel has been enqueued
-behind them, as ``checks.start_beside`` does for fixed-length calls: the conversion already clamps
-every row into its own sequence, so bad values cannot make the kernel read another sequence's keys,
-and the call raises before it returns.  Elsewhere (the packed-SDPA paths gather by index) the checks
-are read before the call.  Messages name the packed row, its sequence and its position there.
+The flags are computed on the device (``contract.range_flags`` / ``block_flags``, :func:`packed_flags`) and
+read once.  Before the kernel, that sync leaves the GPU idle while the host then launches the kernel; on
+the kernel path the kernel can instead be enqueued right behind the checks before the host waits for
+them (``beside``), because the kernels clamp every span into ``[0, T)`` and packed rows are clamped into
+their own sequence (``layouts.global_ranges``): bad values cannot make them read out of bounds.  The
+packed-SDPA paths gather by index, so there the checks run first.  Messages name the row (and, packed,
+its sequence and its position there).
+
+Measured on the H100 (Triton 3.6, T = 8K prefill): checks first cost +16 % (random) and +31 % (local) over
+``validate=False``; beside the kernel +6.5 % and +9.3 % (README, "The dispatcher and its flags").
 """
 
 from __future__ import annotations
 
 import torch
 
-from .contract import _span_order, block_flags, n_blocks, raise_block_errors
+from .. import caches
+from ..contract import (_span_order, block_flags, n_blocks, raise_block_errors, raise_range_errors, range_flags)
 
-_LANDINGS: dict = {}  # (device, n) -> (pinned host buffer, event), reused: pinned allocations are slow
+# (device, shape, dtype) -> (pinned host buffer, event): allocating pinned memory costs hundreds of
+# microseconds (H100: validate=True 816 us per decode call with a fresh buffer per call).  Reuse is safe:
+# calls are sequential, and a later copy into the buffer is ordered after an earlier one on the stream,
+# whose event the reader waits for.
+_LANDINGS: dict = caches.register("value_check_landings", {})
+
+
+def _read(flags: torch.Tensor, beside: bool):
+    """``(values, None)`` read now, or ``(None, wait)`` where ``wait()`` gives the values once the copy landed."""
+    if not (beside and flags.device.type == "cuda"):
+        return flags.tolist(), None
+    key = (flags.device, tuple(flags.shape), flags.dtype)
+    hit = _LANDINGS.get(key)
+    if hit is None:
+        hit = _LANDINGS[key] = (torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True), torch.cuda.Event())
+    host, done = hit
+    host.copy_(flags, non_blocking=True)
+    done.record(torch.cuda.current_stream(flags.device))
+
+    def wait():
+        done.synchronize()
+        return host.tolist()
+
+    return None, wait
+
+
+def _checked(flags, beside, report):
+    """Run ``report(values)`` now, or return ``finish()`` that waits for the flags and runs it."""
+    values, wait = _read(flags, beside)
+    if wait is None:
+        report(values)
+        return None
+    return lambda: report(wait())
+
+
+def start(spans, positions, block_size: int, T: int, *, beside: bool):
+    """The value checks of a fixed-length call: ``None`` when they already ran (and passed), else
+    ``finish()``, to be called once the kernel is enqueued (it waits for the checks only and raises)."""
+    if spans.dim() == 5:
+        return _checked(range_flags(spans, T), beside, lambda values: raise_range_errors(spans, T, values))
+    n_blk = n_blocks(T, block_size)
+    return _checked(block_flags(spans, n_blk, positions), beside,
+                    lambda values: raise_block_errors(spans, n_blk, positions, values))
 
 
 def fixed_repeats(block_indices, block_size, T: int, positions) -> None:
@@ -24,6 +71,8 @@ def fixed_repeats(block_indices, block_size, T: int, positions) -> None:
     idx = torch.where((block_indices >= 0) & (block_indices < n_blk), block_indices, -1)
     raise_block_errors(idx, n_blk, positions, block_flags(idx, n_blk, positions).tolist())
 
+
+# -- packed batches --
 
 def _cu_flags(cu_q, cu_k, S: int, T: int) -> torch.Tensor:
     len_q, len_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
@@ -48,43 +97,18 @@ def _span_flags(spans, positions, block_size, n_key, lenient):
     return torch.stack([oob, dup, neg, torch.zeros_like(dup)])
 
 
-def flags(spans, positions, block_size, cu_q, cu_k, r, T: int, lenient: bool) -> torch.Tensor:
+def packed_flags(spans, positions, block_size, cu_q, cu_k, r, T: int, lenient: bool) -> torch.Tensor:
     """``[cu x 5, spans x 4]`` as one bool tensor on the device (no sync)."""
     n_key = (cu_k[1:][r.seq] - r.bos)[:, None, None]
     return torch.cat([_cu_flags(cu_q, cu_k, spans.shape[1], T),
                       _span_flags(spans, positions, block_size, n_key, lenient)])
 
 
-def start(spans, positions, block_size, cu_q, cu_k, r, lay, route, lenient):
-    """Enqueue the checks (``route()``: the call's route); returns ``finish()``, which waits for them and
-    raises what they found (None inside a trace or a CUDA-graph capture: nothing may wait there, as in
-    ``selection_attention``)."""
-    from . import checks
-    from .transforms import plain_eager
-
-    if not plain_eager(lay.q):
-        return None
-    T = lay.k.shape[2]
-    f = flags(spans, positions, block_size, cu_q, cu_k, r, T, lenient)
-
-    def report(values):
-        raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k, lay.rank, T)
-
-    if f.device.type == "cuda" and checks.beside_the_kernel(route(), f.device):
-        key = (f.device, f.shape[0])
-        if key not in _LANDINGS:
-            _LANDINGS[key] = (torch.empty(f.shape, dtype=torch.bool, pin_memory=True), torch.cuda.Event())
-        host, done = _LANDINGS[key]
-        host.copy_(f, non_blocking=True)
-        done.record()
-
-        def finish():
-            done.synchronize()
-            report(host.tolist())
-
-        return finish
-    report(f.tolist())
-    return None
+def start_packed(spans, positions, block_size, cu_q, cu_k, r, rank: int, T: int, *, lenient: bool, beside: bool):
+    """The value checks of a packed call (spans sequence-local, ``r`` the rows): as :func:`start`."""
+    f = packed_flags(spans, positions, block_size, cu_q, cu_k, r, T, lenient)
+    return _checked(f, beside, lambda values: raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k,
+                                                                  rank, T))
 
 
 def _row_name(row: int, cu_q: list, what: str, rank: int, g: int, slot: str) -> str:
@@ -105,7 +129,7 @@ def _cu_message(which: int, cu_q, cu_k, S: int, T: int) -> str:
 
 
 def raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k, rank: int, T: int) -> None:
-    """The ValueError of the first failed check of :func:`flags` (nothing when all passed)."""
+    """The ValueError of the first failed check of :func:`packed_flags` (nothing when all passed)."""
     if not any(values):
         return
     S = spans.shape[1]
@@ -113,7 +137,7 @@ def raise_packed_errors(values, spans, positions, block_size, cu_q, cu_k, rank: 
     for i in range(5):
         if values[i]:
             raise ValueError(_cu_message(i, cq, ck, S, T))
-    seq = torch.searchsorted(cu_q[1:-1].cpu(), torch.arange(1, S + 1, dtype=cu_q.dtype))
+    seq = torch.searchsorted(cu_q[1:-1].cpu().contiguous(), torch.arange(1, S + 1, dtype=cu_q.dtype))
     n_key = (cu_k.cpu()[1:] - cu_k.cpu()[:-1])[seq].to(torch.int64)[:, None, None]
     s = spans[0].cpu().to(torch.int64)
     if block_size is None:

@@ -1,0 +1,123 @@
+"""The plan of one operator call, forward and backward: :func:`plan_call`, asked once per call.
+
+A :class:`Plan` holds every launch decision of a call: the forward kernel and its configuration
+(``forward.selection``: single-token, split-L decode or multi-token; tiles, warps, stages, grid), the
+backward's (``backward.backward_meta``: the dq kernel, single- or multi-token as the forward, the dk/dv
+and reduce kernels), and the bound of the backward's reader list.  The autograd function carries it from
+the forward to the backward, so the backward asks nothing again.
+
+Plans are remembered per signature (shapes, dtype, device, options): a repeated call (a decode step, the
+next training step) costs a dict lookup here, plus, where neighbouring tokens may share their spans, the
+sharing measurement of ``share.py`` (no host sync).  This cache is what used to be the decode step's
+"express lane": the plan and, in ``kernels/launch.py``, its prepared launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import caches
+from ..device import Device, device_of
+from . import tiles as M
+from .backward import BackwardMeta, backward_meta, dq_tokens_per_program
+from .forward import Launch, cdiv, selection, use_decode
+from .tokens import choose_tokens, static_tokens
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Every launch decision of one call (identity-hashed: plans are interned per signature)."""
+
+    forward: Launch
+    backward: BackwardMeta
+    tokens: int  # tokens per program of the forward (1: single-token or decode)
+    rows_as_batch: bool  # a packed batch's few rows launched as a batch of one query each (split-L decode)
+    reader_capacity: int  # the backward's reader list: at most this many entries (rows x entries_per_row)
+    reader_chunk: int  # entries per dk/dv program
+    delta_forward: Launch | None = None  # backward delta="fp32": the forward that recomputes O in fp32
+
+
+@dataclass
+class _Signature:
+    """What a signature's shapes decide, and its plans by tokens per program (built on first use)."""
+
+    dev: Device
+    tokens: int  # > 0: fixed; 0: ``candidate`` if neighbouring tokens share their spans, else 1
+    candidate: int
+    args: tuple  # plan_call's arguments for building a plan
+    plans: dict = field(default_factory=dict)
+
+
+_SIGNATURES: dict = caches.register("plans", {})
+
+
+def entries_per_row(n: int, T: int, block_n: int, span_len: int, aligned: bool) -> int:
+    """How many reader entries (key tile, span) one row can add, for ``n`` spans of at most ``span_len`` keys
+    (0: unbounded) over ``T`` keys in tiles of ``block_n``.
+
+    A span of ``L`` keys touches at most ``cdiv(L, block_n) + 1`` tiles, exactly ``L / block_n`` when it
+    starts on a tile boundary and ``block_n`` divides ``L`` (block indices, ``aligned``), one when ``L``
+    divides ``block_n`` and it starts on a multiple of ``L``.  Without a length (ranges), the row's spans
+    are disjoint (the contract), so together they touch at most ``tiles + n`` tiles.
+    """
+    nt = cdiv(max(T, 1), block_n)
+    if span_len <= 0:
+        return max(1, min(n * nt, nt + n))
+    L = min(span_len, max(T, 1))
+    if aligned and L % block_n == 0:
+        per_span = L // block_n
+    elif aligned and block_n % L == 0:
+        per_span = 1
+    else:
+        per_span = cdiv(L, block_n) + 1
+    return max(1, n * min(per_span, nt))
+
+
+def plan_call(q, k, v, spans, positions, *, per_head: bool, tokens: int, span_len: int, packed: bool,
+              traced: bool = False) -> Plan:
+    """The plan of one operator call: ``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``spans`` ranges or block
+    indices.  ``tokens``: ``NSA_SEL_TRITON_TOKENS`` (1 or N) or 0 (decide); ``span_len``: most keys per span
+    (0: unbounded); ``packed``: k/v shared by all rows of a packed batch; ``traced``: the triton_op path
+    under ``torch.compile``, which cannot measure the spans (one token per program unless forced)."""
+    key = (q.shape, k.shape[2], v.shape[3], spans.shape, q.dtype, q.device, positions is not None, per_head, tokens,
+           span_len, packed, traced)
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        sig = _SIGNATURES[key] = _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced)
+    tok = sig.tokens or choose_tokens(spans, sig.candidate)
+    plan = sig.plans.get(tok)
+    if plan is None:
+        plan = sig.plans[tok] = _build(sig, tok)
+    return plan
+
+
+def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced) -> _Signature:
+    dev = device_of(q.device)
+    B, S, G, h, Dk = q.shape
+    blocks = spans.dim() == 4
+    rows_as_batch = packed and B == 1 and S > 1 and not blocks and use_decode(S, 1, G, h, per_head, dev)
+    decode = rows_as_batch or use_decode(B, S, G, h, per_head, dev)
+    tok, candidate = static_tokens(tokens, h, S, dev, single=per_head or decode or (traced and tokens == 0))
+    dot_f32 = dev.interpreter and str(q.dtype) == "torch.bfloat16"
+    args = (tuple(q.shape), k.shape[2], v.shape[3], spans.shape[3], blocks, positions is not None, per_head,
+            span_len, packed, rows_as_batch, decode, dot_f32)
+    return _Signature(dev, tok, candidate, args)
+
+
+def _build(sig: _Signature, tok: int) -> Plan:
+    (B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode, dot_f32 = sig.args
+    dev = sig.dev
+    if rows_as_batch:
+        B, S = S, 1
+    mode = M.MODE_BLOCKS if blocks and tok == 1 else M.MODE_RANGES
+    fwd = selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=mode, has_pos=has_pos and mode == M.MODE_BLOCKS,
+                    has_lse=True, per_head=per_head, tokens=tok, decode=decode, dot_f32=dot_f32)
+    bwd = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=dot_f32, max_rows=dev.max_rows,
+                        dq_tokens=(dq_tokens_per_program(h, dev.max_rows) or None) if tok > 1 else None)
+    B0, S0 = sig.args[0][:2]  # the backward runs on the call's own shape
+    capacity = B0 * S0 * G * entries_per_row(n, T, bwd.KV_BLOCK_N, span_len, aligned=blocks and not packed)
+    delta_forward = None
+    if bwd.delta == "fp32":
+        delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
+                                  dot_f32=dot_f32)
+    return Plan(fwd, bwd, tok, rows_as_batch, capacity, bwd.chunk_for(capacity, h, dev.sm_count), delta_forward)
