@@ -131,8 +131,10 @@ def graph_step(case, entry):
     """A training step (forward + backward) captured in a CUDA graph and replayed on new values."""
     q, k, v = (x.requires_grad_() for x in case.make())
     gen = torch.Generator(device="cuda").manual_seed(5)
-    out, lse = case.call(q, k, v)
+    with torch.no_grad():  # (no autograd graph may outlive this: its AccumulateGrad nodes would break capture)
+        out, lse = case.call(q, k, v)
     go, gl = _loss_weights(case, out, lse, gen)
+    del out, lse
 
     def step():
         for x in (q, k, v):

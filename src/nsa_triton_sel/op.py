@@ -67,7 +67,7 @@ def forward(q, k, v, spans, positions, scale: float, block_size: int, span_len: 
         return out.to(v.dtype), lse
     p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
                        packed=packed, traced=wrap is not None)
-    _PLANNED.plan = p
+    _PLANNED.plan = p if wrap is None else None  # a traced launch (triton_op under torch.compile) carries none
     return launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
 
 
@@ -107,7 +107,9 @@ def backward(q, k, v, spans, positions, block_size: int, span_len: int, per_head
 
 def _fake_backward(q, k, v, spans, positions, block_size, span_len, per_head, tokens, packed, out, lse, grad_out,
                    grad_lse, scale):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # contiguous, as the implementation returns them (empty_like would keep a permuted view's strides, and a
+    # compiled graph trusts these)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
