@@ -191,3 +191,31 @@ def test_validate_true_is_one_host_sync(host_syncs):
     # the value checks' one read, and the planner's multi-token switch (read at once off CUDA; on CUDA
     # measured on the device without a sync after a signature's first call: plan/share.py)
     assert host_syncs == ["tolist", "__float__"]
+
+
+@pytest.mark.parametrize("spans", ["ranges", "blocks"])
+def test_compile_fullgraph_after_eager_warm_up_calls(spans):
+    """Issue 35: after a few eager decode calls (signature, route and plan remembered), torch.compile with
+    fullgraph=True traces the same call: nothing untraceable runs before ``is_compiling`` is asked."""
+    d, blocks, pos = decode_problem()
+    ranges = block_indices_to_ranges(blocks, 64, 150, pos)
+    kw = dict(block_indices=blocks, block_size=64, positions=pos) if spans == "blocks" else dict(ranges=ranges)
+
+    def decode(q, k, v):
+        return selection_attention(q, k, v, validate=False, backend="triton", **kw)
+
+    for _ in range(3):
+        want = decode(d.q, d.k, d.v)
+    torch._dynamo.reset()
+    got = torch.compile(decode, fullgraph=True, backend="aot_eager")(d.q, d.k, d.v)
+    assert torch.equal(got, want)
+
+
+def test_the_backward_fake_gives_the_strides_of_the_implementation():
+    """A compiled graph trusts the fake's strides: with k/v as permuted views (the [T, H, D] layouts), the
+    fake backward must say contiguous, as the implementation returns them."""
+    p = make_problem(B=1, S=6, G=2, h=3, Dk=32, Dv=16, T=90, n=3, seed=8)
+    k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (p.k, p.v))  # same values, permuted strides
+    out, lse = op.sel_fwd(p.q, k, v, p.ranges, None, 0.25, 0, 0, False, 1, False)
+    torch.library.opcheck(op.sel_bwd, (p.q, k, v, p.ranges, None, 0, 0, False, 1, False, out, lse,
+                                       torch.randn_like(out), None, 0.25))
