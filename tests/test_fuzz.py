@@ -9,10 +9,13 @@ three dtypes, ranges or block indices (with or without positions), valid and inv
 - an output (and, where it asks, gradients) finite exactly where the float64 oracle's are, and
   within the dtype's tolerance of it there.
 
-Invalid values with ``validate=False`` are drawn only for ``backend="triton"``: the kernels promise
-to clamp every span into ``[0, T)`` (int32, as they load them), in the forward and the backward,
-and the fuzz checks that they then compute the oracle of the clamped spans.  The torch paths gather
-by index and make no such promise.
+Invalid values with ``validate=False`` are drawn for every backend: every path reads a span clamped
+into ``[0, T]`` (saturating: no int32 wrap-around, no negative indexing; ``contract.clamp_ranges``, the
+kernels' ``_clamp_spans``), in the forward and the backward, and the fuzz checks that each then computes
+the oracle of the clamped spans: never an uncontrolled exception, never a silent difference between
+backends.  Options of the wrong type or value (``block_size=8.0`` or ``True``, ``scale=True`` or ``1e38``,
+``validate="no"``, ``return_lse="yes"``, an unknown backend) must raise, on a fresh call and after a
+remembered one alike (:func:`test_fuzz_options`).
 
 Seeded (``derandomize``: the same examples every run, no example database), ``CPU_EXAMPLES`` +
 ``KERNEL_EXAMPLES`` >= 500 inputs per run; the kernels run under ``TRITON_INTERPRET=1``.
@@ -61,14 +64,11 @@ class Case:
         return f"Case({shape}, {args}, valid={self.valid}, validate={self.validate}, {self.backend}, grad={self.grad})"
 
 
-def _wrap32(x: int) -> int:
-    return (x + 2**31) % 2**32 - 2**31
-
-
 def _clamp(start: int, end: int, T: int) -> tuple[int, int]:
-    """The kernels' reading of a span: int32, clamped into [0, T] with end >= start."""
-    s = min(max(_wrap32(start), 0), T)
-    return s, min(max(_wrap32(end), s), T)
+    """Every path's reading of a span (``contract.clamp_ranges``, the kernels' ``_clamp_spans``): clamped
+    into [0, T] with end >= start, saturating (a value past the int32 range does not wrap)."""
+    s = min(max(start, 0), T)
+    return s, min(max(end, s), T)
 
 
 @st.composite
@@ -82,11 +82,12 @@ def span_rows(draw, B, S, G, T, n, bad: bool):
         rows.append(spans)
     if bad and n:
         i, j = draw(st.integers(0, len(rows) - 1)), draw(st.integers(0, n - 1))
-        kind = draw(st.sampled_from(["neg", "past", "reversed", "overlap", "huge"]))
+        kind = draw(st.sampled_from(["neg", "past", "reversed", "overlap", "huge", "all", "far_neg"]))
         s, e = rows[i][j]
         rows[i][j] = {"neg": [-draw(st.integers(1, 9)), e], "past": [s, T + draw(st.integers(1, 9))],
                       "reversed": [e + 1, s], "overlap": [0, T + 1] if n == 1 else [0, T],
-                      "huge": [2**31 + draw(st.integers(0, 9)), 2**33]}[kind]
+                      "huge": [2**31 + draw(st.integers(0, 9)), 2**33], "all": [0, 2**62],
+                      "far_neg": [-(2**62), draw(st.integers(0, T))]}[kind]
         if kind == "overlap" and n > 1:
             rows[i][(j + 1) % n] = [0, max(T, 1)]
     return rows
@@ -150,7 +151,7 @@ def cases(draw, backends):
     T = draw(st.integers(0, 70 if kernel else 40))
     n = draw(st.integers(0, 3))
     bad = draw(st.booleans()) and draw(st.booleans())  # a quarter of the cases
-    validate = not bad or backend != "triton" or draw(st.booleans())
+    validate = not bad or draw(st.booleans())
     scale = draw(st.sampled_from([0.5, 1.0, 3.0]))
     q, k, v = (_values(draw, shp, dtype, scale) for shp in ((B, S, G, h, Dk), (B, G, T, Dk), (B, G, T, Dv)))
     poison = draw(st.sampled_from([None, None, None, "q", "k", "v"]))
@@ -167,7 +168,8 @@ def cases(draw, backends):
         rows = draw(block_rows(B, S, G, T, n, bs, bad))
         positions = None
         if draw(st.booleans()):
-            positions = [[draw(st.integers(0, T + 3)) for _ in range(S)] for _ in range(draw(st.sampled_from([1, B])))]
+            far = draw(st.sampled_from([3, 3, 2**62]))  # a position past the keys (up to 2^62) is clamped
+            positions = [[draw(st.integers(0, T + far)) for _ in range(S)] for _ in range(draw(st.sampled_from([1, B])))]
         n_blk = -(-T // bs)
         valid = all(-1 <= i < n_blk for row in rows for i in row)
         kwargs = {"block_indices": torch.tensor(rows, dtype=torch.int64).reshape(B, S, G, n), "block_size": bs}
@@ -235,3 +237,35 @@ def test_fuzz_torch_paths(case):
 @given(case=cases(["triton", "auto"]))
 def test_fuzz_kernels(case, every_row_through_triton):
     check(case)
+
+
+BAD_OPTIONS = {
+    "block_size": [8.0, True, False, 0, -4, "64", None, torch.tensor(64), [64], 2.5],
+    "scale": [True, "0.5", float("nan"), float("inf"), 1e38, -1e7, torch.tensor(0.5), [0.5], complex(1, 0)],
+    "validate": ["no", "yes", 0, 1, None, 1.0, torch.tensor(True)],
+    "return_lse": ["yes", "no", 0, 1, None, torch.tensor(True)],
+    "backend": ["cuda", "", None, 3, "Triton", "sdpa "],
+}
+
+
+@settings(max_examples=120, **FUZZ)
+@given(name=st.sampled_from(sorted(BAD_OPTIONS)), data=st.data(), warm=st.booleans(), blocks=st.booleans())
+def test_fuzz_options(name, data, warm, blocks):
+    """A bad option raises TypeError/ValueError naming it, whether or not the same signature ran before."""
+    value = data.draw(st.sampled_from(BAD_OPTIONS[name]))
+    if name == "block_size" and not blocks:
+        value = 8  # (with ranges any block_size is an error: covered by the contract tests)
+    q = torch.randn(2, 1, 2, 3, 16).half()
+    k, v = torch.randn(2, 2, 40, 16).half(), torch.randn(2, 2, 40, 16).half()
+    kw = dict(block_indices=torch.tensor([0, -1]).expand(2, 1, 2, 2), block_size=16) if blocks else \
+        dict(ranges=torch.tensor([[0, 5], [9, 12]]).expand(2, 1, 2, 2, 2))
+    kw.update(validate=False, backend="sdpa")
+    if warm:
+        for _ in range(2):
+            selection_attention(q, k, v, **kw)
+    if name == "block_size" and not blocks:
+        with pytest.raises(ValueError, match="block_size"):
+            selection_attention(q, k, v, **{**kw, name: value})
+        return
+    with pytest.raises((TypeError, ValueError), match=name):
+        selection_attention(q, k, v, **{**kw, name: value})

@@ -185,14 +185,14 @@ def check_ranges(ranges, dims: Dims, device: torch.device, *, validate: bool = T
 
 
 def clamp_ranges(ranges: torch.Tensor, T: int) -> torch.Tensor:
-    """``ranges`` as the kernels read them: int32 (as the kernels load them), every span clamped into
-    ``[0, T]`` with ``end >= start`` (``kernels/common.py _clamp_spans``).  Valid spans pass unchanged; with any
-    values (``validate=False``), nothing outside ``[0, T)`` is read, and the backward differentiates
-    exactly what the forward computed.  Device ops only, no host sync."""
-    r = ranges.to(torch.int32)
+    """``ranges`` as the kernels read them (``kernels/common.py _clamp_spans``): every span clamped into
+    ``[0, T]`` with ``end >= start``, then int32.  Valid spans pass unchanged; with any values
+    (``validate=False``) nothing outside ``[0, T)`` is read, a value past the int32 range saturates (no
+    wrap-around), and the backward differentiates exactly what the forward computed.  Device ops only."""
+    r = ranges if ranges.dtype == torch.int64 else ranges.to(torch.int64)
     start = r[..., 0].clamp(0, T)
     end = torch.maximum(r[..., 1], start).clamp_max(T)
-    return torch.stack([start, end], dim=-1)
+    return torch.stack([start, end], dim=-1).to(torch.int32)
 
 
 def _first_index(mask: torch.Tensor) -> tuple[int, ...]:

@@ -160,18 +160,18 @@ def packed_sdpa(
         kb = _gather_keys(k, b_of[r0:r1], g_of[r0:r1], key, valid)  # [r, L_max, Dk]
         vb = _gather_keys(v, b_of[r0:r1], g_of[r0:r1], key, valid)  # [r, L_max, Dv]
         nonempty = (L_row[r0:r1] > 0)[:, None]
-        # An empty row would make SDPA divide 0 by 0 (NaN, also in the backward):
-        # let it see slot 0 (key 0) and zero its output afterwards.
+        # An empty row would make SDPA divide 0 by 0 (NaN, also in the backward): let it see slot 0 (key 0)
+        # and zero its output afterwards.  Its q is replaced by zeros for that (where, not * 0): an inf in the
+        # q of a row that reads nothing must not become a NaN gradient.
         seen = valid | (~nonempty & (torch.arange(L_max, device=q.device) == 0))  # [r, L_max]
         mask = seen[:, None, None, :]
+        qc = torch.where(nonempty[:, :, None], q_rows[r0:r1], torch.zeros((), dtype=q.dtype, device=q.device))
         # The h heads of a row share its keys: run them as h query positions of one
         # attention "head", so SDPA sees every head attend every selected key.
-        o = F.scaled_dot_product_attention(
-            q_rows[r0:r1, None], kb[:, None], vb[:, None], attn_mask=mask, scale=sc
-        )[:, 0]
+        o = F.scaled_dot_product_attention(qc[:, None], kb[:, None], vb[:, None], attn_mask=mask, scale=sc)[:, 0]
         outs.append(torch.where(nonempty[:, :, None], o, torch.zeros_like(o)))
         if return_lse:
-            s = torch.einsum("rhd,rld->rhl", q_rows[r0:r1].float(), kb.float()) * sc
+            s = torch.einsum("rhd,rld->rhl", qc.float(), kb.float()) * sc
             # Same dummy key as above so logsumexp never sees an all -inf row (its
             # gradient would be NaN); the empty rows' LSE is then set to -inf.
             s = s.masked_fill(~seen[:, None, :], float("-inf"))

@@ -86,12 +86,13 @@ def _token_rows(S, h, TOK: tl.constexpr, HP: tl.constexpr):
 
 @triton.jit
 def _clamp_spans(start, end, seq_len):
-    """Spans clamped into ``[0, seq_len]`` with ``end >= start`` (any shape, elementwise): whatever
-    the values, no key outside ``[0, T)`` is read.  The dispatcher can then enqueue the kernel before
-    its value checks have answered (they run beside it and raise afterwards); valid spans pass
-    through unchanged."""
+    """Spans as loaded (int32 or int64) clamped into ``[0, seq_len]`` with ``end >= start``, as int32 (any
+    shape, elementwise): whatever the values, no key outside ``[0, T)`` is read, and a value past the int32
+    range saturates instead of wrapping (``[0, 2**62)`` reads every key, as ``contract.clamp_ranges`` and the
+    reference paths do).  The dispatcher can then enqueue the kernel before its value checks have answered
+    (they run beside it and raise afterwards); valid spans pass through unchanged."""
     start = tl.minimum(tl.maximum(start, 0), seq_len)  # same shape as start
-    return start, tl.minimum(tl.maximum(end, start), seq_len)
+    return start.to(tl.int32), tl.minimum(tl.maximum(end, start), seq_len).to(tl.int32)
 
 
 @triton.jit

@@ -231,9 +231,9 @@ def sel_fwd_kernel(
         r_row = SPANS + b.to(tl.int64) * sr_b + s.to(tl.int64) * sr_s + g.to(tl.int64) * sr_g
         s_ok = offs_s < n_spans  # [BLOCK_S]
         if SPAN_MODE == MODE_RANGES:
-            starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
-            ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0).to(tl.int32)  # [BLOCK_S]
-            starts, ends = _clamp_spans(starts, ends, seq_len)
+            starts = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=0)  # [BLOCK_S]
+            ends = tl.load(r_row + offs_s * sr_n + sr_e, mask=s_ok, other=0)  # [BLOCK_S]
+            starts, ends = _clamp_spans(starts, ends, seq_len)  # int32
         else:
             blk = tl.load(r_row + offs_s * sr_n, mask=s_ok, other=-1).to(tl.int64)  # [BLOCK_S]
             if HAS_POS:
@@ -401,15 +401,15 @@ def sel_fwd_tok_kernel(
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     sp_ok = ((t0 + offs_t) < S)[:, None] & (offs_s < n_spans)[None, :]  # [TOK, BLOCK_S]
     sp_ptr = r_base + (t0 + offs_t).to(tl.int64)[:, None] * sr_s + offs_s[None, :] * sr_n
-    st2, en2 = _clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0).to(tl.int32),  # [TOK, BLOCK_S] each
-                            tl.load(sp_ptr + sr_e, mask=sp_ok, other=0).to(tl.int32), seq_len)
+    st2, en2 = _clamp_spans(tl.load(sp_ptr, mask=sp_ok, other=0),  # [TOK, BLOCK_S] each
+                            tl.load(sp_ptr + sr_e, mask=sp_ok, other=0), seq_len)
 
     # -- the leader's spans and their flattened tiles --
     lead = tl.minimum(TOK - 1, S - 1 - t0)
     l_ok = offs_s < n_spans  # [BLOCK_S]
     l_ptr = r_base + (t0 + lead).to(tl.int64) * sr_s + offs_s * sr_n
-    stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0).to(tl.int32),  # [BLOCK_S] each
-                            tl.load(l_ptr + sr_e, mask=l_ok, other=0).to(tl.int32), seq_len)
+    stL, enL = _clamp_spans(tl.load(l_ptr, mask=l_ok, other=0),  # [BLOCK_S] each
+                            tl.load(l_ptr + sr_e, mask=l_ok, other=0), seq_len)
     tilesL = (enL - stL + BLOCK_N - 1) // BLOCK_N  # [BLOCK_S]
     cumL = _prefix_sum(tilesL, BLOCK_S)  # [BLOCK_S]
     firstL = cumL - tilesL  # [BLOCK_S]
@@ -445,8 +445,8 @@ def sel_fwd_tok_kernel(
     e_tok = offs_e // BLOCK_S  # [E]
     e_ok = ((t0 + e_tok) < S) & ((offs_e % BLOCK_S) < n_spans)  # [E]
     e_ptr = r_base + (t0 + e_tok).to(tl.int64) * sr_s + (offs_e % BLOCK_S) * sr_n
-    st1, en1 = _clamp_spans(tl.load(e_ptr, mask=e_ok, other=0).to(tl.int32),  # [E] each
-                            tl.load(e_ptr + sr_e, mask=e_ok, other=0).to(tl.int32), seq_len)
+    st1, en1 = _clamp_spans(tl.load(e_ptr, mask=e_ok, other=0),  # [E] each
+                            tl.load(e_ptr + sr_e, mask=e_ok, other=0), seq_len)
     within = (stL[None, :] <= st1[:, None]) & (en1[:, None] <= enL[None, :])  # [E, BLOCK_S]
     contained = (tl.max(within.to(tl.int32), 1) > 0) | (e_tok == lead)  # [E]
     tiles2 = tl.where(contained, 0, (en1 - st1 + BLOCK_N - 1) // BLOCK_N)  # [E]
