@@ -70,3 +70,18 @@ def test_plans_are_cached_per_signature():
     a = plan.selection(1, 8, 2, 16, 64, 64, 512, 4, dev=dev)
     assert plan.selection(1, 8, 2, 16, 64, 64, 512, 4, dev=dev) is a
     assert plan.selection(1, 8, 2, 16, 64, 64, 512, 4, dev=dev, tune=(("block_n", 64),)).meta.BLOCK_N == 64
+
+
+def test_a_new_head_dimension_is_one_table_entry(monkeypatch):
+    """``plan/tiles.py``'s ``HEAD_DIMS`` is the one place: the compile registry's forward sweep and backward
+    variants pick a new entry up, and the planner plans it."""
+    from nsa_triton_sel.compat import variants
+    from nsa_triton_sel.device import Device
+    from nsa_triton_sel.plan import tiles
+
+    monkeypatch.setattr(tiles, "HEAD_DIMS", tiles.HEAD_DIMS + (tiles.HeadDims(80, 40, backward=True),))
+    dev = Device.target(90, "")
+    assert any("/dk80-dv40/" in name for name, *_ in variants._sweep(dev))
+    assert any("dk80-dv40" in v["name"] for v in variants.backward_variants(full=True))
+    m = tiles.kernel_meta(mode=tiles.MODE_RANGES, h=4, Dk=80, Dv=40)
+    assert (m.DK1, m.DK2, m.DV1, m.DV2) == (64, 16, 32, 16)

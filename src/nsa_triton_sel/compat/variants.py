@@ -52,7 +52,7 @@ def _features(p: plan.Launch, dtype: str) -> set:
 
 # The calls the sweep plans: head dims (Dk != Dv, non-powers of two), head counts (every head block
 # 16/32/64 and the per-head path), every span layout, decode split, multi-token, both dtypes.
-_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (96, 96), (256, 256), (128, 64), (16, 48), (48, 32))
+# (the head dimensions: plan/tiles.py's HEAD_DIMS table)
 _HEADS = (16, 64, 32, 3, 1, 20, 2, 8)
 _SHAPES = {"prefill": (1, 8192, 8192), "decode": (64, 1, 32768), "short": (4096, 1, 64)}
 
@@ -60,7 +60,7 @@ _SHAPES = {"prefill": (1, 8192, 8192), "decode": (64, 1, 32768), "short": (4096,
 def _sweep(dev: Device):
     """(name, dtype, plan, types) of every call the sweep covers, in a fixed order."""
     for dtype in ("fp16", "bf16"):
-        for Dk, Dv in _HEAD_DIMS:
+        for Dk, Dv in ((d.Dk, d.Dv) for d in M.HEAD_DIMS):
             for h in _HEADS:
                 for per_head in (False, True):
                     yield from _sweep_call(dev, Dk, Dv, h, per_head, dtype)
@@ -166,7 +166,7 @@ def backward_variants(full: bool = False) -> list[dict]:
     too).  The dk/dv and reduce kernels do not depend on h; the dq kernel's M does (h = 16, 64).
     """
     out = []
-    head_dims = ((64, 64), (128, 128), (192, 128), (256, 256), (128, 64))
+    head_dims = tuple((d.Dk, d.Dv) for d in M.HEAD_DIMS if d.backward)
     for dtype in ("fp16", "bf16"):
         for Dk, Dv in head_dims:
             if dtype == "bf16" and (Dk, Dv) not in ((128, 128), (192, 128)):

@@ -17,8 +17,28 @@ SPAN_LISTS = (MODE_RANGES, MODE_BLOCKS)  # modes with n spans per row, read in t
 
 LOG2E = 1.4426950408889634  # log2(e): the host folds it into qk_scale, so the kernels use exp2
 
-MAX_HEAD_DIM = 256
 MIN_DOT = 16  # smallest M/N/K tl.dot accepts on every Triton 3.x
+
+
+@dataclass(frozen=True)
+class HeadDims:
+    """One (Dk, Dv) class the kernels are built for: the compile registry (``compat/variants.py``) sweeps
+    the forward over every entry and the backward over the ``backward`` ones."""
+
+    Dk: int
+    Dv: int
+    backward: bool = False
+
+
+# The head dimensions, one table: the planner accepts every Dk, Dv up to the largest here (any value in
+# between is covered by two power-of-two slices, ``split_head_dim``), and the compile smoke compiles what
+# each entry plans.  A new head dimension is one entry (``tests/test_plan.py`` checks that it is enough).
+HEAD_DIMS = (
+    HeadDims(64, 64, backward=True), HeadDims(128, 128, backward=True), HeadDims(192, 128, backward=True),
+    HeadDims(96, 96), HeadDims(256, 256, backward=True), HeadDims(128, 64, backward=True), HeadDims(16, 48),
+    HeadDims(48, 32),
+)
+MAX_HEAD_DIM = max(max(d.Dk, d.Dv) for d in HEAD_DIMS)
 
 
 def next_pow2(x: int) -> int:
