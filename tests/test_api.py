@@ -304,7 +304,7 @@ def test_kernel_failure_is_reported_once_and_remembered(monkeypatch):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", RuntimeWarning)  # (ours; not an old interpreter's numpy DeprecationWarning)
         out2 = selection_attention(p.q, p.k, p.v, p.ranges)
     assert calls == [1], "a failed configuration must not be retried"
     assert torch.equal(out, out2)
@@ -354,7 +354,7 @@ def test_a_failing_backward_kernel_falls_back_once_with_a_warning(monkeypatch):
     with pytest.warns(RuntimeWarning, match="backward kernels failed.*simulated"):
         first = grads()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", RuntimeWarning)  # (ours; not an old interpreter's numpy DeprecationWarning)
         second = grads()  # remembered: no retry, no second warning
     assert calls == [1]
     want = op._reference_backward(p.q, p.k, p.v, p.ranges, torch.ones(p.q.shape[:4] + (p.v.shape[-1],),
@@ -426,5 +426,5 @@ def test_known_bad_triton_warns(monkeypatch):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", RuntimeWarning)  # (ours; not an old interpreter's numpy DeprecationWarning)
         assert known_bad.warn_if_known_bad() is None

@@ -67,6 +67,8 @@ class Flags:
 
 
 _FLAGS: list[Flags] = caches.register("flags", [])  # the flags of this process, read on first use
+QUIET = Flags(use_triton=None, min_L_override=None, group=True, tokens=None, force_parity=False, debug_timing=False,
+              debug_compare=False, debug_shapes=False)  # a traced call's (its route reads the real ones)
 
 
 def flags() -> Flags:

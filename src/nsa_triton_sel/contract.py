@@ -148,7 +148,7 @@ def check_qkv(q, k, v, *, allow_fp32: bool = False) -> Dims:
         raise ValueError(
             f"v has shape {_fmt_shape(v)}; its [B, G, T] must match k's [{B}, {G}, {T}]"
         )
-    if min(B, S, G, h, Dk, Dv) == 0:
+    if any(d == 0 for d in (B, S, G, h, Dk, Dv)):  # (not min(): torch 2.4's Dynamo cannot min() a symbolic size)
         raise ValueError(
             f"q {_fmt_shape(q)} and v {_fmt_shape(v)} must have no empty dimension except T"
         )

@@ -19,6 +19,7 @@ scale, the planner's knobs) and how to give the output back in the caller's layo
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,7 +29,7 @@ from .. import caches, config
 from . import kind as kinds
 from . import layouts, route as routes, values
 from ..contract import (MAX_SCALE, Dims, check_block_indices, check_block_size, check_positions, check_qkv,
-                       check_ranges, require_tensor, resolve_scale)
+                       check_ranges, is_compiling, require_tensor, resolve_scale)
 from .route import BACKENDS, Route
 
 __all__ = ["BACKENDS", "Call", "Route", "forget_routes", "parse", "route_of"]
@@ -175,10 +176,13 @@ def parse(q, k, v, ranges=None, *, block_indices=None, block_size=None, position
         spans = layouts.global_ranges(spans, r, block_size if blocks else None)
         positions, block_size = None, 0
     elif checks:
-        if lenient and spans.dim() == 4:
-            values.fixed_repeats(spans, block_size, T, positions)
-        else:
-            finish = values.start(spans, positions, block_size, T, beside=beside)
+        # Under torch.func the spans are plain tensors, but torch 2.4 wraps what is computed from them (no
+        # storage to read): the checks run with functorch switched off, as the plain call they are.
+        with torch._C._DisableFuncTorch() if kind == "functorch" else contextlib.nullcontext():
+            if lenient and spans.dim() == 4:
+                values.fixed_repeats(spans, block_size, T, positions)
+            else:
+                finish = values.start(spans, positions, block_size, T, beside=beside)
     if eager and route.min_L is not None and route.min_L > 1:
         route = routes.below_threshold(route, spans, positions, block_size, T)
     return Call(q5, k5, v5, spans, positions, block_size, span_len, packed, scale, route, kind, return_lse, lay,
@@ -188,7 +192,9 @@ def parse(q, k, v, ranges=None, *, block_indices=None, block_size=None, position
 def _structure(q5, k5, v5, ranges, block_indices, block_size, positions, q_in, packed, kind, transform, backend):
     """What a signature decides: ``(dims, block_size, route, flags, default scale)``, after the structural
     checks of ``contract`` (no value read)."""
-    flags = config.flags()
+    # Inside a torch.compile trace the flags are not read (torch 2.4's Dynamo cannot fold os.environ): the route
+    # reads them as plain values (route.traced), and the debug flags are off there.
+    flags = config.QUIET if kind == "traced" and is_compiling() else config.flags()
     dims = check_qkv(q5, k5, v5, allow_fp32=True)
     if packed:
         spans, block_size = _packed_structure(ranges, block_indices, block_size, positions, dims, q5.device, q_in)
