@@ -131,3 +131,11 @@ def test_gpu_use_needs_a_contract_run_and_only_a_current_one_can_refuse():
     assert old.admitted == ["H100"] and old.contract_stale == {"H100": "r"}
     xfail = gpu_of(_gpu_recs(gpu_fp, contract=("pass", "xfail")))  # an off-pair compile case, recorded
     assert xfail.admitted == ["H100"] and not xfail.contract_stale
+
+
+def test_a_cpu_lane_that_ran_its_pair_says_paired():
+    paired_fp = {**F.CPU_FP, "torch": "2.15.0+cu132", "cuda_runtime": "13.2"}
+    recs = F.recs("3.9", "compile", ["pass"]) + F.recs("3.9", "parity", ["pass"], mode="interp", fp=paired_fp)
+    recs += [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="interp", fp=paired_fp)]
+    v = ledger.release_verdicts(F.TABLE, recs, [])["3.9.0"]
+    assert v.tested == ["2.13.0+cpu (CPU)", "2.15.0+cu132 (CPU, paired)"]

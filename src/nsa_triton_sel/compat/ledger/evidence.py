@@ -97,12 +97,13 @@ def short_gpu(name: str | None) -> str:
 
 
 def tested_with(recs: list[dict]) -> list[str]:
-    """The torch builds the records ran with: '2.13.0+cpu (CPU)', '2.11.0+cu130 (H100, off-pair)'."""
+    """The torch builds the records ran with: '2.13.0+cpu (CPU)', '2.4.1+cu121 (CPU, paired)' (a CPU lane that ran
+    the torch its Triton pairs with), '2.11.0+cu130 (H100, off-pair)'."""
     seen: dict[str, None] = {}
     for r in sorted(recs, key=lambda r: (on_gpu_machine(r), r.get("torch") or "")):
         torch_v = r.get("torch") or "no torch"
         if not on_gpu_machine(r):
-            seen[f"{torch_v} (CPU)"] = None
+            seen[f"{torch_v} (CPU{', paired' if r.get('torch_paired') else ''})"] = None
         else:
             seen[f"{torch_v} ({short_gpu(r.get('machine'))}{'' if r.get('torch_paired') else ', off-pair'})"] = None
     return list(seen)
