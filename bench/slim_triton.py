@@ -4,8 +4,11 @@ The device tool carries at most 64 MiB per call (the working tree included), and
 150-290 MB.  Three steps make twelve of them carriable in a few calls:
 
 1. **slim**: drop what an NVIDIA run of this project never loads (:data:`DROP`: the AMD backend, proton the
-   profiler and its CUPTI, ``nvdisasm``, ``ptxas-blackwell`` (sm_100+ only; ``--keep-blackwell`` keeps it),
-   test and instrumentation libraries) and strip debug information from the shared libraries
+   profiler and its CUPTI, ``nvdisasm``, test and instrumentation libraries; and of the two ``ptxas`` that
+   Triton 3.7+ ship, the one the release does not call for ``--arch`` (default 90, the H100), read from the
+   release's own ``get_ptxas`` (:func:`ptxas_for`): up to 3.8 sm_90 uses ``ptxas`` and sm_100+
+   ``ptxas-blackwell``, from 3.9 on every arch from sm_90 up uses ``ptxas-blackwell``; ``--arch 0`` keeps
+   both) and strip debug information from the shared libraries
    (``strip --strip-debug``: ``libtriton.so`` 500 -> 235 MB).  The NVIDIA backend's Python, ``ptxas``,
    ``cuobjdump``, ``libdevice`` and the CUDA headers the launcher is compiled against stay.  The ``amd``
    entry point is dropped from the wheel's ``entry_points.txt`` (Triton >= 3.5 imports every backend its
@@ -62,7 +65,8 @@ DROP = (
     "triton/instrumentation/*", "triton/plugins/*Test*", "triton/FileCheck",  # test and instrumentation libraries
     "*/tests/*",
 )
-BLACKWELL = ("triton/backends/nvidia/bin/ptxas-blackwell",)  # sm_100+ only: an H100 (sm_90) never runs it
+PTXAS_DIR = "triton/backends/nvidia/bin/"
+PTXAS = ("ptxas", "ptxas-blackwell")
 STRIP_SUFFIXES = (".so",)  # shared libraries: debug information out, symbols kept (strip --strip-debug)
 
 
@@ -75,9 +79,25 @@ def wheel_version(name: str) -> str:
     return m.group(1)
 
 
-def dropped(path: str, keep_blackwell: bool) -> bool:
-    patterns = DROP + (() if keep_blackwell else BLACKWELL)
-    return any(fnmatch.fnmatchcase(path, p) for p in patterns)
+def dropped(path: str, unused_ptxas: str | None = None) -> bool:
+    if unused_ptxas and path == PTXAS_DIR + unused_ptxas:
+        return True
+    return any(fnmatch.fnmatchcase(path, p) for p in DROP)
+
+
+def ptxas_for(compiler_py: str, arch: int) -> str | None:
+    """Which of the release's ptxas binaries its NVIDIA backend runs for ``arch``, from its own
+    ``backends/nvidia/compiler.py``; None where the source says neither plainly (then both are kept)."""
+    if "ptxas_blackwell" not in compiler_py:
+        return "ptxas"  # one ptxas for every arch (up to 3.6)
+    m = re.search(r"ptxas_blackwell if arch >= (\d+) else knobs\.nvidia\.ptxas", compiler_py)  # 3.7, 3.8
+    if m:
+        return "ptxas-blackwell" if arch >= int(m.group(1)) else "ptxas"
+    m = re.search(r"if arch < (\d+):\s*return knobs\.nvidia\.ptxas\s+.*?return knobs\.nvidia\.ptxas_blackwell",
+                  compiler_py, re.S)  # 3.9: legacy ptxas below sm_90 only
+    if m:
+        return "ptxas" if arch < int(m.group(1)) else "ptxas-blackwell"
+    return None
 
 
 def _entry_points(text: str) -> str:
@@ -85,15 +105,22 @@ def _entry_points(text: str) -> str:
     return "".join(ln for ln in text.splitlines(keepends=True) if not re.match(r"\s*amd\s*=", ln))
 
 
-def slim_wheel(wheel: Path, keep_blackwell: bool, scratch: Path) -> tuple[list[tuple[str, bytes, int]], dict]:
-    """``[(path, contents, mode)]`` of a wheel after :data:`DROP` and strip; and what it cost and saved."""
+def slim_wheel(wheel: Path, arch: int, scratch: Path) -> tuple[list[tuple[str, bytes, int]], dict]:
+    """``[(path, contents, mode)]`` of a wheel after :data:`DROP`, the ptxas ``arch`` does not use, and strip;
+    and what it cost and saved.  ``arch`` 0 keeps every ptxas."""
     files, stats = [], {"wheel_bytes": wheel.stat().st_size, "dropped": [], "unpacked_bytes": 0, "kept_bytes": 0}
     with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        unused = None
+        if arch and all(PTXAS_DIR + p in names for p in PTXAS):
+            used = ptxas_for(z.read("triton/backends/nvidia/compiler.py").decode(), arch)
+            unused = next((p for p in PTXAS if used and p != used), None)
+        stats["ptxas_dropped"] = unused
         for info in z.infolist():
             if info.is_dir():
                 continue
             stats["unpacked_bytes"] += info.file_size
-            if dropped(info.filename, keep_blackwell):
+            if dropped(info.filename, unused):
                 stats["dropped"].append(info.filename)
                 continue
             body = z.read(info)
@@ -127,7 +154,7 @@ def default_part_mib(repo: Path) -> int:
     return max(8, int(DEVICE_LIMIT_MIB - tree / 2**20 - 2))
 
 
-def pack(wheels: list[Path], out: Path, part_mib: float, preset: int, dict_mib: int, keep_blackwell: bool) -> dict:
+def pack(wheels: list[Path], out: Path, part_mib: float, preset: int, dict_mib: int, arch: int = 90) -> dict:
     """Slim, deduplicate and compress ``wheels`` into ``out/triton-slim.NNN-of-MMM.xz``; a report of the sizes."""
     wheels = sorted(wheels, key=lambda w: tuple(int(x) for x in wheel_version(w.name).split(".")))
     seen = [wheel_version(w.name) for w in wheels]
@@ -141,7 +168,7 @@ def pack(wheels: list[Path], out: Path, part_mib: float, preset: int, dict_mib: 
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         store = Path(tmp)
         for wheel in wheels:  # 1. slim each wheel into a content-addressed store on disk
-            files, stats = slim_wheel(wheel, keep_blackwell, store)
+            files, stats = slim_wheel(wheel, arch, store)
             entry = []
             for path, body, mode in files:
                 sha = hashlib.sha256(body).hexdigest()
@@ -176,7 +203,7 @@ def pack(wheels: list[Path], out: Path, part_mib: float, preset: int, dict_mib: 
         n = writer.close()
     report.update(parts=n, part_mib=part_mib, compressed_bytes=writer.total, unique_bytes=offset,
                   wheels_bytes=sum(w.stat().st_size for w in wheels), slim_seconds=round(t_slim, 1),
-                  seconds=round(time.monotonic() - t0, 1), preset=preset, dict_mib=dict_mib)
+                  seconds=round(time.monotonic() - t0, 1), preset=preset, dict_mib=dict_mib, arch=arch)
     (out / "pack-report.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
 
@@ -345,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     pk.add_argument("--preset", type=int, default=3,
                     help="xz preset 0-9 (default 3: 6 is 2-3x slower for a few %% less)")
     pk.add_argument("--dict-mib", type=int, default=512, help="xz dictionary: spans more than one release")
-    pk.add_argument("--keep-blackwell", action="store_true", help="keep ptxas-blackwell (sm_100+ GPUs)")
+    pk.add_argument("--arch", type=int, default=90,
+                    help="the GPU arch the trees will run on (keeps the ptxas it needs; 0 keeps every ptxas)")
     up = sub.add_parser("unpack", help="parts -> one tree per release")
     up.add_argument("--parts", type=Path, required=True)
     up.add_argument("--dest", type=Path, required=True)
@@ -360,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"slim_triton: no such wheel: {', '.join(map(str, missing))}", file=sys.stderr)
             return 2
         part = default_part_mib(Path(__file__).resolve().parents[1]) if args.part_mib == "auto" else float(args.part_mib)
-        report = pack(args.wheels, args.out, part, args.preset, args.dict_mib, args.keep_blackwell)
+        report = pack(args.wheels, args.out, part, args.preset, args.dict_mib, args.arch)
         print(f"slim_triton: {len(args.wheels)} wheels, {report['wheels_bytes'] / 2**20:.0f} MiB -> "
               f"{report['unique_bytes'] / 2**20:.0f} MiB unique -> {report['compressed_bytes'] / 2**20:.1f} MiB "
               f"compressed in {report['parts']} part(s) of <= {part} MiB ({report['seconds']:.0f} s): {args.out}")

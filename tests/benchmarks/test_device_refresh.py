@@ -24,7 +24,7 @@ def _sh(*args, env, timeout=300):
 
 def test_parts_over_two_calls_then_collect(tmp_path):
     wheel = _wheel(tmp_path, "3.8.0")
-    S.pack([wheel], tmp_path / "parts", part_mib=0.0002, preset=1, dict_mib=4, keep_blackwell=False)
+    S.pack([wheel], tmp_path / "parts", part_mib=0.0002, preset=1, dict_mib=4)
     parts = sorted((tmp_path / "parts").glob("triton-slim.*.xz"))
     assert len(parts) >= 2
     carry, out = tmp_path / "carry", tmp_path / "OUT"

@@ -31,7 +31,7 @@ def _wheel(folder: Path, version: str, extra: bytes = b"") -> Path:
 
 def test_pack_and_unpack_round_trip_slim_and_deduplicated(tmp_path):
     wheels = [_wheel(tmp_path, "3.5.1", b"# patch\n"), _wheel(tmp_path, "3.5.0")]
-    report = S.pack(wheels, tmp_path / "parts", part_mib=0.0005, preset=1, dict_mib=4, keep_blackwell=False)
+    report = S.pack(wheels, tmp_path / "parts", part_mib=0.0005, preset=1, dict_mib=4)
     parts = sorted((tmp_path / "parts").glob("triton-slim.*.xz"))
     assert report["parts"] == len(parts) > 1 and all(S.PART_RE.search(p.name) for p in parts)
     assert report["unique_bytes"] < sum(r["kept_bytes"] for r in report["releases"].values())  # ptxas once
@@ -50,7 +50,7 @@ def test_pack_and_unpack_round_trip_slim_and_deduplicated(tmp_path):
 
 def test_a_missing_part_is_named_and_waited_for_only_with_follow(tmp_path):
     S.pack([_wheel(tmp_path, "3.4.0")], tmp_path / "parts", part_mib=0.0005, preset=1, dict_mib=4,
-           keep_blackwell=False)
+           )
     last = sorted((tmp_path / "parts").glob("triton-slim.*.xz"))[-1]
     last.rename(tmp_path / last.name)
     with pytest.raises(SystemExit, match=r"part \d{3} not in .*carry it and run unpack again"):
@@ -63,3 +63,33 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "no such wheel" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="not a triton wheel"):
         S.wheel_version("torch-2.4.1.whl")
+
+
+# The three shapes of get_ptxas in the NVIDIA backend's compiler.py (3.0-3.6, 3.7-3.8, 3.9).
+ONE = "def get_ptxas():\n    return knobs.nvidia.ptxas\n"
+UP_TO_38 = ("def get_ptxas(arch: int) -> knobs.NvidiaTool:\n"
+            "    return knobs.nvidia.ptxas_blackwell if arch >= 100 else knobs.nvidia.ptxas\n")
+FROM_39 = ("def get_ptxas(arch: int) -> knobs.NvidiaTool:\n    if arch < 90:\n        return knobs.nvidia.ptxas\n"
+           "    # The ptxas-blackwell name is misleading; keep it until legacy ptxas is removed.\n"
+           "    return knobs.nvidia.ptxas_blackwell\n")
+
+
+def test_the_ptxas_kept_is_the_one_the_release_runs_for_the_arch():
+    """Triton 3.9 compiles sm_90 with ptxas-blackwell: dropping it (as an earlier session did for 3.1-3.8)
+    left 3.9's tree unable to compile for the H100 (found by the AOT smoke of the slim tree)."""
+    assert S.ptxas_for(ONE, 90) == "ptxas"
+    assert S.ptxas_for(UP_TO_38, 90) == "ptxas" and S.ptxas_for(UP_TO_38, 100) == "ptxas-blackwell"
+    assert S.ptxas_for(FROM_39, 90) == "ptxas-blackwell" and S.ptxas_for(FROM_39, 80) == "ptxas"
+    assert S.ptxas_for("ptxas_blackwell somewhere new", 90) is None  # unknown: keep both
+
+
+def test_a_slim_wheel_drops_only_the_ptxas_its_arch_does_not_run(tmp_path):
+    path = tmp_path / "triton-3.9.0-cp312-abi3-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("triton/backends/nvidia/compiler.py", FROM_39)
+        z.writestr("triton/backends/nvidia/bin/ptxas", b"legacy")
+        z.writestr("triton/backends/nvidia/bin/ptxas-blackwell", b"new")
+    kept = {p for p, _, _ in S.slim_wheel(path, 90, tmp_path)[0]}
+    assert "triton/backends/nvidia/bin/ptxas-blackwell" in kept and "triton/backends/nvidia/bin/ptxas" not in kept
+    both = {p for p, _, _ in S.slim_wheel(path, 0, tmp_path)[0]}
+    assert {"triton/backends/nvidia/bin/ptxas", "triton/backends/nvidia/bin/ptxas-blackwell"} <= both

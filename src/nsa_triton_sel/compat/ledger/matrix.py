@@ -96,8 +96,9 @@ def contract_runs(recs: list[dict], runtime: str | None) -> str:
         if r.get("check") == "contract" and evidence.on_gpu_machine(r) and not evidence.runtime_stale(r, runtime):
             done.setdefault(r["triton"], set()).add(evidence.short_gpu(r.get("machine")))
     if not done:
-        return ("**no GPU contract run of this runtime**: run `pytest -m contract` on a GPU (newest and oldest "
-                "release at least: `bench/gpu_refresh.sh` stage `contract`) and pin it.")
+        return ("**no GPU contract run of this runtime**: run the GPU contract suite on a GPU, newest and oldest "
+                "release at least (`python -m nsa_triton_sel.compat.gpu_lane --stages contract --results DIR`, or "
+                "`bench/device_refresh.sh` with `REFRESH_ARGS=\"--stages contract\"`), and pin it.")
     runs = [f"{v} ({', '.join(sorted(done[v]))})" for v in sorted(done, key=Version)]
     return f"GPU contract runs of this runtime: {', '.join(runs)}."
 
