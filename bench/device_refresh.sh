@@ -17,7 +17,8 @@
 #
 # Environment: NSA_SEL_GIT_COMMIT (the commit being run: the device copy has no .git), REFRESH_EXPECT (default
 # all: the 13 releases of lanes.toml), REFRESH_WAIT_S (how long parts may keep arriving, default 900),
-# REFRESH_DEADLINE_S (the background run's own limit, default 1500), REFRESH_ARGS (more gpu_refresh options),
+# REFRESH_DEADLINE_S (the background run's own limit, default 1380: a machine is held 30 minutes at most, and the
+# results must be collected before it goes back), REFRESH_ARGS (more gpu_refresh options),
 # REFRESH_INSTALLED=0 (leave the installed Triton out), REFRESH_DIR / REFRESH_CARRY (default .refresh / .carry),
 # PYTHON (default python3).
 set -u
@@ -61,7 +62,7 @@ feed() {
         # shellcheck disable=SC2086  # REFRESH_ARGS is a list of options
         setsid nohup "$PY" -m nsa_triton_sel.compat.gpu_refresh --out "$R/out" --trees "$R/trees" $INSTALLED \
             --expect "${REFRESH_EXPECT:-all}" --wait-s "${REFRESH_WAIT_S:-900}" \
-            --deadline-s "${REFRESH_DEADLINE_S:-1500}" ${REFRESH_ARGS:-} > "$R/refresh.log" 2>&1 < /dev/null &
+            --deadline-s "${REFRESH_DEADLINE_S:-1380}" ${REFRESH_ARGS:-} > "$R/refresh.log" 2>&1 < /dev/null &
         echo $! > "$R/refresh.pid"
         echo "feed: refresh started (pid $!)"
     fi

@@ -65,6 +65,7 @@ def test_benchmarks_run_alone_after_every_correctness_task(tmp_path):
         if t.stage != "bench":
             t.state = "done"
     assert all(r.ready(t) for t in bench)
+    assert [t.version for t in r.waiting_in_order()] == ["3.9.0", "3.8.0"]  # newest first: the ratios' base
     bench[0].state = "running"
     assert not r.ready(bench[1])  # one at a time
 

@@ -8,8 +8,8 @@ release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.
 ``--expect`` is there or ``--wait-s`` has passed).  The schedule:
 
 - **correctness first, concurrently**: per release ``compile`` (this GPU's arch only), then ``parity``,
-  ``contract`` and ``canary`` side by side.  Tasks take *slots* (a pytest process one, the contract suite two,
-  a compile ``--compile-jobs``), at most the usable cores (``os.sched_getaffinity``) in all, and at most
+  ``contract`` and ``canary`` side by side.  Tasks take *slots* (a pytest process one, a compile
+  ``--compile-jobs``), at most the usable cores (``os.sched_getaffinity``) in all, and at most
   ``--gpu-tasks`` processes on the GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
   parity stage JIT-compiled is not compiled again by the contract and bench stages;
 - **then the benchmarks, alone**: ``bench`` of one release at a time once every correctness task is done and no
@@ -41,7 +41,9 @@ from packaging.version import InvalidVersion, Version
 from . import gpu_lane, lanes, project
 
 CORRECTNESS = ("parity", "contract", "canary")  # after compile, side by side
-SLOTS = {"parity": 1, "contract": 2, "canary": 1, "bench": 0}  # compile: --compile-jobs
+# CPU slots a task takes: a pytest process is one thread (OMP_NUM_THREADS=1, TORCHINDUCTOR_COMPILE_THREADS=1);
+# a compile stage runs --compile-jobs compiles at once.
+SLOTS = {"parity": 1, "contract": 1, "canary": 1, "bench": 0}
 GPU_STAGES = ("parity", "contract", "canary", "bench")
 # Seconds per stage under a concurrent refresh (several releases share the CPU, so a stage takes longer than
 # gpu_lane's defaults for a lone release); NSA_SEL_STAGE_LIMITS-style overrides with --limits.
@@ -150,10 +152,14 @@ class Refresh:
             on_gpu += t.stage in GPU_STAGES
 
     def waiting_in_order(self) -> list[Task]:
-        """Compiles first (they unlock the rest), then the longest stages, oldest release first."""
+        """Compiles first (they unlock the rest), then the longest stages, oldest release first; the benchmarks
+        newest first (the speed table's ratios are to the newest release: it must not be the one cut off)."""
         rank = {"compile": 0, "parity": 1, "contract": 2, "canary": 3, "bench": 4}
-        return sorted((t for t in self.tasks if t.state == "waiting"),
-                      key=lambda t: (rank[t.stage], _version_key(t.version)))
+        newest_first = {v: i for i, v in enumerate(sorted(self.releases, key=_version_key, reverse=True))}
+
+        def key(t):
+            return (rank[t.stage], newest_first[t.version] if t.stage == "bench" else _version_key(t.version))
+        return sorted((t for t in self.tasks if t.state == "waiting"), key=key)
 
     def launch(self, t: Task) -> None:
         env = dict(os.environ)
@@ -321,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default=",".join(gpu_lane.STAGES))
     p.add_argument("--cores", type=int, default=0, help="CPU slots (default: the usable cores)")
     p.add_argument("--compile-jobs", type=int, default=4, help="compile processes per release's compile stage")
-    p.add_argument("--gpu-tasks", type=int, default=10, help="processes on the GPU at once (correctness stages)")
+    p.add_argument("--gpu-tasks", type=int, default=16, help="processes on the GPU at once (correctness stages)")
     p.add_argument("--bench-args", default=BENCH_ARGS, help="pytest arguments of the bench stage")
     p.add_argument("--limits", help="per-stage seconds, e.g. parity=600,bench=240")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
