@@ -135,3 +135,14 @@ def runtime_hash(root: Path | None = None) -> str:
 
 # The name this hash had when it covered kernels/*.py alone (the ledger's `kernel_hash`, now history).
 kernel_source_hash = compiler_hash
+
+# The kernel package's sources, for checks over them (tests/test_kernel_sources.py); not a hash input by itself.
+KERNEL_DIR = PACKAGE_DIR / "kernels"
+KERNEL_GLOB = "*.py"
+KERNEL_PATH = PACKAGE_PATH + "/kernels"
+
+
+def kernel_sources(root: Path | None = None) -> dict[str, bytes]:
+    """``{base name: bytes}`` of the ``*.py`` files of ``kernels/`` (default: this package's)."""
+    root = Path(root) if root is not None else KERNEL_DIR
+    return {p.name: p.read_bytes() for p in sorted(root.glob(KERNEL_GLOB))}
