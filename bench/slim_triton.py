@@ -27,6 +27,7 @@ device side can hand over each release as soon as the parts that hold it are the
     python bench/slim_triton.py pack /work/wheels/triton-*.whl --out /work/carry/slim      # here
     python bench/slim_triton.py unpack --parts .refresh/parts --dest .refresh/trees --follow 900  # there
     python bench/slim_triton.py check .refresh/trees/triton-3.9.0                          # import + version
+    python bench/slim_triton.py resplit --parts /work/carry/slim --part-mib 40             # other part size
 
 ``unpack`` writes ``DEST/triton-X.Y.Z/`` (a tree to put first on ``PYTHONPATH``: ``triton/`` and its
 ``dist-info``) and then ``DEST/triton-X.Y.Z.ready``; with ``--follow S`` it waits up to S seconds for each
@@ -352,6 +353,20 @@ def _materialise(rel: dict, store: Path, dest: Path) -> str | None:
     return version
 
 
+def resplit(folder: Path, part_mib: float) -> int:
+    """Cut the stream in ``folder`` into parts of ``part_mib`` instead (no recompression: parts are byte
+    slices of one stream); the number of parts."""
+    old = sorted(folder.glob("triton-slim.*-of-*.xz"))
+    totals = {int(PART_RE.search(p.name).group(2)) for p in old}
+    if not old or len(totals) != 1 or len(old) != totals.pop():
+        raise SystemExit(f"slim_triton: {folder} does not hold every part of one stream")
+    writer = PartWriter(folder, int(part_mib * 2**20))
+    for p in old:
+        writer.write(p.read_bytes())
+        p.unlink()
+    return writer.close()
+
+
 def check(tree: Path, python: str) -> int:
     """Import triton from ``tree`` in a child process (first on its path) and print what it found."""
     code = ("import triton, triton.language, triton.backends as b; "
@@ -378,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--parts", type=Path, required=True)
     up.add_argument("--dest", type=Path, required=True)
     up.add_argument("--follow", type=float, default=0.0, help="seconds to wait for each missing part")
+    rs = sub.add_parser("resplit", help="cut the parts to another size (a larger working tree: smaller parts)")
+    rs.add_argument("--parts", type=Path, required=True)
+    rs.add_argument("--part-mib", default="auto")
     ck = sub.add_parser("check", help="import triton from a tree")
     ck.add_argument("tree", type=Path)
     ck.add_argument("--python", default=sys.executable)
@@ -397,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         done = unpack(args.parts, args.dest, args.follow)
         print(f"slim_triton: {len(done)} release(s) unpacked in {time.monotonic() - t0:.0f} s: {', '.join(done) or 'none new'}")
+        return 0
+    if args.cmd == "resplit":
+        part = default_part_mib(Path(__file__).resolve().parents[1]) if args.part_mib == "auto" else float(args.part_mib)
+        print(f"slim_triton: {resplit(args.parts, part)} part(s) of <= {part} MiB in {args.parts}")
         return 0
     return check(args.tree, args.python)
 

@@ -93,3 +93,14 @@ def test_a_slim_wheel_drops_only_the_ptxas_its_arch_does_not_run(tmp_path):
     assert "triton/backends/nvidia/bin/ptxas-blackwell" in kept and "triton/backends/nvidia/bin/ptxas" not in kept
     both = {p for p, _, _ in S.slim_wheel(path, 0, tmp_path)[0]}
     assert {"triton/backends/nvidia/bin/ptxas", "triton/backends/nvidia/bin/ptxas-blackwell"} <= both
+
+
+def test_resplit_cuts_the_same_stream_to_another_size(tmp_path):
+    S.pack([_wheel(tmp_path, "3.5.0"), _wheel(tmp_path, "3.5.1")], tmp_path / "parts", part_mib=0.0005, preset=1,
+           dict_mib=4)
+    before = b"".join(p.read_bytes() for p in sorted((tmp_path / "parts").glob("triton-slim.*.xz")))
+    n = S.resplit(tmp_path / "parts", 0.0002)
+    parts = sorted((tmp_path / "parts").glob("triton-slim.*.xz"))
+    assert len(parts) == n and all(p.name.endswith(f"-of-{n:03d}.xz") for p in parts)
+    assert b"".join(p.read_bytes() for p in parts) == before
+    assert S.unpack(tmp_path / "parts", tmp_path / "trees") == ["3.5.0", "3.5.1"]

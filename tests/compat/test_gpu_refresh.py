@@ -50,7 +50,8 @@ def test_a_release_that_arrives_later_joins_and_every_result_is_kept(tmp_path):
 
 def _refresh(tmp_path, **kw):
     args = SimpleNamespace(out=tmp_path, expect="none", cores=16, limits=None, stages=["compile", "parity", "bench"],
-                           compile_jobs=4, gpu_tasks=10, wait_s=0, installed=False, trees=None)
+                           compile_jobs=4, gpu_tasks=10, wait_s=0, installed=False, trees=None, no_warm=False,
+                           bench_args=gpu_refresh.BENCH_ARGS)
     args.__dict__.update(kw)
     return gpu_refresh.Refresh(args, TABLE, ROOT)
 
@@ -66,6 +67,7 @@ def test_benchmarks_run_alone_after_every_correctness_task(tmp_path):
             t.state = "done"
     assert all(r.ready(t) for t in bench)
     assert [t.version for t in r.waiting_in_order()] == ["3.9.0", "3.8.0"]  # newest first: the ratios' base
+    assert {t.stage for t in r.tasks} == {"compile", "parity", "warm", "bench"}
     bench[0].state = "running"
     assert not r.ready(bench[1])  # one at a time
 
@@ -89,3 +91,23 @@ def test_bad_arguments_are_one_line(capsys):
     assert gpu_refresh.main(["--out", "/tmp/x", "--stages", "parity,nope", "--installed"]) == 2
     assert "unknown stage(s) ['nope']" in capsys.readouterr().err
     assert gpu_refresh.main(["--out", "/tmp/x"]) == 2
+
+
+def test_the_warm_pass_is_an_untimed_bench_run_into_a_scratch_folder(tmp_path, monkeypatch):
+    r = _refresh(tmp_path)
+    r.add("3.9.0", None)
+    seen = {}
+
+    class P:
+        def __init__(self, cmd, env, **kw):
+            seen[cmd[cmd.index("--stages") + 1], cmd[cmd.index("--results") + 1]] = env
+
+    monkeypatch.setattr(gpu_refresh.subprocess, "Popen", P)
+    for t in r.tasks:
+        if t.stage in ("warm", "bench"):
+            r.launch(t)
+    (warm_env,) = [e for (stage, res), e in seen.items() if res.endswith("warm/triton-3.9.0")]
+    (bench_env,) = [e for (stage, res), e in seen.items() if res.endswith("results/triton-3.9.0")]
+    assert warm_env["NSA_SEL_BENCH_ARGS"].endswith("--benchmark-disable") and "bench=" in warm_env["NSA_SEL_STAGE_LIMITS"]
+    assert "--benchmark-disable" not in bench_env["NSA_SEL_BENCH_ARGS"]
+    assert warm_env["TRITON_CACHE_DIR"] == bench_env["TRITON_CACHE_DIR"]  # the bench stage finds what warm compiled

@@ -8,7 +8,8 @@ release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.
 ``--expect`` is there or ``--wait-s`` has passed).  The schedule:
 
 - **correctness first, concurrently**: per release ``compile`` (this GPU's arch only), then ``parity``,
-  ``contract`` and ``canary`` side by side.  Tasks take *slots* (a pytest process one, a compile
+  ``contract``, ``canary`` and ``warm`` (the bench selection once, untimed, into a scratch folder: the
+  benchmarks' kernels land in the release's Triton cache) side by side.  Tasks take *slots* (a pytest process one, a compile
   ``--compile-jobs``), at most the usable cores (``os.sched_getaffinity``) in all, and at most
   ``--gpu-tasks`` processes on the GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
   parity stage JIT-compiled is not compiled again by the contract and bench stages;
@@ -40,14 +41,18 @@ from packaging.version import InvalidVersion, Version
 
 from . import gpu_lane, lanes, project
 
-CORRECTNESS = ("parity", "contract", "canary")  # after compile, side by side
+# After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
+# (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
+# Triton cache while the CPU is busy anyway, so the bench stage, alone on the GPU, compiles nothing.
+CORRECTNESS = ("parity", "contract", "canary", "warm")
+WARM_ARGS = " --benchmark-disable"
 # CPU slots a task takes: a pytest process is one thread (OMP_NUM_THREADS=1, TORCHINDUCTOR_COMPILE_THREADS=1);
 # a compile stage runs --compile-jobs compiles at once.
-SLOTS = {"parity": 1, "contract": 1, "canary": 1, "bench": 0}
-GPU_STAGES = ("parity", "contract", "canary", "bench")
+SLOTS = {"parity": 1, "contract": 1, "canary": 1, "warm": 1, "bench": 0}
+GPU_STAGES = ("parity", "contract", "canary", "warm", "bench")
 # Seconds per stage under a concurrent refresh (several releases share the CPU, so a stage takes longer than
 # gpu_lane's defaults for a lone release); NSA_SEL_STAGE_LIMITS-style overrides with --limits.
-LIMITS = {"compile": 300, "parity": 600, "contract": 480, "canary": 180, "bench": 240}
+LIMITS = {"compile": 300, "parity": 600, "contract": 480, "canary": 180, "warm": 300, "bench": 240}
 # What MATRIX.md's speed table reads: the random-selection NSA shapes (forward and forward + backward at T = 4K
 # and 32K), the seeds' packed shapes against SDPA, and auto within 5 % of triton.  Left out of the refresh:
 # local selections, the dispatcher rows and the crossover sweep (run bench-X for those).
@@ -113,6 +118,8 @@ class Refresh:
         for s in stages:
             self.tasks.append(Task(version, s, tree, self.args.compile_jobs if s == "compile" else SLOTS[s]))
         if "bench" in self.args.stages:
+            if not self.args.no_warm:
+                self.tasks.append(Task(version, "warm", tree, SLOTS["warm"]))
             self.tasks.append(Task(version, "bench", tree, 0))
 
     def waiting_for_more(self) -> bool:
@@ -154,7 +161,7 @@ class Refresh:
     def waiting_in_order(self) -> list[Task]:
         """Compiles first (they unlock the rest), then the longest stages, oldest release first; the benchmarks
         newest first (the speed table's ratios are to the newest release: it must not be the one cut off)."""
-        rank = {"compile": 0, "parity": 1, "contract": 2, "canary": 3, "bench": 4}
+        rank = {"compile": 0, "parity": 1, "contract": 2, "canary": 3, "warm": 4, "bench": 5}
         newest_first = {v: i for i, v in enumerate(sorted(self.releases, key=_version_key, reverse=True))}
 
         def key(t):
@@ -167,18 +174,20 @@ class Refresh:
         env["PYTHONPATH"] = os.pathsep.join(path + [str(self.repo / "src"), str(self.repo)]
                                             + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         env["TRITON_CACHE_DIR"] = str(self.out / "cache" / f"triton-{t.version}")
-        env["NSA_SEL_STAGE_LIMITS"] = f"{t.stage}={self.limits[t.stage]}"
+        stage = "bench" if t.stage == "warm" else t.stage  # gpu_lane's stage
+        env["NSA_SEL_STAGE_LIMITS"] = f"{stage}={self.limits[t.stage]}"
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the refresh runs many processes: no pools
         if t.stage == "compile":
             env["NSA_SEL_JOBS"] = str(t.slots)
-        if t.stage == "bench":
-            env.setdefault(gpu_lane.BENCH_ARGS_ENV, self.args.bench_args)
+        if stage == "bench":
+            env[gpu_lane.BENCH_ARGS_ENV] = self.args.bench_args + (WARM_ARGS if t.stage == "warm" else "")
             for k, v in BENCH_ENV.items():
                 env.setdefault(k, v)
+        results = self.out / ("warm" if t.stage == "warm" else "results") / f"triton-{t.version}"  # warm: scratch
         cmd = [sys.executable, "-c", gpu_lane.SIGNALS_RESET, sys.executable, "-m", "nsa_triton_sel.compat.gpu_lane",
-               "--results", str(self.out / "results" / f"triton-{t.version}"), "--stages", t.stage,
+               "--results", str(results), "--stages", stage,
                "--constraints", str(self.repo / "constraints")]
         log = (self.out / "logs" / f"{t.version}-{t.stage}.log").open("w")
         t.proc = subprocess.Popen(cmd, env=env, cwd=self.repo, stdout=log, stderr=subprocess.STDOUT,
@@ -231,7 +240,9 @@ class Refresh:
         os.replace(tmp, self.out / "status.json")
 
     def summary(self) -> str:
-        stages = list(self.args.stages)
+        stages = [s for s in self.args.stages if s != "bench"] + (["warm"] if "bench" in self.args.stages and
+                                                                   not self.args.no_warm else []) + \
+            (["bench"] if "bench" in self.args.stages else [])
         lines = [f"{'triton':<8} " + " ".join(f"{s:>12}" for s in stages)]
         for v in sorted(self.releases, key=_version_key):
             cells = []
@@ -329,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-jobs", type=int, default=4, help="compile processes per release's compile stage")
     p.add_argument("--gpu-tasks", type=int, default=16, help="processes on the GPU at once (correctness stages)")
     p.add_argument("--bench-args", default=BENCH_ARGS, help="pytest arguments of the bench stage")
+    p.add_argument("--no-warm", action="store_true", help="no untimed bench pass beside the correctness stages")
     p.add_argument("--limits", help="per-stage seconds, e.g. parity=600,bench=240")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     args = p.parse_args(argv)
