@@ -16,8 +16,8 @@ Every ledger record carries both hashes of the tree that produced it (issue 36):
 The split is a set of rules over paths relative to the package directory (``nsa_triton_sel/``), not a
 list of files, so it survives files moving between subpackages.  Matching is :mod:`fnmatch`'s, where
 ``*`` also crosses ``/`` (``plan/*.py`` is every ``.py`` file under ``plan/``, at any depth).  The
-first kind whose rules match a path wins; compat/ (the toolkit, checked by CI on every change) is
-neither kind except the two registry modules named in :data:`COMPILER_FACING`.
+first kind whose rules match a path wins; compat/ (the toolkit, checked by CI on every change) and this
+module are neither kind, except the two registry modules named in :data:`COMPILER_FACING`.
 
 Standard library only, so the toolkit (and a lane that has no torch) can compute it; the toolkit
 applies the same rules to the files of a git commit (:func:`hashes_of`) for records that predate the
@@ -45,7 +45,9 @@ COMPILER_FACING = (
 )
 # Everything else the runtime package ships: its Python and its package data.
 RUNTIME_FACING = ("*.py", "data/*.toml", "data/*.json")
-NEITHER = ("compat/*",)  # the toolkit (except the registry above): CI re-runs its checks on every change
+# The toolkit (except the registry above: CI re-runs its checks on every change) and this module, which
+# defines the hashes and runs in no user call.
+NEITHER = ("compat/*", "provenance.py")
 RULES = ((COMPILER, COMPILER_FACING), (None, NEITHER), (RUNTIME, RUNTIME_FACING))
 FIELDS = {COMPILER: "compiler_hash", RUNTIME: "runtime_hash"}  # the ledger's field of each hash
 
