@@ -8,6 +8,10 @@
 #
 #   bench/run_release.sh OUTDIR RELEASE [RELEASE ...]
 #
+# One release after the other, every stage in turn.  For many releases in one lease use
+# python -m nsa_triton_sel.compat.gpu_refresh (releases side by side, then the benchmarks alone) and, on the
+# device machine, bench/device_refresh.sh (wheels packed by bench/slim_triton.py, carried over several calls).
+#
 # RELEASE is one of:
 #   installed           the Triton installed in this Python (e.g. 3.6.0 beside torch 2.11)
 #   PATH.whl            a Triton wheel; if PATH.whl is missing but PATH.whl.part* exist, they are

@@ -4,6 +4,7 @@ others' results, a stage past its limit still reports what ran, every output is 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -39,16 +40,33 @@ def test_a_broken_release_does_not_lose_the_others_results(tmp_path):
     assert not notes and len(recs) == 4
     assert {r["check"] for r in recs} == {"gpu-canary"} and {r["verdict"] for r in recs} == {"error"}
     assert {r["triton_imported"] for r in recs} == {"3.8.0"} and recs[0]["git_commit"]  # checkout, else $NSA_SEL_GIT_COMMIT
-    assert "no network" in recs[0]["off_pair_reason"] and recs[0]["kernel_hash"]
+    assert "no network" in recs[0]["off_pair_reason"] and recs[0]["compiler_hash"] and recs[0]["runtime_hash"]
 
 
-def test_a_stage_past_its_limit_is_interrupted_not_lost():
+PARTIAL = ("import signal, sys, time\n"
+           "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('wrote the partial report'); sys.exit(2)\n")
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["foreground", "nohup"])
+def test_a_stage_past_its_limit_is_interrupted_not_lost(inherited):
+    """Issue 41: under `nohup ... &` (SIGINT inherited ignored) the limit's SIGINT must still reach pytest."""
     sess = gpu_lane.LocalSession("parity-3.9", {}, limit_s=1.0)
-    code = ("import signal, sys, time\n"
-            "try:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    print('wrote the partial report'); sys.exit(2)\n")
-    t0 = time.monotonic()
-    out = sess.run("python", "-c", code, silent=True)
+    old = signal.signal(signal.SIGINT, inherited)
+    try:
+        t0 = time.monotonic()
+        out = sess.run("python", "-c", PARTIAL, silent=True)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert "wrote the partial report" in out and time.monotonic() - t0 < 20
+
+
+def test_a_stage_that_ignores_sigint_is_terminated_then_killed():
+    sess = gpu_lane.LocalSession("parity-3.9", {}, limit_s=1.0, grace_s=1.0)
+    code = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('stubborn', flush=True)\ntime.sleep(60)\n")
+    t0 = time.monotonic()
+    sess.run("python", "-c", code, silent=True)
+    assert time.monotonic() - t0 < 15  # SIGINT, SIGTERM ignored: SIGKILL after the two graces
 
 
 def test_stage_limits_parse_and_refuse_typos():
@@ -58,13 +76,14 @@ def test_stage_limits_parse_and_refuse_typos():
 
 
 def test_an_off_pair_run_says_why_and_an_unlisted_release_gets_a_candidate_lane(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "compat"))  # ledger_factory, also when this file runs alone
     import ledger_factory as F
     from nsa_triton_sel.compat import lanes
 
     table = lanes.load_table(ROOT / "constraints" / "lanes.toml")
     monkeypatch.setenv("NSA_SEL_OFF_PAIR_NOTE", "no network here")
     fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
-          "imported": {"triton": "3.4.0", "numpy": None, "torch": "2.11.0+cu130"}, "kernel_hash": "k"}
+          "imported": {"triton": "3.4.0", "numpy": None, "torch": "2.11.0+cu130"}, "compiler_hash": "k"}
     base = gpu_lane.base_for("canary", gpu_lane.lane_for("3.4.0", table), fp, table, "2026-11-23T00:00:00+00:00")
     assert base["check"] == "gpu-canary" and base["session"] == "canary-3.4" and base["mode"] == "gpu"
     assert not base["torch_paired"] and base["off_pair_reason"].endswith("; no network here")

@@ -75,33 +75,67 @@ def test_interp_only_window_is_a_note_not_an_exclusion():
     assert "# note: [i]" in text and "interpreter defect" in text
 
 
+def _gpu_recs(fp, version="3.9", contract=("pass",)):
+    """GPU parity, gradients and (unless ``contract=()``) a GPU contract run of one release."""
+    return (F.recs(version, "parity", ["pass", "pass"], mode="gpu", fp=fp)
+            + [{**r, "check": "backward"} for r in F.recs(version, "parity", ["pass"], mode="gpu", fp=fp)]
+            + [{**r, "check": "contract"} for r in F.recs(version, "parity", list(contract), mode="gpu", fp=fp)])
+
+
 def test_gpu_use_needs_fresh_gpu_evidence_and_names_the_gpu_and_torch():
     gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
-              "kernel_hash": "k" * 16}
-    gpu = (F.recs("3.9", "parity", ["pass", "pass"], mode="gpu", fp=gpu_fp)
-           + [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)])
-    recs = F.all_pass("3.5") + F.all_pass("3.9") + gpu
+              "compiler_hash": "k" * 16, "runtime_hash": "r" * 16}
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_recs(gpu_fp)
 
-    def render(current):
-        verdicts = ledger.release_verdicts(F.TABLE, recs, [], current=current)
+    def render(current, runtime="r" * 16):
+        verdicts = ledger.release_verdicts(F.TABLE, recs, [], current=current, runtime=runtime)
         return ledger.render_known_good(F.TABLE, verdicts, [], "constraints/ledger.jsonl", "0" * 16, current=current)
 
     fresh = render("k" * 16)
     line = next(ln for ln in fresh.splitlines() if ln.startswith("# admitted  3.9.0"))
     assert "tested with 2.13.0+cpu (CPU) and 2.11.0+cu130 (H100, off-pair)" in line
-    assert "GPU: admitted for GPU use on NVIDIA H100 80GB HBM3" in line
+    assert "GPU: admitted for GPU use on NVIDIA H100 80GB HBM3" in line and "contract" not in line
     assert "triton>=3.9.0,<=3.9.0  (on NVIDIA H100 80GB HBM3)" in fresh
     stale = render("n" * 16)  # the kernels changed since
     line = next(ln for ln in stale.splitlines() if ln.startswith("# admitted  3.9.0"))
     assert "stale evidence only (kernels kkkkkkkkkkkkkkkk, now nnnnnnnnnnnnnnnn)" in line
-    assert "# GPU use: no release has GPU evidence about the current kernels (nnnnnnnnnnnnnnnn)" in stale
+    assert "# GPU use: no release has GPU evidence about the current compiler-facing sources (nnnnnnnnnnnnnnnn)" in stale
     assert "3.5.1" in next(ln for ln in stale.splitlines() if not ln.startswith("#"))  # CPU admission unchanged
+    runtime_edit = render("k" * 16, runtime="s" * 16)  # a host-side edit: GPU use stands, the contract is flagged
+    line = next(ln for ln in runtime_edit.splitlines() if ln.startswith("# admitted  3.9.0"))
+    assert "GPU: admitted for GPU use on NVIDIA H100 80GB HBM3" in line
+    assert f"contract record stale (runtime {'r' * 16}, now {'s' * 16}" in line
+    assert "triton>=3.9.0,<=3.9.0  (on NVIDIA H100 80GB HBM3)" in runtime_edit
 
 
 def test_a_failing_gpu_bench_record_refuses_gpu_use():
-    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "H100", "kernel_hash": "k"}
-    gpu = (F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)
-           + [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="gpu", fp=gpu_fp)]
-           + F.recs("3.9", "bench", ["fail"], mode="gpu", fp=gpu_fp))
-    v = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + gpu, [], current="k")["3.9.0"]
+    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "H100",
+              "compiler_hash": "k", "runtime_hash": "r"}
+    gpu = _gpu_recs(gpu_fp) + F.recs("3.9", "bench", ["fail"], mode="gpu", fp=gpu_fp)
+    v = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + gpu, [], current="k", runtime="r")["3.9.0"]
     assert v[0] and v.gpu.admitted == [] and "bench fail" in v.gpu.refused["H100"]
+
+
+def test_gpu_use_needs_a_contract_run_and_only_a_current_one_can_refuse():
+    gpu_fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "H100",
+              "compiler_hash": "k", "runtime_hash": "r"}
+
+    def gpu_of(recs, runtime="r"):
+        return ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + recs, [], current="k", runtime=runtime)["3.9.0"].gpu
+
+    none = gpu_of(_gpu_recs(gpu_fp, contract=()))
+    assert none.admitted == [] and "no GPU contract run" in none.refused["H100"]
+    failing = _gpu_recs(gpu_fp, contract=("pass", "fail"))
+    assert "contract fail" in gpu_of(failing).refused["H100"]
+    old = gpu_of(failing, runtime="r2")  # that failure ran another runtime: flagged, it cannot refuse
+    assert old.admitted == ["H100"] and old.contract_stale == {"H100": "r"}
+    xfail = gpu_of(_gpu_recs(gpu_fp, contract=("pass", "xfail")))  # an off-pair compile case, recorded
+    assert xfail.admitted == ["H100"] and not xfail.contract_stale
+
+
+def test_a_cpu_lane_that_ran_its_pair_says_paired():
+    paired_fp = {**F.CPU_FP, "torch": "2.15.0+cu132", "cuda_runtime": "13.2"}
+    recs = F.recs("3.9", "compile", ["pass"]) + F.recs("3.9", "parity", ["pass"], mode="interp", fp=paired_fp)
+    recs += [{**r, "check": "backward"} for r in F.recs("3.9", "parity", ["pass"], mode="interp", fp=paired_fp)]
+    v = ledger.release_verdicts(F.TABLE, recs, [])["3.9.0"]
+    assert v.tested == ["2.13.0+cpu (CPU)", "2.15.0+cu132 (CPU, paired)"]

@@ -30,9 +30,9 @@ def test_environment_table_shows_what_the_processes_imported():
     assert "- 3.9.0: CPU build torch 2.13.0+cpu" in md  # the off-pair reason, once
 
 
-KH = "0123456789abcdef"
+KH, RH = "0123456789abcdef", "fedcba9876543210"
 GPU_FP = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
-          "compute_capability": "9.0", "kernel_hash": KH}
+          "compute_capability": "9.0", "compiler_hash": KH, "runtime_hash": RH}
 
 
 def _gpu_run(version, date=F.DATE, fp=GPU_FP, fwd_ms=0.84, train_ms=3.0, auto=1.01):
@@ -44,6 +44,10 @@ def _gpu_run(version, date=F.DATE, fp=GPU_FP, fwd_ms=0.84, train_ms=3.0, auto=1.
             ledger.record(par, kernel="t::test_b[y]", verdict="pass", metrics={"max_abs_err": 9e-3}),
             ledger.record({**par, "check": "backward"}, kernel="tests.test_backward_gpu::test_c", verdict="pass",
                           metrics={"max_abs_err": 3e-2}),
+            ledger.record({**par, "check": "contract"}, kernel="tests.test_contract_gpu::test_d[decode-eager]",
+                          verdict="pass"),
+            ledger.record({**par, "check": "contract"}, kernel="tests.test_contract_gpu::test_d[packed-compile]",
+                          verdict="xfail", message="off-pair: torch 2.11.0 pins triton 3.6.0"),
             ledger.record(can, kernel="gpu-canary/dot_trans_dk", verdict="fail", message="fired"),
             ledger.record(can, kernel="gpu-canary/odd_k_tail", verdict="pass")]
     for L, sp in ((256, 1.05), (1024, 0.97)):
@@ -59,10 +63,10 @@ def _gpu_run(version, date=F.DATE, fp=GPU_FP, fwd_ms=0.84, train_ms=3.0, auto=1.
     return recs
 
 
-def _render_at(recs, current=KH, windows=()):
-    verdicts = ledger.release_verdicts(F.TABLE, recs, list(windows), current=current)
+def _render_at(recs, current=KH, windows=(), runtime=RH):
+    verdicts = ledger.release_verdicts(F.TABLE, recs, list(windows), current=current, runtime=runtime)
     return ledger.render_matrix(F.TABLE, recs, list(windows), verdicts, "ledger.jsonl", "0123456789abcdef",
-                                current=current)
+                                current=current, runtime=runtime)
 
 
 def test_gpu_tables_show_errors_canaries_speed_ratios_and_auto_per_release():
@@ -70,13 +74,14 @@ def test_gpu_tables_show_errors_canaries_speed_ratios_and_auto_per_release():
     md = _render_at(recs)
     lines = md.splitlines()
     row = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 2.11.0+cu130 (off-pair) |"))
-    assert "| 01234567 | 2/2 | 1/1 | 9.00e-03 | 3.00e-02 | dot_trans_dk (**unanswered**) |" in row
+    assert "| 01234567 | 2/2 | 1/1 | 1/2 | 9.00e-03 | 3.00e-02 | dot_trans_dk (**unanswered**) |" in row
     fast = next(ln for ln in lines if ln.startswith("| 3.9.0 | H100 | 0.84 (1.00x) |"))
     assert "| 3.00 (1.00x) |" in fast and "| 1.01x (0.97-1.05) | 1.01 | — |" in fast
     slow = next(ln for ln in lines if ln.startswith("| 3.5.1 | H100 | 1.26 (1.50x) |"))
     assert "**needs an advisory window** (+50 % vs 3.9.0)" in slow
     assert not any(ln.startswith("| 3.1.0 | H100") for ln in lines)  # CPU-only lanes: no GPU row
-    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | pass 2/2 | pass 1/1 |" in md
+    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | pass 2/2 | pass 1/1 | pass 1/2, 1 xfail |" in md
+    assert "GPU contract runs of this runtime: 3.5.1 (H100), 3.9.0 (H100)." in md
     main = [ln for ln in lines if ln.startswith("| 3.")]
     assert any(ln.endswith("| **yes** | H100 |") for ln in main)
 
@@ -95,10 +100,10 @@ def test_gpu_evidence_about_other_kernels_is_stale_and_not_counted():
     empty again, and the release is not admitted for GPU use."""
     recs = F.all_pass("3.9") + _gpu_run("3.9")
     md = _render_at(recs, current="feedfacefeedface")
-    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | — | — |" in md
+    assert "| 3.9.0 | 3.9 | pass 2/2 | pass 3/3 | — | — | — |" in md
     assert "01234567 **stale**" in md
     assert next(ln for ln in md.splitlines() if ln.startswith("| 3.9.0 | 3.9 |")).endswith("| **yes** | stale |")
-    legacy = [{k: v for k, v in r.items() if k != "kernel_hash"} for r in _gpu_run("3.9")]  # unknown source
+    legacy = [{k: v for k, v in r.items() if k != "compiler_hash"} for r in _gpu_run("3.9")]  # unknown source
     assert "unknown **stale**" in _render_at(F.all_pass("3.9") + legacy)
 
 
@@ -110,8 +115,26 @@ def test_main_table_and_gpu_tables_fit_120_columns():
 
 
 def test_a_gpu_lane_run_on_a_cpu_machine_is_no_gpu_evidence():
-    skips = F.recs("3.9", "parity", ["skip", "skip"], mode="gpu", fp={**F.CPU_FP, "kernel_hash": KH})
+    skips = F.recs("3.9", "parity", ["skip", "skip"], mode="gpu", fp={**F.CPU_FP, "compiler_hash": KH})
     md = _render_at(F.all_pass("3.9") + skips)
     assert "## GPU evidence per release" not in md
     verdict = ledger.release_verdicts(F.TABLE, F.all_pass("3.9") + skips, [], current=KH)["3.9.0"]
     assert verdict.tested == ["2.13.0+cpu (CPU)"] and not verdict.gpu.admitted
+
+
+def test_a_runtime_edit_flags_the_contract_record_and_keeps_gpu_use():
+    """Issue 36: a host-side edit (another runtime hash) keeps the compile/parity/bench cells and GPU use,
+    marks the contract column stale, and says that no contract run of this runtime exists."""
+    recs = F.all_pass("3.9") + _gpu_run("3.9")
+    md = _render_at(recs, runtime="0" * 16)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| 3.9.0 | 3.9 |"))
+    assert "| pass 2/2 | pass 1/1 | pass 1/2, 1 xfail *stale* |" in row
+    assert row.endswith("| **yes** | H100 (contract *stale*) |")
+    assert "**no GPU contract run of this runtime**" in md
+    assert "| 01234567 | 2/2 | 1/1 | 1/2 *stale* |" in md
+
+
+def test_a_release_without_a_contract_run_is_not_for_gpu_use():
+    recs = F.all_pass("3.9") + [r for r in _gpu_run("3.9") if r["check"] != "contract"]
+    md = _render_at(recs)
+    assert next(ln for ln in md.splitlines() if ln.startswith("| 3.9.0 | 3.9 |")).endswith("| **yes** | **no** |")

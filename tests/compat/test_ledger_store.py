@@ -99,9 +99,11 @@ def test_digest_changes_with_the_ledger():
 def test_digest_names_the_kernel_sources_too():
     """After a kernel change the rendered files are out of date (stale GPU evidence): pin --check must fail."""
     assert ledger.digest("x\n", "a" * 16) != ledger.digest("x\n", "b" * 16)
-    from nsa_triton_sel import kernel_source_hash
+    from nsa_triton_sel import provenance
 
-    assert ledger.digest("x\n") == ledger.digest("x\n", kernel_source_hash())
+    both = provenance.hashes()
+    assert ledger.digest("x\n") == ledger.digest("x\n", " ".join(f"{k}={v}" for k, v in sorted(both.items())))
+    assert ledger.digest("x\n") != ledger.digest("x\n", both["compiler_hash"])  # the runtime is in it too
 
 
 def test_re_running_one_lane_changes_only_that_lanes_lines():

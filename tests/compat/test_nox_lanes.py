@@ -296,3 +296,33 @@ def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
     body = next(line for line in s.logs if line.startswith("parity-3.1 (interpreter): "))
     assert body == "parity-3.1 (interpreter): 2 test records + the interpreter probe: parity 3 pass"
     assert "ran:      parity (interp), 3 records: parity 3 pass" in s.logs
+
+
+def test_a_cpu_parity_lane_installs_its_paired_torch_and_a_compile_lane_borrows(tmp_path):
+    """Issue 36: CPU parity lanes run under the torch their Triton pairs with, not a borrowed CPU torch."""
+    table = lanes.load_table()
+    site = {"import sysconfig; print(sysconfig.get_paths()['purelib'])": lambda a, e: str(tmp_path)}
+    s = FakeSession("parity-3.0", tmp_path, site, backend="uv")
+    opts, _ = nox_lanes.options(s)
+    nox_lanes.install_lane(s, table.lane("3.0"), "parity", opts, nox_lanes.Matrix(table, ROOT, False))
+    (args,) = s.installs
+    assert args[:2] == ("-c", str(ROOT / "constraints" / "triton-3.0.txt"))
+    assert "torch==2.4.1" in args and "triton==3.0.0" in args and "numpy<2" in args
+    assert not (tmp_path / nox_lanes.SHARED_PTH).exists()  # nothing borrowed
+    patch = FakeSession("parity-3.3.0", tmp_path, site, backend="uv")  # a patch release: its own pair
+    nox_lanes.install_lane(patch, table.for_version("3.3.0"), "parity", opts, nox_lanes.Matrix(table, ROOT, False))
+    assert "torch==2.7.0" in patch.installs[0] and "triton==3.3.0" in patch.installs[0]
+    compile_ = FakeSession("compile-3.0", tmp_path, site, backend="uv")
+    nox_lanes.install_lane(compile_, table.lane("3.0"), "compile", opts, nox_lanes.Matrix(table, ROOT, False))
+    assert not any(a.startswith("torch") for a in compile_.installs[0])  # borrows: the AOT compile needs no torch
+    borrow = FakeSession("parity-3.0", tmp_path, site, backend="uv", posargs=["--torch-pairing", "borrow"])
+    b_opts, _ = nox_lanes.options(borrow)
+    nox_lanes.install_lane(borrow, table.lane("3.0"), "parity", b_opts, nox_lanes.Matrix(table, ROOT, False))
+    assert not any(a.startswith("torch") for a in borrow.installs[0])
+
+
+def test_a_cuda_torch_on_a_cpu_box_is_recorded_paired():
+    lane = lanes.load_table().lane("3.0")
+    fp = {"torch": "2.4.1+cu121", "cuda_runtime": "12.1", "imported": {"triton": "3.0.0"}}
+    rec = nox_lanes.ledger.base_record(lane, fp, check="parity", mode="interp", session="parity-3.0", run_id="x")
+    assert rec["torch_paired"] and rec["off_pair_reason"] is None

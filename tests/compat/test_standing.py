@@ -36,22 +36,50 @@ def test_evidence_names_cpu_only_or_the_gpus_and_whether_this_gpu_ran_it():
     per = standing.evidence(cpu, Version("3.1.0"))
     assert per == {"cpu": "compile (aot) 2 pass; parity (interp) 1 pass; torch 2.13.0+cpu off-pair"}
     assert standing.summary(per, None).startswith("CPU only")
-    gpu = cpu + [_rec("parity", "gpu", "pass", machine="NVIDIA H100", torch="2.5.1+cu124", paired=True)]
+    gpu = cpu + [_rec("parity", "gpu", "pass", machine="NVIDIA H100", torch="2.5.1+cu124", paired=True),
+                 _rec("contract", "gpu", "pass", machine="NVIDIA H100", torch="2.5.1+cu124", paired=True)]
     per = standing.evidence(gpu, Version("3.1.0"))
-    assert per["NVIDIA H100"] == "parity (gpu) 1 pass; torch 2.5.1+cu124"
+    assert per["NVIDIA H100"] == "parity (gpu) 1 pass; contract (gpu) 1 pass; torch 2.5.1+cu124"
     assert standing.summary(per, "NVIDIA H100") == "CPU and GPU: NVIDIA H100; this GPU (NVIDIA H100) is among them"
     assert standing.summary(per, "NVIDIA A100").endswith("this GPU (NVIDIA A100) has not run them")
     assert standing.summary({}, None).startswith("none")
+    no_contract = standing.evidence(gpu[:-1], Version("3.1.0"))
+    assert "; no GPU contract run: NVIDIA H100;" in standing.summary(no_contract, "NVIDIA H100")
+
+
+def _h(rec, compiler, runtime="r1"):
+    return dict(rec, compiler_hash=compiler, runtime_hash=runtime)
 
 
 def test_gpu_evidence_about_other_kernel_sources_is_stale():
-    recs = [dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="old"),
-            dict(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), kernel_hash="new")]
-    per = standing.evidence(recs, Version("3.1.0"), kernel_hash="new")
-    assert set(per) == {"NVIDIA H100", "NVIDIA H100" + standing.STALE}
-    only_old = standing.evidence(recs[:1], Version("3.1.0"), kernel_hash="new")
-    assert standing.summary(only_old, None) == ("no current evidence (stale GPU evidence, about other kernel "
-                                                "sources: NVIDIA H100)")
+    old = _h(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), "old")
+    new = _h(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), "new")
+    only_old = standing.evidence([old], Version("3.1.0"), kernel_hash="new")
+    assert set(only_old) == {"NVIDIA H100" + standing.STALE}
+    assert standing.summary(only_old, None) == ("no current evidence; stale only, about other kernel sources "
+                                                "(not counted): NVIDIA H100")
+
+
+def test_a_gpu_with_current_and_stale_records_is_named_once_as_current():
+    """Issue 41: the doctor listed the H100 as both stale and current in one sentence."""
+    recs = [_h(_rec("compile", "aot", "pass", machine="NVIDIA H100"), "old"),
+            _h(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), "new"),
+            _h(_rec("contract", "gpu", "pass", machine="NVIDIA H100"), "new"), _rec("parity", "interp", "pass")]
+    per = standing.evidence(recs, Version("3.1.0"), kernel_hash="new", runtime_hash="r1")
+    assert set(per) == {"cpu", "NVIDIA H100"} and "compile" not in per["NVIDIA H100"]  # the stale one is history
+    text = standing.summary(per, "NVIDIA H100")
+    assert text == "CPU and GPU: NVIDIA H100; this GPU (NVIDIA H100) is among them"
+    assert text.count("H100") == 2 and "stale" not in text
+
+
+def test_a_contract_record_of_another_runtime_is_flagged_not_withdrawn():
+    recs = [_h(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), "new", "r1"),
+            _h(_rec("contract", "gpu", "pass", machine="NVIDIA H100"), "new", "r1")]
+    per = standing.evidence(recs, Version("3.1.0"), kernel_hash="new", runtime_hash="r2")
+    assert per["NVIDIA H100"].startswith("parity (gpu) 1 pass; contract" + standing.CONTRACT_STALE + " (gpu) 1 pass")
+    text = standing.summary(per, None)
+    assert text.startswith("GPU: NVIDIA H100; GPU contract record of another runtime (stale")
+    assert "no GPU contract run" not in text
 
 
 def test_pairing_needs_a_cuda_build_of_a_torch_that_pins_the_release():

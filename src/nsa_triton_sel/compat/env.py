@@ -188,20 +188,21 @@ def _static_fingerprint() -> dict:
         # NSA_SEL_GIT_COMMIT wins: a copied checkout may carry a stale .git (the GPU machine's copy
         # reported the session's first commit, d8a4c4d-dirty, for code of 94d3abac).
         "git_commit": os.environ.get("NSA_SEL_GIT_COMMIT") or _git_commit(),
-        "kernel_hash": _kernel_hash(),
+        **_source_hashes(),
     }
     fp.update(_cuda_info())
     return fp
 
 
-def _kernel_hash() -> str | None:
-    """The hash of the kernel sources this process runs (nsa_triton_sel.provenance); None if unreadable."""
-    from ..provenance import kernel_source_hash  # noqa: PLC0415 - standard library only
+def _source_hashes() -> dict:
+    """``compiler_hash`` and ``runtime_hash`` of the sources this process runs (nsa_triton_sel.provenance);
+    None where unreadable."""
+    from ..provenance import FIELDS, hashes  # noqa: PLC0415 - standard library only
 
     try:
-        return kernel_source_hash()
+        return hashes()
     except (OSError, ValueError):
-        return None
+        return dict.fromkeys(FIELDS.values())
 
 
 def _torch_version() -> str | None:

@@ -1,13 +1,15 @@
 """The GPU evidence of the Triton this environment imports, as lane run files: no nox, no network.
 
-``python -m nsa_triton_sel.compat.gpu_lane --results DIR [--stages compile,parity,canary,bench]``
+``python -m nsa_triton_sel.compat.gpu_lane --results DIR [--stages compile,parity,contract,canary,bench]``
 runs, for the Triton that ``import triton`` finds here (a wheel unpacked first on ``PYTHONPATH``
-is how another release comes in on a machine without a network; ``bench/run_release.sh`` does
-that for a list of wheels):
+is how another release comes in on a machine without a network; ``python -m
+nsa_triton_sel.compat.gpu_refresh`` does that for many releases at once):
 
-- ``compile``: the compile smoke (``nsa-sel smoke``) for this GPU's arch, what the planner launches;
-- ``parity``: ``pytest -m gpu`` over ``tests/`` (forward parity and gradient parity: the
-  ``backward`` column), records through the toolkit's pytest plugin;
+- ``compile``: the compile smoke (``nsa-sel smoke``) for this GPU's arch only, what the planner launches;
+- ``parity``: ``pytest -m "gpu and not contract"`` over ``tests/`` (forward parity and gradient parity:
+  the ``backward`` column), records through the toolkit's pytest plugin;
+- ``contract``: ``pytest -m contract`` (the user contract on a GPU, ``tests/test_contract_gpu*.py``):
+  the ``contract`` column, judged against the runtime hash (the stage to re-run after a host-side edit);
 - ``canary``: the GPU miscompile canaries (:mod:`.canaries.gpu`), each in its own process;
 - ``bench``: ``pytest bench/`` (pytest-benchmark against packed SDPA at the seeds' packed shapes and
   the canonical NSA shape, forward and forward+backward; and ``bench/test_auto_route.py``: the
@@ -15,7 +17,9 @@ that for a list of wheels):
 
 Each stage writes a run file the way a nox lane session does (``running`` first, ``complete`` at the
 end), so a stage that is killed still leaves an ``interrupted`` record and ``nsa-sel pin --results
-DIR`` merges them.  The torch is whatever is installed: a release torch does not pin is recorded
+DIR`` merges them.  The stage limit is the toolkit's own (:func:`stop`): SIGINT first, so pytest writes
+the report of the tests that ran, delivered even where this process inherited SIGINT ignored (``nohup
+... &``), then SIGTERM, then SIGKILL, each to the stage's process group.  The torch is whatever is installed: a release torch does not pin is recorded
 off-pair with the reason (``NSA_SEL_OFF_PAIR_NOTE`` adds why, e.g. "no network on the GPU machine").
 """
 
@@ -24,22 +28,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from . import lanes, ledger, project
-from .lane_bodies import BODIES
+from .lane_bodies import BODIES, pytest_run
 from .nox_lanes import Matrix, isolate
 
-STAGES = ("compile", "parity", "canary", "bench")
-MODES = {"compile": "aot", "parity": "gpu", "canary": "gpu", "bench": "gpu"}
-CHECK = {"compile": "compile", "parity": "parity", "canary": "gpu-canary", "bench": "bench"}
-# Seconds per stage (NSA_SEL_STAGE_LIMITS="parity=200,bench=120" overrides): at the limit the stage's
-# process group gets SIGINT, so pytest still writes its report of the tests that ran, then SIGKILL.
-LIMITS = {"compile": 90, "parity": 150, "canary": 60, "bench": 150}
+STAGES = ("compile", "parity", "contract", "canary", "bench")
+MODES = {"compile": "aot", "parity": "gpu", "contract": "gpu", "canary": "gpu", "bench": "gpu"}
+CHECK = {"compile": "compile", "parity": "parity", "contract": "contract", "canary": "gpu-canary", "bench": "bench"}
+# The pytest selection of each test stage: the contract suite (marker `contract`, also `gpu`) is a stage of its
+# own, so that a runtime-only change re-runs it alone; its records go to the `contract` column either way.
+MARKERS = {"parity": ["-m", "gpu and not contract"], "contract": ["-m", "contract"]}
+# Seconds per stage (NSA_SEL_STAGE_LIMITS="parity=200,bench=120" overrides); see stop() for what happens then.
+LIMITS = {"compile": 90, "parity": 150, "contract": 180, "canary": 60, "bench": 150}
 GRACE_S = 30
+# NSA_SEL_BENCH_ARGS: extra pytest arguments of the bench stage (e.g. a -k selection: gpu_refresh uses one).
+BENCH_ARGS_ENV = "NSA_SEL_BENCH_ARGS"
+# Runs a command with SIGINT back at its default disposition: a process started under `nohup ... &` (or
+# by a CI wrapper) inherits SIGINT *ignored*, and Python then never installs its KeyboardInterrupt handler,
+# so the stage limit's SIGINT would be lost and pytest would write no partial report.  exec keeps SIG_DFL.
+SIGNALS_RESET = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or taskset's share, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def stage_limits(text: str | None) -> dict[str, float]:
@@ -58,20 +80,21 @@ def stage_limits(text: str | None) -> dict[str, float]:
 class LocalSession:
     """The part of a nox session the lane bodies use, running commands in this environment."""
 
-    def __init__(self, name: str, env: dict, limit_s: float | None = None):
-        self.name, self.env, self.limit_s = name, env, limit_s
+    def __init__(self, name: str, env: dict, limit_s: float | None = None, grace_s: float = GRACE_S):
+        self.name, self.env, self.limit_s, self.grace_s = name, env, limit_s, grace_s
 
     def run(self, *args, env=None, log=True, silent=False, success_codes=None):  # noqa: ARG002 - nox's signature
         cmd = [sys.executable if args[0] == "python" else args[0], *args[1:]]
         if log:
             self.log(" ".join(cmd))
-        proc = subprocess.Popen(cmd, env={**os.environ, **self.env, **(env or {})}, text=True, start_new_session=True,
+        proc = subprocess.Popen([sys.executable, "-c", SIGNALS_RESET, *cmd], env={**os.environ, **self.env, **(env or {})},
+                                text=True, start_new_session=True,
                                 stdout=subprocess.PIPE if silent else None, stderr=subprocess.STDOUT if silent else None)
         try:
             out, _ = proc.communicate(timeout=self.limit_s)
         except subprocess.TimeoutExpired:
-            self.log(f"stage limit {self.limit_s:.0f} s reached: SIGINT (pytest writes what ran), then SIGKILL")
-            out = _stop(proc)
+            self.log(f"stage limit {self.limit_s:.0f} s reached: SIGINT (pytest writes what ran), then SIGTERM, SIGKILL")
+            out = stop(proc, self.grace_s)
         return out if silent else None
 
     def log(self, msg: str) -> None:
@@ -80,8 +103,11 @@ class LocalSession:
     warn = log
 
 
-def _stop(proc: subprocess.Popen) -> str | None:
-    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10)):
+def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> str | None:
+    """End a stage's process group: SIGINT (pytest writes the report of what ran), SIGTERM after ``grace_s``,
+    SIGKILL after as long again; the output so far.  The group's leader was started with SIGINT at its
+    default (:data:`SIGNALS_RESET`), whatever this process inherited."""
+    for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -145,8 +171,11 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
 
             results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
             records, problem = canary_records(results_, base, imported=fp["imported"]), None
+        elif kind in MARKERS:
+            records, problem = pytest_run(session, base, results, MARKERS[kind], [])
         else:
-            records, problem = BODIES[kind](session, lane, base, results, [], m)
+            rest = shlex.split(os.environ.get(BENCH_ARGS_ENV, "")) if kind == "bench" else []
+            records, problem = BODIES[kind](session, lane, base, results, rest, m)
         records, leak = isolate(records, lane)
         problem = leak or problem
     except BaseException as exc:
@@ -187,20 +216,22 @@ def main(argv: list[str] | None = None) -> int:
     lane = lane_for(got, table)
     arch = fp.get("compute_capability")
     os.environ.setdefault("NSA_SEL_ARCHS", str(arch).replace(".", "") if arch else ",".join(map(str, table.archs)))
-    os.environ.setdefault("NSA_SEL_JOBS", str(max(1, min(12, (os.cpu_count() or 2) - 2))))
+    os.environ.setdefault("NSA_SEL_JOBS", str(usable_cores()))  # compiles run in child processes, one per core
     m = Matrix(table=table, root=project.constraints_dir(args.constraints).parent, gpu=True)
     args.results.mkdir(parents=True, exist_ok=True)
     print(f"gpu_lane: triton {got} from {fp['origins'].get('triton')} (lane {lane.label}"
           f"{', not in the table: candidate' if lane.candidate else ''}); torch {fp.get('torch')}; "
-          f"GPU {fp.get('gpu_name')} (sm_{os.environ['NSA_SEL_ARCHS']}); kernels {fp.get('kernel_hash')}", flush=True)
+          f"GPU {fp.get('gpu_name')} (sm_{os.environ['NSA_SEL_ARCHS']}); sources: compiler {fp.get('compiler_hash')}, "
+          f"runtime {fp.get('runtime_hash')}", flush=True)
     problems = {}
     for kind in stages:
         n, problem = run_stage(kind, lane, fp, m, args.results, limits[kind])
         if problem:
             problems[kind] = problem
-    summary = {"triton": got, "lane": lane.label, "problems": problems, "kernel_hash": fp.get("kernel_hash"),
-               "torch": fp.get("torch"), "gpu": fp.get("gpu_name")}
-    (args.results / f"summary-{got}.txt").write_text(json.dumps(summary, indent=1) + "\n")
+    summary = {"triton": got, "lane": lane.label, "problems": problems, "compiler_hash": fp.get("compiler_hash"),
+               "runtime_hash": fp.get("runtime_hash"), "torch": fp.get("torch"), "gpu": fp.get("gpu_name")}
+    suffix = "" if stages == list(STAGES) else "-" + "-".join(stages)  # one file per stage set: runs in parallel
+    (args.results / f"summary-{got}{suffix}.txt").write_text(json.dumps(summary, indent=1) + "\n")
     print("gpu_lane: " + ("all stages passed" if not problems else f"problems: {problems}"), flush=True)
     return 1 if problems else 0
 

@@ -5,11 +5,18 @@ as a plain function of a nox session object, so a test drives it with a fake one
 library and ``packaging`` only at import, like the rest of the toolkit.
 
 Isolation (issue 14): a lane imports its own Triton and numpy, never the invoking
-environment's.  A CPU lane has no torch of its own (a CUDA build is gigabytes); it borrows the
-invoking environment's CPU torch through a directory of links to *torch and its dependencies
-only* (never triton, never numpy), appended after the lane's own site-packages by a ``.pth``
-file.  Every process the lane starts reports what it imported; a record whose process imported
-another Triton, or a numpy outside the lane's range, becomes an ``error`` and fails the lane.
+environment's.  Every process the lane starts reports what it imported; a record whose process
+imported another Triton, or a numpy outside the lane's range, becomes an ``error`` and fails the lane.
+
+Torch (issue 36): a CPU parity lane installs the torch its Triton pairs with (``lanes.toml``, the
+first of ``torch``: the CUDA build PyPI serves, which runs on a CPU too), so the interpreter parity,
+the backward, the custom op's ``opcheck`` and the ``torch.compile`` smoke run under the pair a user
+installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a download
+of 2.5-4 GB the first time and a hard-linked copy from uv's cache after (seconds).  A compile lane
+needs no torch of its own (the AOT compile never calls it) and, like ``--torch-pairing borrow``
+(``NSA_SEL_TORCH_PAIRING=borrow``: offline boxes, or pip capped below the pair), borrows the invoking
+environment's CPU torch through a directory of links to *torch and its dependencies only* (never
+triton, never numpy), appended after the lane's own site-packages by a ``.pth`` file.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ SHARED_DIR = "nsa-sel-shared-torch"
 SHARED_PTH = "_nsa_sel_shared_torch.pth"
 MODES = {"compile": ("aot", "aot"), "parity": ("gpu", "interp"), "bench": ("gpu", "cpu")}
 SETUP, CHECKS = "set-up", "checks"  # where an unfinished run stopped (set-up: no verdict about Triton)
+PAIRED, BORROW = "paired", "borrow"
+PAIRINGS = (PAIRED, BORROW)
 
 # Runs inside the lane: the fingerprint plus what this process imports (triton, numpy, torch).
 FINGERPRINT = """
@@ -96,7 +105,10 @@ def options(session) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--wheelhouse", default=os.environ.get("NSA_SEL_WHEELHOUSE"))
     p.add_argument("--torch", default=os.environ.get("NSA_SEL_TORCH"))
     p.add_argument("--allow-off-pair", action="store_true", default=os.environ.get("NSA_SEL_ALLOW_OFF_PAIR") == "1")
-    return p.parse_known_args(session.posargs)
+    p.add_argument("--torch-pairing", choices=PAIRINGS, default=os.environ.get("NSA_SEL_TORCH_PAIRING") or PAIRED,
+                   help="CPU parity lanes: install the paired torch (default) or borrow the invoking one")
+    opts, rest = p.parse_known_args(session.posargs)
+    return opts, rest
 
 
 def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
@@ -273,12 +285,29 @@ def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
     if m.gpu and lane.paired_torch:
         _install_gpu(session, lane, opts, cons, tools)
         return
+    if kind == "parity" and lane.paired_torch and not opts.torch and opts.torch_pairing == PAIRED:
+        _install_paired_cpu(session, lane, opts, cons, tools)
+        return
     if opts.torch:  # a CPU torch the user names; uv's --torch-backend keeps it off the CUDA index
         cpu = ["--torch-backend=cpu"] if session.venv_backend == "uv" and not opts.wheelhouse else []
         install(session, opts, *cpu, opts.torch)
     install(session, opts, *cons, *lane.requirements(), *tools)
     if not opts.torch:
         share_torch(session)
+
+
+def _install_paired_cpu(session, lane, opts, cons, tools) -> None:
+    """A CPU parity lane with the torch its Triton pairs with (PyPI's CUDA build: it runs on a CPU)."""
+    import nox  # noqa: PLC0415 - only to recognise its failed-install exception
+
+    session.log(f"lane {lane.title}: installing its pair, torch {lane.paired_torch} + triton {lane.triton} "
+                "(the first time a download of 2.5-4 GB; then from the installer's cache)")
+    try:
+        install(session, opts, *cons, f"torch=={lane.paired_torch}", *lane.requirements(), *tools)
+    except nox.command.CommandFailed:
+        session.error(f"lane {lane.title}: torch {lane.paired_torch} (the pair of triton {lane.triton}) could not be "
+                      "installed (offline, a wheelhouse without it, or pip capped below it: uv has no cap); "
+                      "`-- --torch-pairing borrow` runs the lane with this environment's torch, recorded off-pair")
 
 
 def _install_gpu(session, lane, opts, cons, tools) -> None:

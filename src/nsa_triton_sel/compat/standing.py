@@ -20,8 +20,10 @@ from packaging.version import InvalidVersion, Version
 
 from . import lanes, project
 
-CHECK_ORDER = ("compile", "backward", "parity", "bench")
+CHECK_ORDER = ("compile", "backward", "parity", "contract", "bench")
 STALE = " (stale: other kernel sources)"
+CONTRACT_STALE = " [contract stale: another runtime]"
+COMPILER_FIELD, RUNTIME_FIELD = "compiler_hash", "runtime_hash"  # nsa_triton_sel.provenance.FIELDS
 
 
 def known_good(path: Path, triton: Version) -> tuple[str, str]:
@@ -56,28 +58,44 @@ def pairing(table: lanes.Table, triton: Version, torch: str | None, cuda: str | 
     return f"off-pair: torch {torch or '(none)'}; triton {triton} pairs with torch {want}"
 
 
-def evidence(records: list[dict], triton: Version, kernel_hash: str | None = None) -> dict[str, str]:
+def evidence(records: list[dict], triton: Version, kernel_hash: str | None = None,
+             runtime_hash: str | None = None) -> dict[str, str]:
     """Per machine ("cpu" or a GPU name): the checks run on this release, their verdict counts, the torch.
 
-    With ``kernel_hash`` (the installed kernels' source hash), GPU records that carry another hash,
-    or none, are about other kernel sources: they are listed apart, as stale (the ledger's rule)."""
+    With ``kernel_hash`` (the installed package's compiler-facing hash), GPU records about other
+    compiler-facing sources, or unknown ones, are stale (the ledger's rule): a GPU with current records
+    is listed by those alone (its stale ones are history); a GPU with stale records only is listed apart,
+    as ``"<GPU> (stale: ...)"``, so no GPU is ever both.  With ``runtime_hash``, a GPU contract record of
+    another runtime is marked ``[contract stale]``."""
+    current_gpus = {r.get("machine") for r in records
+                    if _version(r.get("triton")) == triton and (r.get("machine") or "cpu") != "cpu"
+                    and not (kernel_hash and r.get(COMPILER_FIELD) != kernel_hash)}
     by_machine: dict[str, dict[tuple[str, str], dict[str, int]]] = {}
     torches: dict[str, set] = {}
     for r in records:
         if _version(r.get("triton")) != triton or r.get("check") not in CHECK_ORDER:
             continue
         machine = r.get("machine") or r.get("gpu") or "cpu"
-        if kernel_hash and machine != "cpu" and r.get("kernel_hash") != kernel_hash:
+        if kernel_hash and machine != "cpu" and r.get(COMPILER_FIELD) != kernel_hash:
+            if machine in current_gpus:
+                continue  # history: this GPU has evidence about the current sources
             machine += STALE
-        counts = by_machine.setdefault(machine, {}).setdefault((r["check"], r.get("mode") or "?"), {})
+        check = r["check"]
+        if check == "contract" and runtime_hash and r.get(RUNTIME_FIELD) != runtime_hash:
+            check += CONTRACT_STALE
+        counts = by_machine.setdefault(machine, {}).setdefault((check, r.get("mode") or "?"), {})
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         torches.setdefault(machine, set()).add(f"{r.get('torch')}{'' if r.get('torch_paired') else ' off-pair'}")
     out = {}
     for machine, checks in sorted(by_machine.items(), key=lambda kv: kv[0] != "cpu"):
         parts = [f"{check} ({mode}) " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-                 for (check, mode), counts in sorted(checks.items(), key=lambda kv: CHECK_ORDER.index(kv[0][0]))]
+                 for (check, mode), counts in sorted(checks.items(), key=lambda kv: _order(kv[0][0]))]
         out[machine] = "; ".join(parts) + f"; torch {', '.join(sorted(torches[machine]))}"
     return out
+
+
+def _order(check: str) -> int:
+    return CHECK_ORDER.index(check.removesuffix(CONTRACT_STALE))
 
 
 def _version(text) -> Version | None:
@@ -88,11 +106,13 @@ def _version(text) -> Version | None:
 
 
 def summary(per_machine: dict[str, str], gpu_name: str | None) -> str:
-    """One line: CPU only, or CPU and which GPUs (stale GPU evidence named apart); whether this GPU ran it."""
-    gpus = [m for m in per_machine if m != "cpu" and not m.endswith(STALE)]
-    stale = [m.removesuffix(STALE) for m in per_machine if m.endswith(STALE)]
+    """One sentence: what ran this release (CPU only, or CPU and which GPUs), then, each once, the GPUs
+    whose evidence is stale only, the GPUs whose contract record ran another runtime, and whether this
+    GPU is among those with current evidence."""
     if not per_machine:
         return "none: the ledger has no record of this release"
+    gpus = [m for m in per_machine if m != "cpu" and not m.endswith(STALE)]
+    stale = [m.removesuffix(STALE) for m in per_machine if m.endswith(STALE)]
     if gpus:
         text = f"{'CPU and ' if 'cpu' in per_machine else ''}GPU: {', '.join(gpus)}"
     elif "cpu" in per_machine:
@@ -100,7 +120,14 @@ def summary(per_machine: dict[str, str], gpu_name: str | None) -> str:
     else:
         text = "no current evidence"
     if stale:
-        text += f" (stale GPU evidence, about other kernel sources: {', '.join(stale)})"
+        text += f"; stale only, about other kernel sources (not counted): {', '.join(stale)}"
+    contract_old = [m for m in gpus if CONTRACT_STALE in per_machine[m]]
+    if contract_old:
+        text += (f"; GPU contract record of another runtime (stale; GPU use stands, re-run `pytest -m contract`): "
+                 f"{', '.join(contract_old)}")
+    no_contract = [m for m in gpus if not re.search(r"(^|; )contract\b", per_machine[m])]
+    if no_contract:
+        text += f"; no GPU contract run: {', '.join(no_contract)}"
     if gpu_name:
         text += f"; this GPU ({gpu_name}) " + ("is among them" if gpu_name in gpus else "has not run them")
     return text
@@ -125,7 +152,7 @@ def standing(fp: dict, constraints: str | None = None) -> dict:
         return out
     from .ledger import load_ledger  # noqa: PLC0415 - the ledger only when there is one to read
 
-    per_machine = evidence(load_ledger(ledger_path), triton, fp.get("kernel_hash"))
+    per_machine = evidence(load_ledger(ledger_path), triton, fp.get(COMPILER_FIELD), fp.get(RUNTIME_FIELD))
     out["evidence"] = summary(per_machine, fp.get("gpu_name"))
     out.update({f"on {machine}": text for machine, text in per_machine.items()})
     return out

@@ -33,14 +33,18 @@ FROM_COMPILE = {OK: PASS, COMPILE_ERROR: FAIL, CRASH: CRASH, TIMEOUT: TIMEOUT, U
 # The checks a record belongs to; a lanes table may require only the first four.  "backward" holds the
 # backward kernels' evidence (their compiles and the gradient-parity tests), so the matrix shows the
 # training path in a column of its own and known-good can require it.
-CHECKS = ("compile", "parity", "bench", "backward", "compile-canary", "compile-static", "gpu-canary")
+# "contract" holds the user contract on a GPU (every entry point in every mode: tests/test_contract_gpu*.py,
+# marker `contract`); its records are judged against the runtime hash, the others against the compiler-facing one.
+CHECKS = ("compile", "parity", "bench", "backward", "contract", "compile-canary", "compile-static", "gpu-canary")
 REQUIRABLE = ("compile", "parity", "bench", "backward")
 BACKWARD_SPEC_PREFIX = "sel_bwd"            # compile specs of kernels/backward.py
 BACKWARD_TEST_MODULE_PREFIX = "test_backward"  # the gradient-parity test modules
+CONTRACT_TEST_MODULE_PREFIX = "test_contract_gpu"  # the GPU contract suite (tests/test_contract_gpu*.py)
 
 
 def backward_check(check: str, name: str) -> str:
-    """``"backward"`` for a compile spec of the backward kernels or a gradient-parity test case, else ``check``.
+    """The column a record belongs to: ``"backward"`` for a compile spec of the backward kernels or a
+    gradient-parity test case, ``"contract"`` for a test case of the GPU contract suite, else ``check``.
 
     ``name`` is a compile spec's name (``sel_bwd_dq/fp16/...``) or a test case's
     ``classname::name`` (``tests.test_backward_interp::test_...``).
@@ -50,6 +54,8 @@ def backward_check(check: str, name: str) -> str:
     module = name.partition("::")[0].rpartition(".")[2]
     if check == "parity" and module.startswith(BACKWARD_TEST_MODULE_PREFIX):
         return "backward"
+    if check in ("parity", "contract") and module.startswith(CONTRACT_TEST_MODULE_PREFIX):
+        return "contract"
     return check
 
 # -- check-upgrade ------------------------------------------------------------------------------

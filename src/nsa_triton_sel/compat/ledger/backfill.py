@@ -1,14 +1,17 @@
-"""Give records that predate ``kernel_hash`` the hash of the kernel sources at the commit they name.
+"""Give records that predate ``compiler_hash`` / ``runtime_hash`` the hashes of the commit they name.
 
 ``python -m nsa_triton_sel.compat.ledger.backfill [LEDGER]`` rewrites the ledger in place (then run
 ``nsa-sel pin`` to re-render MATRIX.md and known-good.txt).  The rule, deliberately strict:
 
-- a clean commit (``git_commit`` a full sha known to this repository): the hash of
-  ``src/nsa_triton_sel/kernels/*.py`` at that commit (``git show``), ``kernel_hash_from: "git <sha>"``;
+- a clean commit (``git_commit`` a sha known to this repository): both hashes of the package's files at
+  that commit (``git ls-tree`` + ``git cat-file``, the rules of :mod:`nsa_triton_sel.provenance`),
+  ``hashes_from: "git <sha>"``.  A record that also carries the older ``kernel_hash`` (the hash of
+  ``kernels/*.py`` alone, issue 21) is checked against it: where the commit's kernels hash otherwise,
+  the run had uncommitted kernel edits, and its hashes stay unknown;
 - a ``-dirty`` commit, no commit (a run from a copy without ``.git``) or one this clone lacks: left
-  unknown (``kernel_hash: null``, ``kernel_hash_from`` saying why).  Unknown counts as stale for GPU
-  use: the uncommitted edits could have touched the kernels, and a GPU run is cheap to repeat.
-- a record that already has a hash (or a decided `kernel_hash_from`) is never touched.
+  unknown (both hashes null, ``hashes_from`` saying why).  Unknown counts as stale for GPU use: the
+  uncommitted edits could have touched the kernels, and a GPU run is cheap to repeat;
+- a record that already has a ``compiler_hash`` (or a decided ``hashes_from``) is never touched.
 """
 
 from __future__ import annotations
@@ -17,49 +20,85 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ...provenance import KERNEL_PATH, hash_sources
+from ... import provenance
 from ..atomic import atomic_write_text
 from .store import dump_ledger, load_ledger
 
+LEGACY_FIELD = "kernel_hash"  # issue 21's hash: kernels/*.py by base name
 
-def hash_at_commit(commit: str, repo: Path) -> str | None:
-    """The kernel-source hash at ``commit`` in ``repo``; None when git cannot show it."""
-    ls = subprocess.run(["git", "-C", str(repo), "ls-tree", "--name-only", f"{commit}:{KERNEL_PATH}"],
-                        capture_output=True, text=True)
+
+def files_at_commit(commit: str, repo: Path) -> dict[str, bytes] | None:
+    """``{path relative to the package: bytes}`` of every file the hashes cover at ``commit``; None when
+    git cannot show it."""
+    ls = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", commit, "--",
+                         provenance.PACKAGE_PATH], capture_output=True, text=True)
     if ls.returncode != 0:
         return None
-    files = {}
-    for name in ls.stdout.split():
-        if name.endswith(".py"):
-            show = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{KERNEL_PATH}/{name}"],
-                                  capture_output=True)
-            if show.returncode != 0:
-                return None
-            files[name] = show.stdout
-    return hash_sources(files) if files else None
+    prefix = provenance.PACKAGE_PATH + "/"
+    names = [n[len(prefix):] for n in ls.stdout.splitlines()
+             if n.startswith(prefix) and provenance.kind_of(n[len(prefix):]) is not None]
+    if not names:
+        return None
+    batch = "".join(f"{commit}:{prefix}{n}\n" for n in names).encode()
+    cat = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input=batch, capture_output=True)
+    if cat.returncode != 0:
+        return None
+    out, data, pos = {}, cat.stdout, 0
+    for name in names:  # "<sha> blob <size>\n<contents>\n" per object, in order
+        end = data.index(b"\n", pos)
+        header = data[pos:end].split()
+        if len(header) != 3 or header[1] != b"blob":
+            return None
+        size = int(header[2])
+        out[name] = data[end + 1:end + 1 + size]
+        pos = end + 1 + size + 1
+    return out
+
+
+def legacy_kernel_hash(files: dict[str, bytes]) -> str | None:
+    """Issue 21's ``kernel_hash`` of the same files: ``kernels/*.py`` (no subfolder) by base name."""
+    kernels = {n.split("/", 1)[1]: b for n, b in files.items()
+               if n.startswith("kernels/") and n.count("/") == 1 and n.endswith(".py")}
+    return provenance.hash_sources(kernels) if kernels else None
+
+
+def hashes_at_commit(commit: str, repo: Path) -> tuple[dict[str, str | None], str | None] | None:
+    """(both hashes, the legacy kernel hash) at ``commit``; None when git cannot show it."""
+    files = files_at_commit(commit, repo)
+    if files is None:
+        return None
+    return provenance.hashes_of(files), legacy_kernel_hash(files)
 
 
 def backfill(recs: list[dict], repo: Path) -> tuple[list[dict], dict[str, int]]:
-    """(records with ``kernel_hash`` filled where it can be, counts per outcome)."""
-    cache: dict[str, str | None] = {}
+    """(records with the hashes filled where they can be, counts per outcome)."""
+    cache: dict[str, tuple | None] = {}
     counts: dict[str, int] = {}
     out = []
+    unknown = dict.fromkeys(provenance.FIELDS.values())
     for rec in recs:
-        if rec.get("kernel_hash") or "kernel_hash_from" in rec:  # known, or already decided
+        if rec.get("compiler_hash") or "hashes_from" in rec:  # known, or already decided
             out.append(rec)
             continue
         commit = rec.get("git_commit") or ""
+        hashes = unknown
         if not commit:
-            h, source = None, "unknown: the run named no commit (a copy without .git)"
+            source = "unknown: the run named no commit (a copy without .git)"
         elif commit.endswith("-dirty"):
-            h, source = None, f"unknown: {commit} (uncommitted edits)"
+            source = f"unknown: {commit} (uncommitted edits)"
         else:
             if commit not in cache:
-                cache[commit] = hash_at_commit(commit, repo)
-            h = cache[commit]
-            source = f"git {commit}" if h else f"unknown: commit {commit} not in this clone"
+                cache[commit] = hashes_at_commit(commit, repo)
+            found = cache[commit]
+            if found is None:
+                source = f"unknown: commit {commit} not in this clone"
+            elif rec.get(LEGACY_FIELD) and found[1] != rec[LEGACY_FIELD]:
+                source = (f"unknown: the run's kernel_hash {rec[LEGACY_FIELD]} is not that of commit {commit} "
+                          f"({found[1]}): it ran uncommitted kernel edits")
+            else:
+                hashes, source = found[0], f"git {commit}"
         counts[source] = counts.get(source, 0) + 1
-        out.append({**rec, "kernel_hash": h, "kernel_hash_from": source})
+        out.append({**rec, **hashes, "hashes_from": source})
     return out, counts
 
 

@@ -71,15 +71,17 @@ def by_release_check(recs: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return out
 
 
-def release_verdicts(table, recs: list[dict], windows: list,
-                     current: str | None = CURRENT) -> dict[str, evidence.ReleaseVerdict]:
+def release_verdicts(table, recs: list[dict], windows: list, current: str | None = CURRENT,
+                     runtime: str | None = CURRENT) -> dict[str, evidence.ReleaseVerdict]:
     """For each release of the table (by its version): (admitted to known-good?, reasons it is not),
     with what the evidence is about (:class:`.evidence.ReleaseVerdict`).
 
-    GPU records about other kernel sources than ``current`` (default: this checkout's) are stale:
-    they count for nothing here.
+    GPU records about other compiler-facing sources than ``current`` (default: this checkout's) are
+    stale: they count for nothing here.  GPU contract records of another runtime than ``runtime``
+    (default: this checkout's) are flagged, and cannot refuse GPU use (:mod:`.evidence`).
     """
     current = evidence.current_hash() if current is CURRENT else current
+    runtime = evidence.current_runtime() if runtime is CURRENT else runtime
     by_release = defaultdict(list)
     for r in recs:
         by_release[r["triton"]].append(r)
@@ -99,6 +101,6 @@ def release_verdicts(table, recs: list[dict], windows: list,
             why.append(f"known-bad [{w.id}]: {w.reason}")
         mine = by_release.get(rel.triton, [])
         stale = len(evidence.fresh(mine, current)[1])
-        out[rel.triton] = evidence.ReleaseVerdict(not why, why, gpu=evidence.gpu_status(mine, current),
-                                                  tested=evidence.tested_with(mine), stale=stale)
+        out[rel.triton] = evidence.ReleaseVerdict(not why, why, gpu=evidence.gpu_status(mine, current, runtime),
+                                                  tested=evidence.tested_with(mine), stale=stale, runtime=runtime)
     return out

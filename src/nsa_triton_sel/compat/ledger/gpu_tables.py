@@ -1,8 +1,9 @@
 """MATRIX.md's GPU evidence: one row per release that ran on a GPU, in two tables of ~120 columns.
 
 - *Correctness*: GPU parity (forward) and gradient parity pass counts and their largest errors
-  against the float64 oracle, the torch it ran with, the kernel sources it is about (stale when
-  they are not the pinned ones), and which GPU canaries fired (``check: gpu-canary``: a verdict
+  against the float64 oracle, the torch it ran with, the compiler-facing sources it is about (stale
+  when they are not the pinned ones), the GPU contract run (its pass count; *stale* when it ran
+  another runtime), and which GPU canaries fired (``check: gpu-canary``: a verdict
   ``fail`` means the canary's miscompile showed on that release; our kernels are judged by the
   parity columns, not by the canaries).
 - *Speed*: pytest-benchmark medians at the canonical NSA shape (G=4 x h=16, D=128, block 64,
@@ -22,7 +23,7 @@ from packaging.version import Version
 
 from ..verdicts import BAD, PASS
 from ..canaries import notes as canary_notes
-from .evidence import is_gpu, is_stale, on_gpu_machine, short_gpu
+from .evidence import COMPILER_FIELD, hashes_text, is_gpu, is_stale, on_gpu_machine, runtime_stale, short_gpu
 
 SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
 SPEED_POINTS = (("fwd 4K", "nsa-T4096-random", "triton"), ("fwd 32K", "nsa-T32768-random", "triton"),
@@ -84,9 +85,16 @@ def canaries_fired(recs: list[dict], windows: list = (), notes: list | None = No
 
 
 def _kernels(recs: list[dict], current: str | None) -> str:
-    hashes = sorted({str(r.get("kernel_hash") or "unknown") for r in recs})
     stale = any(is_stale(r, current) for r in recs)
-    return "/".join(h[:8] for h in hashes) + (" **stale**" if stale else "")
+    return hashes_text(recs, COMPILER_FIELD, 8) + (" **stale**" if stale else "")
+
+
+def _contract(recs: list[dict], runtime: str | None) -> str:
+    """The GPU contract run: ``n/N`` passes (or the bad count), *stale* when it ran another runtime."""
+    sel = [r for r in recs if r.get("check") == "contract" and r.get("mode") == "gpu"]
+    if not sel:
+        return "—"
+    return _count(recs, "contract") + (" *stale*" if any(runtime_stale(r, runtime) for r in sel) else "")
 
 
 def _torch(recs: list[dict]) -> str:
@@ -104,11 +112,11 @@ def _points(recs: list[dict]) -> dict:
 
 
 def correctness_rows(table, recs: list[dict], current: str | None, windows: list = (),
-                     notes: list | None = None) -> list[list[str]]:
+                     notes: list | None = None, runtime: str | None = None) -> list[list[str]]:
     rows = []
     for rel, gpu, mine in _runs(table, recs):
         rows.append([rel.triton, short_gpu(gpu), _torch(mine), _kernels(mine, current), _count(mine, "parity"),
-                     _count(mine, "backward"), _max_metric(mine, "parity", "max_abs_err"),
+                     _count(mine, "backward"), _contract(mine, runtime), _max_metric(mine, "parity", "max_abs_err"),
                      _max_metric(mine, "backward", "max_abs_err"), canaries_fired(mine, windows, notes)])
     return rows
 
@@ -141,7 +149,7 @@ def speed_rows(table, recs: list[dict], windows: list) -> list[list[str]]:
 
 
 def _hash_of(recs: list[dict]) -> str:
-    return "/".join(sorted({str(r.get("kernel_hash")) for r in recs}))
+    return hashes_text(recs, COMPILER_FIELD)
 
 
 def _auto(recs: list[dict]) -> str:
@@ -178,18 +186,22 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
         ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
-def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: str | None = None) -> list[str]:
+def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: str | None = None,
+                 runtime: str | None = None) -> list[str]:
     """The GPU section of MATRIX.md (empty when no record came from a GPU)."""
     notes = canary_notes.load()
-    rows = correctness_rows(table, recs, current, windows or [], notes)
+    rows = correctness_rows(table, recs, current, windows or [], notes, runtime)
     if not rows:
         return []
     out = ["", "## GPU evidence per release", "",
-           f"Kernel sources now: `{current or '?'}`; rows about other sources are **stale**: they count for "
-           "nothing (not the cells above, not known-good) until the release is re-run. Errors are the largest "
+           f"Compiler-facing sources now: `{current or '?'}`; rows about other sources are **stale**: they count "
+           "for nothing (not the cells above, not known-good) until the release is re-run. contract: the GPU "
+           f"contract suite's passes; *stale* = it ran another runtime than `{runtime or '?'}` (GPU use stands; "
+           "re-run it on the newest and the oldest release). Errors are the largest "
            "absolute errors against the float64 oracle (forward: GPU parity tests; backward: gradient parity). "
            "Canaries: minimal kernels of public GPU miscompile classes (`nsa_triton_sel.compat.canaries.gpu`).", ""]
-    out += _table(["Triton", "GPU", "torch", "kernels", "parity", "backward", "fwd err", "bwd err", "canaries fired"],
+    out += _table(["Triton", "GPU", "torch", "kernels", "parity", "backward", "contract", "fwd err", "bwd err",
+                   "canaries fired"],
                   rows)
     out += ["", "A fired canary is answered by a known-bad window that covers GPU parity there (our kernels are "
             "hit: see 'Known-bad windows') or by a note (`nsa_triton_sel/compat/canaries/notes.toml`: why they "

@@ -56,11 +56,11 @@ def _gpu_line(table, verdicts: dict, current: str | None) -> str:
             if v[0]:
                 gpus.setdefault(rel.triton, []).append(g)
     if not gpus:
-        return (f"# GPU use: no release has GPU evidence about the current kernels ({current or '?'}) yet; "
+        return (f"# GPU use: no release has GPU evidence about the current compiler-facing sources ({current or '?'}) yet; "
                 "the constraint below rests on CPU evidence (AOT compile + interpreter parity)")
     others = [r.triton for r in table.releases if r.triton not in gpus]
     where = sorted({g for gs in gpus.values() for g in gs})
-    return (f"# GPU use (non-stale GPU parity + gradients, kernels {current}): "
+    return (f"# GPU use (non-stale GPU parity + gradients + a GPU contract run, compiler-facing sources {current}): "
             f"triton{known_good_specifier(list(gpus), others)}  (on {', '.join(where)})")
 
 
@@ -81,6 +81,7 @@ def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, ge
         "# on every machine the ledger has results from; every other release is excluded below, with its reason.",
         "# Each line names the torch the release pairs with and the torch builds its evidence actually ran with",
         f"# (CPU = AOT compile + interpreter, no GPU); 'GPU use' needs GPU evidence about these kernels ({current}).",
+        "# A GPU contract record of another runtime keeps GPU use and is flagged 'contract record stale'.",
         "# Use, from a checkout of this repository (the package is not on PyPI):",
         "#   pip install -c constraints/known-good.txt .            (or: pip install -c constraints/known-good.txt triton)",
         "#",
@@ -91,7 +92,7 @@ def render_known_good(table, verdicts: dict, windows: list, ledger_name: str, ge
         state = "admitted" if ok else "excluded"
         where = f"lane {rel.label}" + (" patch" if rel.patch else "") + f"; pairs with torch {_torch(rel)}; {_tested(v)}"
         gpu = getattr(v, "gpu", None)
-        gpu_text = f"; GPU: {gpu.text(current)}" if (gpu is not None and ok) else ""
+        gpu_text = f"; GPU: {gpu.text(current, getattr(v, 'runtime', None))}" if (gpu is not None and ok) else ""
         lines.append(f"# {state}  {rel.triton:<7} ({where})" + ("" if ok else f": {'; '.join(why)}") + gpu_text)
     for w in windows:
         if not w.all_arch:

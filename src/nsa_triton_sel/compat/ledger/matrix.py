@@ -7,6 +7,8 @@ patch releases).  The header names the ledger generation it came from, so a read
 
 from __future__ import annotations
 
+from packaging.version import Version
+
 from ..verdicts import BAD, PASS
 from . import evidence
 from .archs import matrix_section
@@ -17,13 +19,16 @@ from .records import imported_versions
 # (check, mode, column head, title in the reasons)
 MATRIX_COLUMNS = (("compile", None, "compile", "compile (AOT)"), ("parity", "interp", "interp", "parity (interpreter)"),
                   ("parity", "gpu", "GPU parity", "parity (GPU)"),
-                  ("backward", None, "backward", "backward (AOT + gradient parity)"), ("bench", None, "bench", "bench"),
+                  ("backward", None, "backward", "backward (AOT + gradient parity)"),
+                  ("contract", "gpu", "contract", "GPU contract"), ("bench", None, "bench", "bench"),
                   ("compile-canary", None, "canaries", "canaries"), ("compile-static", None, "static", "static API range"))
 LEGEND = ("compile = AOT compile for every arch of the table; interp = parity under the Triton interpreter; "
           "GPU parity = forward parity on a GPU; backward = the backward kernels' compiles and gradient parity "
-          "(interpreter and GPU); bench = pytest-benchmark on a GPU; canaries = deliberately broken kernels the "
+          "(interpreter and GPU); contract = the user contract on a GPU (every entry point in every mode, "
+          "tests/test_contract_gpu*.py; *stale* = it ran another runtime); bench = pytest-benchmark on a GPU; canaries = deliberately broken kernels the "
           "compile harness must classify; static = the Triton API range the sources need. GPU use: the GPUs "
           "with non-stale GPU evidence (see known-good.txt).")
+CONTRACT_STALE = " *stale*"
 
 
 def _select(recs: list[dict], mode: str | None) -> list[dict]:
@@ -31,8 +36,11 @@ def _select(recs: list[dict], mode: str | None) -> list[dict]:
 
 
 def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger_name: str,
-                  generation: str, current: str | None = None) -> str:
+                  generation: str, current: str | None = None, runtime: str | None = None) -> str:
+    """The file's text.  ``current`` / ``runtime``: the compiler-facing and runtime hashes the evidence is
+    judged against (default: this checkout's)."""
     current = current or evidence.current_hash()
+    runtime = runtime or evidence.current_runtime()
     counted, stale = evidence.fresh(recs, current)
     grouped = by_release_check(counted)
     head = ["Triton", "lane"] + [c[2] for c in MATRIX_COLUMNS] + ["known-good", "GPU use"]
@@ -44,9 +52,12 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         "Do not edit by hand.",
         f"Required checks for known-good: {', '.join(table.required)}. Cells count records "
         "(kernel variants x archs for compile, test cases for parity and bench); — = not run.",
-        f"Kernel sources: `{current or '?'}` (`nsa_triton_sel.kernel_source_hash()`); {len(stale)} GPU record(s) "
-        f"about other sources are stale and not counted; {other_cpu} counted CPU record(s) are about other or unknown "
-        "kernel sources (CI re-runs the CPU lanes).",
+        f"Compiler-facing sources: `{current or '?'}` (`nsa_triton_sel.provenance.compiler_hash()`: the Triton "
+        f"kernels, the planner, the variant registry); {len(stale)} GPU record(s) about other compiler-facing sources "
+        f"are stale and not counted; {other_cpu} counted CPU record(s) are about other or unknown ones (CI re-runs "
+        "the CPU lanes).",
+        f"Runtime sources: `{runtime or '?'}` (`nsa_triton_sel.provenance.runtime_hash()`: the rest of the package); "
+        + contract_runs(counted, runtime),
         "",
         LEGEND,
         "",
@@ -59,6 +70,8 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         for check, mode, _, title in MATRIX_COLUMNS:
             cell_recs = _select(grouped.get((rel.triton, check), []), mode)
             verdict, text = cell(cell_recs)
+            if check == "contract" and any(evidence.runtime_stale(r, runtime) for r in cell_recs):
+                text += CONTRACT_STALE
             row.append(text)
             if verdict != PASS:
                 if not (mode == "gpu" and verdict == NOT_RUN):
@@ -67,7 +80,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         row.append("**yes**" if ok else "no")
         row.append(_gpu_use(verdicts[rel.triton]))
         out.append("| " + " | ".join(row) + " |")
-    out += gpu_evidence(table, recs, windows, current)
+    out += gpu_evidence(table, recs, windows, current, runtime)
     out += matrix_section(table, recs)  # evidence per arch (issue 27)
     out += ["", "## Reasons for every non-pass", ""] + [n for n in notes if n]
     out += ["", "## Known-bad windows", ""]
@@ -76,12 +89,27 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
     return "\n".join(out) + "\n"
 
 
+def contract_runs(recs: list[dict], runtime: str | None) -> str:
+    """Which releases ran the GPU contract suite on this runtime, or, loudly, that none did."""
+    done: dict[str, set] = {}
+    for r in recs:
+        if r.get("check") == "contract" and evidence.on_gpu_machine(r) and not evidence.runtime_stale(r, runtime):
+            done.setdefault(r["triton"], set()).add(evidence.short_gpu(r.get("machine")))
+    if not done:
+        return ("**no GPU contract run of this runtime**: run the GPU contract suite on a GPU, newest and oldest "
+                "release at least (`python -m nsa_triton_sel.compat.gpu_lane --stages contract --results DIR`, or "
+                "`bench/device_refresh.sh` with `REFRESH_ARGS=\"--stages contract\"`), and pin it.")
+    runs = [f"{v} ({', '.join(sorted(done[v]))})" for v in sorted(done, key=Version)]
+    return f"GPU contract runs of this runtime: {', '.join(runs)}."
+
+
 def _gpu_use(verdict) -> str:
     gpu = getattr(verdict, "gpu", None)
     if gpu is None or not verdict[0]:
         return "—"
     if gpu.admitted:
-        return ", ".join(evidence.short_gpu(g) for g in gpu.admitted)
+        return ", ".join(evidence.short_gpu(g) + (" (contract *stale*)" if g in gpu.contract_stale else "")
+                         for g in gpu.admitted)
     if gpu.refused:
         return "**no**"
     return "stale" if gpu.stale else "—"
@@ -107,7 +135,8 @@ def _imported(recs: list[dict], name: str) -> str:
 
 def _env_table(recs: list[dict]) -> list[str]:
     """One row per run (session, machine); the off-pair reasons, which are long, listed once below it."""
-    head = ["run", "mode", "machine", "python", "torch", "triton imported", "numpy", "kernels", "commit", "date"]
+    head = ["run", "mode", "machine", "python", "torch", "triton imported", "numpy", "compiler", "runtime", "commit",
+            "date"]
     runs: dict[tuple, list[dict]] = {}
     for r in recs:
         runs.setdefault((r.get("lane"), r.get("triton"), r.get("session"), r.get("mode"), r.get("machine")),
@@ -120,7 +149,8 @@ def _env_table(recs: list[dict]) -> list[str]:
             reasons_seen.setdefault(r.get("off_pair_reason") or "?", []).append(r.get("triton"))
         rows.append([f"{r.get('session')} ({r.get('triton')})", r.get("mode"), evidence.short_gpu(r.get("machine"))
                      if r.get("machine") not in (None, "cpu") else "cpu", r.get("python"), torch_v,
-                     _imported(run, "triton"), _imported(run, "numpy"), str(r.get("kernel_hash") or "?")[:8],
+                     _imported(run, "triton"), _imported(run, "numpy"), str(r.get(evidence.COMPILER_FIELD) or "?")[:8],
+                     str(r.get(evidence.RUNTIME_FIELD) or "?")[:8],
                      (r.get("git_commit") or "?")[:8], (r.get("date") or "")[5:16]])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

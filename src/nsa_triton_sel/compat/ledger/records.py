@@ -8,7 +8,7 @@ A *record* is a flat JSON object, one verdict of one kernel/test on one release:
      "triton_imported": "3.1.0", "process": {"numpy": "1.26.4", "torch": "2.13.0+cpu"},
      "torch": "2.13.0+cpu", "torch_paired": false, "off_pair_reason": "...", "python": "3.11.9",
      "numpy": "1.26.4", "cuda": null, "driver": null, "gpu": null, "knobs": {...}, "date": "...",
-     "git_commit": "abc123", "kernel_hash": "6ebda527089c5540", "session": "parity-3.1", "run_id": "parity-3.1@...", "machine": "cpu"}
+     "git_commit": "abc123", "compiler_hash": "6ebda527089c5540", "runtime_hash": "0c1e...", "session": "parity-3.1", "run_id": "parity-3.1@...", "machine": "cpu"}
 
 ``triton`` is the release the lane *declares*; ``triton_imported`` is the Triton the process that
 produced the verdict actually imported, and ``process`` the numpy and torch it imported (None: it
@@ -17,9 +17,11 @@ names is not evidence about that release: :func:`enforce_isolation` turns it int
 naming both versions, and the ledger keeps nothing else for it.  Schema 2 added the imported
 versions (schema-1 records came from lanes that were not isolated and were dropped; see
 ``constraints/HISTORY.md``); schema 3 moved numpy's and torch's into ``process``, so that every
-top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).  ``kernel_hash``
-(optional; absent = unknown) names the kernel sources the run used: GPU evidence about other
-sources is stale (:mod:`.evidence`).
+top-level ``*_imported`` field names a Triton (:func:`migrate` reads schema 2).  ``compiler_hash``
+and ``runtime_hash`` (optional; absent = unknown) name the sources the run used
+(:mod:`nsa_triton_sel.provenance`): evidence about other compiler-facing sources is stale, and a
+contract record about another runtime is stale (:mod:`.evidence`).  ``kernel_hash``, in records
+that predate them, is the hash of ``kernels/*.py`` alone: history, read by nothing but the backfill.
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ def base_record(lane, fp: dict, *, check: str, mode: str, session: str, run_id: 
         "knobs": knobs,
         "date": fp.get("date") or now_iso(),
         "git_commit": fp.get("git_commit"),
-        "kernel_hash": fp.get("kernel_hash"),  # the kernel sources it ran (nsa_triton_sel.provenance)
+        # the sources it ran (nsa_triton_sel.provenance): what Triton compiled, and the rest of the runtime
+        "compiler_hash": fp.get("compiler_hash"),
+        "runtime_hash": fp.get("runtime_hash"),
         "session": session,
         "run_id": run_id,
         "machine": fp.get("gpu_name") or "cpu",
@@ -195,7 +199,8 @@ _NONE = type(None)
 FIELD_TYPES = {"lane": str, "triton": str, "kernel": str, "run_id": str, "check": str, "verdict": str,
                "mode": (str, _NONE), "session": (str, _NONE), "machine": (str, _NONE), "message": (str, _NONE),
                "date": (str, _NONE), "triton_imported": (str, _NONE), "process": (dict, _NONE),
-               "metrics": (dict, _NONE), "knobs": (dict, _NONE), "arch": (int, _NONE)}
+               "metrics": (dict, _NONE), "knobs": (dict, _NONE), "arch": (int, _NONE),
+               "compiler_hash": (str, _NONE), "runtime_hash": (str, _NONE), "hashes_from": (str, _NONE)}
 _SCALARS = (int, float, str, bool, _NONE)
 
 

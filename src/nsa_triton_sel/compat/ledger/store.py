@@ -102,13 +102,15 @@ def dump_ledger(recs: list[dict]) -> str:
 
 def digest(ledger_text: str, kernel_hash: str | None = None) -> str:
     """The generation marker: MATRIX.md and known-good.txt name the ledger text they came from, and the
-    kernel sources they judged it against (default: this checkout's, ``nsa_triton_sel.kernel_source_hash``).
+    sources they judged it against (default: this checkout's compiler-facing and runtime hashes,
+    ``nsa_triton_sel.provenance.hashes``).
 
-    Both are in it because both decide what the files say: after a kernel change the GPU evidence
-    is stale, so ``nsa-sel pin --check`` fails until a pin re-renders the files.
+    Both are in it because both decide what the files say: after a kernel change the evidence is
+    stale, after a runtime change the contract record, so ``nsa-sel pin --check`` fails until a pin
+    re-renders the files.
     """
     if kernel_hash is None:
-        from ...provenance import kernel_source_hash  # noqa: PLC0415
+        from ...provenance import hashes  # noqa: PLC0415
 
-        kernel_hash = kernel_source_hash()
+        kernel_hash = " ".join(f"{k}={v}" for k, v in sorted(hashes().items()))
     return hashlib.sha256(ledger_text.encode() + b"\0kernels " + kernel_hash.encode()).hexdigest()[:16]

@@ -1,0 +1,60 @@
+"""bench/device_refresh.sh on the CPU: parts carried over two calls, the background unpacker and refresh,
+and a collect that returns the results (fake Triton trees, the canary stage only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from bench import slim_triton as S
+from test_slim_triton import _wheel
+
+from nsa_triton_sel.compat import ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sh(*args, env, timeout=300):
+    return subprocess.run(["bash", str(ROOT / "bench" / "device_refresh.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_parts_over_two_calls_then_collect(tmp_path):
+    wheel = _wheel(tmp_path, "3.8.0")
+    S.pack([wheel], tmp_path / "parts", part_mib=0.0002, preset=1, dict_mib=4)
+    parts = sorted((tmp_path / "parts").glob("triton-slim.*.xz"))
+    assert len(parts) >= 2
+    carry, out = tmp_path / "carry", tmp_path / "OUT"
+    carry.mkdir()
+    out.mkdir()
+    env = {**os.environ, "REFRESH_DIR": str(tmp_path / "refresh"), "REFRESH_CARRY": str(carry), "OUT": str(out),
+           "REFRESH_INSTALLED": "0", "REFRESH_EXPECT": "3.8.0", "REFRESH_ARGS": "--stages canary",
+           "NSA_SEL_CANARY_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "REFRESH_WAIT_S": "120"}
+    half = len(parts) // 2
+    for p in parts[:half]:  # call 1 carries the first half ...
+        p.rename(carry / p.name)
+    try:
+        _calls(tmp_path, parts[half:], carry, out, env)
+    finally:
+        _sh("stop", env=env)
+
+
+def _calls(tmp_path, rest, carry, out, env):
+    first = _sh("feed", env=env)
+    assert "unpacker started" in first.stdout and "refresh started" in first.stdout, first.stdout + first.stderr
+    time.sleep(2)
+    assert not (tmp_path / "refresh" / "trees" / "triton-3.8.0.ready").exists()  # waits for the rest
+    for p in rest:  # ... call 2 the rest
+        p.rename(carry / p.name)
+    second = _sh("feed", env=env)
+    assert "refresh running" in second.stdout or "DONE" in second.stdout, second.stdout
+    done = _sh("collect", "200", env=env, timeout=260)
+    assert "the refresh is done" in done.stdout, done.stdout + done.stderr
+    assert {p.name for p in out.iterdir()} >= {"results.tar.gz", "logs.tar.gz", "status.json", "progress.log"}
+    with tarfile.open(out / "results.tar.gz") as tar:
+        tar.extractall(tmp_path / "x")
+    recs, notes = ledger.load_run_files([tmp_path / "x" / "results" / "triton-3.8.0"])
+    assert not notes and recs and {r["triton_imported"] for r in recs} == {"3.8.0"}
