@@ -6,7 +6,7 @@ The device tool carries at most 64 MiB per call (the working tree included), and
 1. **slim**: drop what an NVIDIA run of this project never loads (:data:`DROP`: the AMD backend, proton the
    profiler and its CUPTI, ``nvdisasm``, test and instrumentation libraries; and of the two ``ptxas`` that
    Triton 3.7+ ship, the one the release does not call for ``--arch`` (default 90, the H100), read from the
-   release's own ``get_ptxas`` (:func:`ptxas_for`): up to 3.8 sm_90 uses ``ptxas`` and sm_100+
+   release's own ``get_ptxas`` (:func:`ptxas_for`): in 3.3 and 3.7-3.8 sm_90 uses ``ptxas`` and sm_100+
    ``ptxas-blackwell``, from 3.9 on every arch from sm_90 up uses ``ptxas-blackwell``; ``--arch 0`` keeps
    both) and strip debug information from the shared libraries
    (``strip --strip-debug``: ``libtriton.so`` 500 -> 235 MB).  The NVIDIA backend's Python, ``ptxas``,
@@ -89,9 +89,10 @@ def dropped(path: str, unused_ptxas: str | None = None) -> bool:
 def ptxas_for(compiler_py: str, arch: int) -> str | None:
     """Which of the release's ptxas binaries its NVIDIA backend runs for ``arch``, from its own
     ``backends/nvidia/compiler.py``; None where the source says neither plainly (then both are kept)."""
-    if "ptxas_blackwell" not in compiler_py:
-        return "ptxas"  # one ptxas for every arch (up to 3.6)
-    m = re.search(r"ptxas_blackwell if arch >= (\d+) else knobs\.nvidia\.ptxas", compiler_py)  # 3.7, 3.8
+    if "ptxas_blackwell" not in compiler_py and "ptxas-blackwell" not in compiler_py:
+        return "ptxas"  # one ptxas for every arch
+    m = (re.search(r"ptxas_blackwell if arch >= (\d+) else knobs\.nvidia\.ptxas", compiler_py)  # 3.7, 3.8
+         or re.search(r"\"ptxas-blackwell\" if arch >= (\d+) else \"ptxas\"", compiler_py))  # 3.3
     if m:
         return "ptxas-blackwell" if arch >= int(m.group(1)) else "ptxas"
     m = re.search(r"if arch < (\d+):\s*return knobs\.nvidia\.ptxas\s+.*?return knobs\.nvidia\.ptxas_blackwell",

@@ -67,6 +67,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
 
 # The three shapes of get_ptxas in the NVIDIA backend's compiler.py (3.0-3.6, 3.7-3.8, 3.9).
 ONE = "def get_ptxas():\n    return knobs.nvidia.ptxas\n"
+V33 = 'def get_ptxas(arch: int):\n    name = "ptxas-blackwell" if arch >= 100 else "ptxas"\n'
 UP_TO_38 = ("def get_ptxas(arch: int) -> knobs.NvidiaTool:\n"
             "    return knobs.nvidia.ptxas_blackwell if arch >= 100 else knobs.nvidia.ptxas\n")
 FROM_39 = ("def get_ptxas(arch: int) -> knobs.NvidiaTool:\n    if arch < 90:\n        return knobs.nvidia.ptxas\n"
@@ -78,6 +79,7 @@ def test_the_ptxas_kept_is_the_one_the_release_runs_for_the_arch():
     """Triton 3.9 compiles sm_90 with ptxas-blackwell: dropping it (as an earlier session did for 3.1-3.8)
     left 3.9's tree unable to compile for the H100 (found by the AOT smoke of the slim tree)."""
     assert S.ptxas_for(ONE, 90) == "ptxas"
+    assert S.ptxas_for(V33, 90) == "ptxas" and S.ptxas_for(V33, 100) == "ptxas-blackwell"
     assert S.ptxas_for(UP_TO_38, 90) == "ptxas" and S.ptxas_for(UP_TO_38, 100) == "ptxas-blackwell"
     assert S.ptxas_for(FROM_39, 90) == "ptxas-blackwell" and S.ptxas_for(FROM_39, 80) == "ptxas"
     assert S.ptxas_for("ptxas_blackwell somewhere new", 90) is None  # unknown: keep both
