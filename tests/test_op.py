@@ -16,6 +16,7 @@ from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import make_problem
 
 pytestmark = [
+    pytest.mark.interp,  # every CPU lane runs it: opcheck and the torch.compile smoke under each paired torch
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU operator tests use the interpreter"),
     pytest.mark.usefixtures("every_row_through_triton"),
 ]
