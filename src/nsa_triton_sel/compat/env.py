@@ -13,13 +13,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import functools
+import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -285,7 +289,26 @@ main()
 """
 
 
-def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
+def install_hint(missing: list[str], constraints: str | None = None) -> str:
+    """One pip command installing ``missing``: numpy as ``lanes.toml`` pairs it with the installed Triton
+    (Triton 3.0/3.1 need numpy<2), triton as ``known-good.txt`` admits it, when the project is found."""
+    from . import lanes, project  # noqa: PLC0415
+
+    specs = {name: name for name in missing}
+    try:
+        cdir = project.constraints_dir(constraints)
+        release = lanes.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
+    except (OSError, ValueError, RecursionError):  # no project here, or its table is unreadable: plain names
+        cdir, release = None, None
+    if "numpy" in specs and release is not None and release.numpy:
+        specs["numpy"] = f"numpy{release.numpy}"
+    line = "pip install " + " ".join(shlex.quote(s) for s in specs.values())
+    if "triton" in specs and cdir is not None and (cdir / "known-good.txt").is_file():
+        line += f" -c {shlex.quote(str(cdir / 'known-good.txt'))}"
+    return line
+
+
+def interpreter_usable(timeout: float = PROBE_TIMEOUT_S, constraints: str | None = None) -> dict:
     """Can the Triton interpreter be trusted here?  Runs the probe in a child process.
 
     ``TRITON_INTERPRET`` is read when triton is imported, so the probe needs a fresh
@@ -296,6 +319,12 @@ def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
     """
     env = dict(os.environ, TRITON_INTERPRET="1")
     base = {"triton": dist_version("triton"), "numpy": dist_version("numpy")}
+    missing = [name for name in IMPORT_CHECKED if importlib.util.find_spec(name) is None]
+    if missing:  # the matrix extra alone has no numpy: say what to install, not "No module named 'numpy'"
+        return {**base, "status": "error",
+                "detail": f"{' and '.join(missing)} not installed: the Triton interpreter and this probe need "
+                          f"{'it' if len(missing) == 1 else 'them'}",
+                "fix": install_hint(missing, constraints)}
     with tempfile.TemporaryDirectory(prefix="nsa_sel_probe_") as tmp:
         script = Path(tmp) / "nsa_sel_interp_probe.py"
         script.write_text(f"MARK = {_PROBE_MARK!r}\n" + _PROBE_SCRIPT)
@@ -330,36 +359,68 @@ def _judge(errs: dict) -> dict:
     return {**errs, "status": "ok" if ok else "wrong", "detail": detail}
 
 
-def _doctor_report(probe: bool, arch: int | None = None) -> dict:
-    """Fingerprint plus, unless skipped, the interpreter verdict, and what the ledger knows of the arch."""
+def _doctor_report(probe: bool, arch: int | None = None, constraints: str | None = None) -> dict:
+    """Fingerprint plus, unless skipped, the interpreter verdict, and what the ledger knows of the arch.
+
+    A project file that cannot be read (lanes.toml, known-good.txt, ledger.jsonl) does not stop the report:
+    its section says ``error`` with the reason, and ``problems`` lists each such reason."""
     report = fingerprint()
     # The key knobs shown even when unset, so "unset" is visible, not just absent.
     report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
-    report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
+    report["interpreter"] = interpreter_usable(constraints=constraints) if probe else {"status": "skipped"}
     report["sel_triton_min_L"] = threshold_in_force(report.get("gpu_name"), report.get("triton"))
+    from . import project  # noqa: PLC0415
     from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
 
-    report["known_good"] = standing(report)
+    problems = []
+    if constraints or os.environ.get(project.ENV_CONSTRAINTS):  # named, not searched for: it must be there
+        try:
+            project.constraints_dir(constraints)
+        except project.ProjectNotFound as exc:
+            problems.append(_reason(exc))
+    try:
+        report["known_good"] = standing(report, constraints)
+    except (OSError, ValueError, RecursionError) as exc:  # FileProblem, TableError, LedgerError name the file
+        problems.append(_reason(exc))
+        report["known_good"] = {"status": "error", "why": problems[-1]}
     cc = report.get("compute_capability")
-    report["arch_evidence"] = arch_evidence(arch if arch is not None else _arch_int(cc))
+    try:
+        report["arch_evidence"] = arch_evidence(arch if arch is not None else _arch_int(cc), constraints)
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = _reason(exc)
+        report["arch_evidence"] = f"unknown: {reason}"
+        problems += [reason] if reason not in problems else []
+    if problems:
+        report["problems"] = problems
     return report
+
+
+def _reason(exc: BaseException) -> str:
+    """One line about a project file doctor could not read (under ``--debug``, its traceback on stderr first)."""
+    from .cli import debugging, describe, one_line  # noqa: PLC0415
+
+    if debugging():
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    return one_line(describe(exc))
 
 
 def _arch_int(cc: str | None) -> int | None:
     return int(cc.replace(".", "")) if cc else None  # "10.0" -> 100, "9.0" -> 90
 
 
-def arch_evidence(arch: int | None) -> str:
-    """The ledger's answer for ``arch`` (issue 27: Blackwell users must hear that it is compile-only)."""
+def arch_evidence(arch: int | None, constraints: str | None = None) -> str:
+    """The ledger's answer for ``arch`` (issue 27: Blackwell users must hear that it is compile-only).
+
+    Without a project it says so; a project file that cannot be read raises (TableError, LedgerError)."""
     from . import lanes, project  # noqa: PLC0415 - only doctor needs the project's files
     from .ledger import archs, load_ledger  # noqa: PLC0415
 
     try:
-        where = project.constraints_dir()
-        table = lanes.load_table(where / "lanes.toml")
-        recs = load_ledger(where / "ledger.jsonl") or None
-    except (OSError, ValueError):  # no project here, or its files are unreadable: say so
-        table, recs = None, None
+        where = project.constraints_dir(constraints)
+    except project.ProjectNotFound:
+        return archs.doctor_answer(arch, None, None)
+    table = lanes.load_table(where / "lanes.toml")
+    recs = load_ledger(where / "ledger.jsonl") or None
     return archs.doctor_answer(arch, recs, table)
 
 
@@ -424,24 +485,49 @@ def _print_text(report: dict) -> None:
     Console().print(table)
 
 
+def _arch(text: str) -> int:
+    """``--arch``: a compute capability as the lanes write it, 50 to 200 (``90``, ``sm_100``)."""
+    digits = text.strip().lower().removeprefix("sm_")
+    if not (digits.isdecimal() and len(digits) <= 3 and 50 <= int(digits) <= 200):
+        raise argparse.ArgumentTypeError(f"expected a compute capability from 50 to 200 such as 90 or sm_100, "
+                                         f"got {text[:40]!r}")
+    return int(digits)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel doctor [--json] [--no-interp]``; returns the process exit code (0)."""
-    p = argparse.ArgumentParser(
+    """``nsa-sel doctor [--json] [--no-interp] [--arch CC] [--constraints DIR]``; the process exit code: 0, or 2
+    when the arguments are bad or a project file cannot be read (the report is printed all the same, and one
+    stderr line names the file)."""
+    from .cli import Parser, fail  # noqa: PLC0415
+
+    p = Parser(
         prog="nsa-sel doctor",
         description="Print the environment fingerprint a compatibility report needs.",
+        epilog="exit status: 0 report printed; 2 bad arguments, or a project file (lanes.toml, known-good.txt, "
+               "ledger.jsonl) that cannot be read: the report is printed and one stderr line names the file",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object to stdout")
     p.add_argument(
         "--no-interp", action="store_true", help="skip the Triton interpreter probe (a child process)"
     )
-    p.add_argument("--arch", type=int, metavar="CC", help="ask about this compute capability (e.g. 100, 120) "
+    p.add_argument("--arch", type=_arch, metavar="CC", help="ask about this compute capability (e.g. 100, 120) "
                    "instead of the local GPU's")
+    p.add_argument("--constraints", help="the constraints directory (default: $NSA_SEL_CONSTRAINTS, or found "
+                   "from the cwd)")
     args = p.parse_args(argv)
-    report = _doctor_report(probe=not args.no_interp, arch=args.arch)
+    with warnings.catch_warnings():
+        # torch warns on import when numpy is missing (the matrix extra has none); the interpreter line says
+        # what to install instead
+        warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy")
+        report = _doctor_report(probe=not args.no_interp, arch=args.arch, constraints=args.constraints)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         _print_text(report)
+    problems = report.get("problems") or []
+    if problems:
+        more = f" (and {len(problems) - 1} more in the report)" if len(problems) > 1 else ""
+        return fail("doctor", problems[0] + more)
     return 0
 
 
