@@ -13,7 +13,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel.compat import env
+from nsa_triton_sel.compat import doctor, env
 
 REQUIRED = {
     "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
@@ -130,13 +130,13 @@ def env_mark(errs):
 
 
 def test_doctor_json_without_probe(capsys):
-    assert env.main(["--json", "--no-interp"]) == 0
+    assert doctor.main(["--json", "--no-interp"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert REQUIRED <= set(report) and report["interpreter"] == {"status": "skipped"}
 
 
 def test_doctor_text_without_probe(capsys):
-    assert env.main(["--no-interp"]) == 0
+    assert doctor.main(["--no-interp"]) == 0
     out = capsys.readouterr().out
     for word in ("torch", "triton", "numpy", "compute_capability", "interpreter.status", torch.__version__):
         assert word in out
@@ -166,21 +166,21 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
 
 def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    assert env.main(["--no-interp"]) == 0
+    assert doctor.main(["--no-interp"]) == 0
     out = capsys.readouterr().out
     assert "nsa-sel doctor" in out and "knobs.TRITON_DEFAULT_FP_FUSION" in out
 
 
 def test_doctor_says_which_threshold_applies_and_why(capsys):
     """Issue 26: doctor names the thresholds entry (or the default) in force, and why."""
-    from nsa_triton_sel.compat.env import threshold_in_force
+    from nsa_triton_sel.compat.doctor import threshold_in_force
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
     assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
     unmeasured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.8.0")
     assert unmeasured["value"] == 1 and unmeasured["why"].startswith("default: ")
     assert "no CUDA GPU" in threshold_in_force(None, "3.9.0")["why"]
-    assert env.main(["--json", "--no-interp"]) == 0
+    assert doctor.main(["--json", "--no-interp"]) == 0
     assert "sel_triton_min_L" in json.loads(capsys.readouterr().out)
 
 

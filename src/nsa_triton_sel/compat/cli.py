@@ -22,7 +22,7 @@ import sys
 import traceback
 
 COMMANDS = {
-    "doctor": ("nsa_triton_sel.compat.env", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
+    "doctor": ("nsa_triton_sel.compat.doctor", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
     "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one"),
