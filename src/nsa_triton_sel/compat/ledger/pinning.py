@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         table = lanes.load_table(cdir / project.TABLE_NAME)
         pin(dirs, *paths, table=table, reset=args.reset)
     except (PinError, FileProblem, LedgerError, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
-        return fail("pin --check" if args.check else "pin", exc)
+        return fail("pin", exc)
     except OSError as exc:  # a read-only filesystem, a full disk: before the commit point, nothing was written
         after = paths is not None and journal_path(Path(paths[0])).exists()
         return fail("pin", f"cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; "
