@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # ledger_factory and fake_index, also under `python -m tests.compat.cli_fuzz`
     sys.path.insert(0, str(HERE))
 
-TIMEOUT_S = float(os.environ.get("NSA_SEL_CLI_FUZZ_TIMEOUT", "30"))  # per case; a clean case takes < 1 s
+TIMEOUT_S = float(os.environ.get("NSA_SEL_CLI_FUZZ_TIMEOUT", "60"))  # per case: most take < 0.3 s, a fresh one 3-12 s
 
 # What a command that succeeds may change (relative to the case's root), besides the files its options name
 # (OUTPUTS); exit 2 may change nothing.
