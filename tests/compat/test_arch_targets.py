@@ -18,7 +18,7 @@ from blackwell_reproducers import SHFL_REDUCE
 import pytest
 
 from nsa_triton_sel import device, known_bad
-from nsa_triton_sel.compat import aot, env, ledger, variants
+from nsa_triton_sel.compat import aot, doctor, env, ledger, variants
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
 from nsa_triton_sel.compat.canaries import SPECS as CANARIES
@@ -236,7 +236,7 @@ def test_doctor_reads_the_project_ledger_for_the_asked_arch(tmp_path, monkeypatc
     (cons / "ledger.jsonl").write_text(ledger.dump_ledger(_blackwell_ledger()))
     monkeypatch.setenv("NSA_SEL_CONSTRAINTS", str(cons))
     monkeypatch.setattr(env, "interpreter_usable", lambda *a, **k: {"status": "skipped"})
-    assert env.main(["--json", "--no-interp", "--arch", "120"]) == 0
+    assert doctor.main(["--json", "--no-interp", "--arch", "120"]) == 0
     said = json.loads(capsys.readouterr().out)["arch_evidence"]
     assert said.startswith("sm_120: compile only (no GPU run)") and "ONLY COMPILE EVIDENCE" in said
 

@@ -107,3 +107,73 @@ def test_lock_excludes_a_second_holder(tmp_path):
     with atomic.locked(anchor), pytest.raises(TimeoutError, match="is locked by another process"):
         with atomic.locked(anchor, timeout=0.1):
             pass
+
+
+def test_the_lock_file_is_removed_on_release_even_after_an_error(tmp_path):
+    """A refused pin used to leave its .lock file behind (issue 39)."""
+    anchor = tmp_path / "ledger.jsonl"
+    with pytest.raises(ValueError, match="refused"), atomic.locked(anchor):
+        assert (tmp_path / ".ledger.jsonl.lock").exists()
+        raise ValueError("refused")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_waiter_that_locked_a_removed_lock_file_starts_over(tmp_path, monkeypatch):
+    """The half of the protocol that makes removing the file safe: a lock on a file that is no longer at the
+    path does not count (its holder removed it), so two holders can never overlap."""
+    anchor = tmp_path / "ledger.jsonl"
+    lock = tmp_path / ".ledger.jsonl.lock"
+    real_open, swapped = os.open, []
+
+    def open_then_swap(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        if str(path) == str(lock) and not swapped:  # another pin removes and re-creates it right after our open
+            swapped.append(True)
+            os.unlink(lock)
+            os.close(real_open(lock, os.O_CREAT | os.O_WRONLY, 0o644))
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_swap)
+    with atomic.locked(anchor):
+        held = os.stat(lock)
+    assert swapped and not lock.exists()
+    assert held.st_nlink == 1  # the file it holds is the one at the path
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"x": NaN}', "NaN is not JSON"), ('[Infinity]', "Infinity is not JSON"), ("[-Infinity]", "-Infinity is not JSON"),
+    ('{"x": 1e400}', "out of range"), ("[" * 100000, "nested deeper"), ("9" * 5000, "not readable as JSON"),
+    ('{"a": ', "not valid JSON"),
+])
+def test_strict_json_refuses_what_json_loads_takes_silently(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        atomic.loads_json(text)
+    assert atomic.loads_json('{"a": [1, 2.5e3, "x", null]}') == {"a": [1, 2500.0, "x", None]}
+
+
+def test_strict_json_is_never_written_with_nan():
+    with pytest.raises(ValueError):
+        atomic.dumps_json({"x": float("nan")})
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: os.mkfifo(p), "is a FIFO"),
+    (lambda p: p.symlink_to(p.name), "cannot be written"),
+])
+def test_check_output_refuses_what_is_not_a_file_path(tmp_path, make, needle):
+    target = tmp_path / "out.json"
+    make(target)
+    with pytest.raises(atomic.FileProblem, match=needle):
+        atomic.check_output(target, "--json")
+    with pytest.raises(atomic.FileProblem, match="does not exist"):
+        atomic.check_output(tmp_path / "no" / "out.json", "--json")
+    assert atomic.check_output(tmp_path / "new.json", "--json") == tmp_path / "new.json"
+
+
+def test_a_sparse_huge_file_is_refused_by_its_size_unread(tmp_path):
+    big = tmp_path / "ledger.jsonl"
+    with open(big, "wb") as f:
+        f.truncate(atomic.READ_LIMIT + 1)
+    with pytest.raises(atomic.FileProblem, match="larger than 256 MiB"):
+        atomic.read_text(big)

@@ -13,7 +13,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel.compat import env
+from nsa_triton_sel.compat import doctor, env
 
 REQUIRED = {
     "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
@@ -130,13 +130,13 @@ def env_mark(errs):
 
 
 def test_doctor_json_without_probe(capsys):
-    assert env.main(["--json", "--no-interp"]) == 0
+    assert doctor.main(["--json", "--no-interp"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert REQUIRED <= set(report) and report["interpreter"] == {"status": "skipped"}
 
 
 def test_doctor_text_without_probe(capsys):
-    assert env.main(["--no-interp"]) == 0
+    assert doctor.main(["--no-interp"]) == 0
     out = capsys.readouterr().out
     for word in ("torch", "triton", "numpy", "compute_capability", "interpreter.status", torch.__version__):
         assert word in out
@@ -166,21 +166,21 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
 
 def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    assert env.main(["--no-interp"]) == 0
+    assert doctor.main(["--no-interp"]) == 0
     out = capsys.readouterr().out
     assert "nsa-sel doctor" in out and "knobs.TRITON_DEFAULT_FP_FUSION" in out
 
 
 def test_doctor_says_which_threshold_applies_and_why(capsys):
     """Issue 26: doctor names the thresholds entry (or the default) in force, and why."""
-    from nsa_triton_sel.compat.env import threshold_in_force
+    from nsa_triton_sel.compat.doctor import threshold_in_force
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
     assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
     unmeasured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.8.0")
     assert unmeasured["value"] == 1 and unmeasured["why"].startswith("default: ")
     assert "no CUDA GPU" in threshold_in_force(None, "3.9.0")["why"]
-    assert env.main(["--json", "--no-interp"]) == 0
+    assert doctor.main(["--json", "--no-interp"]) == 0
     assert "sel_triton_min_L" in json.loads(capsys.readouterr().out)
 
 
@@ -193,3 +193,84 @@ def test_the_callers_commit_wins_over_a_copied_checkouts_git(monkeypatch):
         assert env.fingerprint()["git_commit"] == "94d3abacb0bf6bb5e3ea29587eb6d4dd4a2e7442"
     finally:
         env._static_fingerprint.cache_clear()
+
+
+def _copy_constraints(tmp_path):
+    import shutil
+
+    from nsa_triton_sel.compat import project
+
+    cdir = tmp_path / "constraints"
+    shutil.copytree(project.constraints_dir(), cdir)
+    return cdir
+
+
+@pytest.mark.parametrize("which, damage, needle", [
+    ("ledger.jsonl", lambda p: p.write_text('{"schema": 3,\n'), "ledger.jsonl:1: not a ledger record"),
+    ("ledger.jsonl", lambda p: (p.unlink(), p.mkdir()), "is a directory, not a regular file"),
+    ("lanes.toml", lambda p: p.write_text("schema = = 1\n"), "lanes.toml: not valid TOML"),
+    ("known-good.txt", lambda p: p.write_bytes(b"\xff\xfe triton"), "known-good.txt: not UTF-8 text"),
+    ("known-good.txt", lambda p: (p.unlink(), p.mkdir()), "known-good.txt: is a directory"),
+    ("known-good.txt", lambda p: (p.unlink(), os.mkfifo(p)), "known-good.txt: is a FIFO"),
+])
+def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_path, capsys, which, damage, needle):
+    """LedgerError, TableError, UnicodeDecodeError and IsADirectoryError escaped as tracebacks, and a FIFO
+    known-good.txt hung doctor (issue 39)."""
+    from nsa_triton_sel.compat import cli
+
+    cdir = _copy_constraints(tmp_path)
+    damage(cdir / which)
+    t0 = time.monotonic()
+    rc = cli.main(["doctor", "--no-interp", "--constraints", str(cdir)])
+    out, err = capsys.readouterr()
+    assert rc == 2 and time.monotonic() - t0 < 60
+    assert err.startswith("nsa-sel doctor: ") and needle in err and len(err.splitlines()) == 1, err
+    assert "known_good.status" in out and "python" in out  # the fingerprint is printed all the same
+
+
+def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
+    from nsa_triton_sel.compat import cli
+
+    cdir = _copy_constraints(tmp_path)
+    (cdir / "ledger.jsonl").write_text("garbage\n")
+    assert cli.main(["doctor", "--no-interp", "--constraints", str(cdir)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    try:
+        assert cli.main(["--debug", "doctor", "--no-interp", "--constraints", str(cdir)]) == 2
+    finally:
+        cli._debug = False
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "LedgerError" in err
+    assert err.rstrip().splitlines()[-1].startswith("nsa-sel doctor: ")
+
+
+def test_a_named_constraints_directory_that_is_not_one_is_an_error(tmp_path, capsys):
+    from nsa_triton_sel.compat import cli
+
+    assert cli.main(["doctor", "--no-interp", "--constraints", str(tmp_path)]) == 2
+    assert "no lanes.toml there" in capsys.readouterr().err
+
+
+def test_without_numpy_the_probe_says_what_to_install(monkeypatch):
+    """The matrix extra has no numpy: doctor printed `No module named 'numpy'` with no hint (issue 41)."""
+    real = env.importlib.util.find_spec
+    monkeypatch.setattr(env.importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
+    monkeypatch.setattr(env.subprocess, "run", lambda *a, **k: pytest.fail("no probe without numpy"))
+    res = env.interpreter_usable()
+    assert res["status"] == "error" and res["detail"].startswith("numpy not installed")
+    assert res["fix"].startswith("pip install ") and "numpy" in res["fix"]
+    from nsa_triton_sel.compat import lanes, project
+
+    release = lanes.load_table(project.constraints_dir() / "lanes.toml").for_version(env.dist_version("triton"))
+    if release is not None and release.numpy:  # the numpy lanes.toml pairs with the installed Triton
+        assert f"numpy{release.numpy}" in res["fix"]
+
+
+@pytest.mark.parametrize("arch", ["0", "-80", "1" + "0" * 40, "eighty", "sm_", "9" * 5000])
+def test_doctor_arch_must_be_a_compute_capability(capsys, arch):
+    from nsa_triton_sel.compat import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["doctor", "--no-interp", "--arch", arch])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "expected a compute capability" in err and len(err.splitlines()) == 1

@@ -39,7 +39,9 @@ def test_set_up_failure_is_an_error_marker_naming_the_stage(tmp_path):
 @pytest.mark.parametrize("text, expect", [
     ("", "empty"),
     ("   \n", "empty"),
-    ('{"schema": 2, "kind": "lane-run", "status": "compl', "not valid JSON, truncated?"),
+    ('{"schema": 2, "kind": "lane-run", "status": "compl', "not valid JSON (Unterminated string"),
+    ('{"kind": "lane-run", "status": "complete", "records": [], "x": NaN}', "NaN is not JSON"),
+    ('{"kind": "lane-run", "status": "complete", "records": [], "x": 1e999}', "out of range"),
     ('{"schema": 2, "status": "complete", "records": []}', 'no "kind" field: not a lane run file'),
     ('[1, 2]', 'no "kind" field'),
     ('{"kind": "smoke-report"}', "kind 'smoke-report', expected 'lane-run'"),

@@ -18,9 +18,28 @@ def _write(path, lines):
 def test_load_ledger_rejects_a_torn_line(tmp_path):
     good = json.dumps(F.recs("3.1", "parity", ["pass"])[0])
     path = _write(tmp_path / "l.jsonl", [good, '{"b": '])
-    with pytest.raises(ledger.LedgerError, match=f"^{path}:2: not a JSON record"):
+    with pytest.raises(ledger.LedgerError, match=f"^{path}:2: not a ledger record: not valid JSON"):
         ledger.load_ledger(path)
     assert ledger.load_ledger(tmp_path / "missing.jsonl") == []
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_nan_and_infinity_are_refused_with_the_records_line(tmp_path, token):
+    """json.loads takes NaN/Infinity (and 1e400 as inf); `pin --check` then called such a ledger consistent
+    (issue 39).  The ledger is strict JSON in and out."""
+    recs = [json.dumps(r) for r in F.recs("3.1", "parity", ["pass", "pass"])]
+    recs[1] = recs[1].replace('"metrics": {}', f'"metrics": {{"x": {token}}}')
+    assert token in recs[1]
+    path = _write(tmp_path / "ledger.jsonl", recs)
+    with pytest.raises(ledger.LedgerError, match=f"^{path}:2: not a ledger record: .*(not JSON|out of range)"):
+        ledger.load_ledger(path)
+
+
+def test_the_ledger_is_never_written_with_nan():
+    rec = F.recs("3.1", "parity", ["pass"])[0]
+    rec["metrics"] = {"x": float("nan")}
+    with pytest.raises(ValueError):
+        ledger.dump_ledger([rec])
 
 
 @pytest.mark.parametrize("change, expect", [

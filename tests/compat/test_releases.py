@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +69,97 @@ def test_the_command_prints_the_commands_and_writes_json(index, tmp_path, capsys
 def test_an_unreadable_index_is_a_clear_error(tmp_path, capsys):
     rc = cli.main(["releases", "--index-url", (tmp_path / "nowhere").as_uri()])
     err = capsys.readouterr().err
-    assert rc == 3 and "cannot read file://" in err and "nowhere/triton/json" in err
+    assert rc == 2 and "cannot read file://" in err and "nowhere/triton/json" in err  # 2, as documented (was 3)
+    assert len(err.splitlines()) == 1
+
+
+def test_a_fifo_in_a_file_index_is_an_error_at_once_not_a_hang(index, tmp_path, capsys):
+    """urllib's file:// handler opened a FIFO and waited for a writer, whatever --timeout said (issue 39)."""
+    from urllib.parse import urlsplit
+
+    fifo = Path(urlsplit(index).path) / "triton" / "json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    rc = cli.main(["releases", "--index-url", index, "--timeout", "30"])
+    assert rc == 2 and time.monotonic() - t0 < 10
+    assert "is a FIFO, not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"releases": ["3.9.0"]}, "`releases` must be an object"),
+    ({"releases": {"3.9.0": {"filename": "x"}}}, "its files must be a list of objects"),
+    ({"releases": {}, "info": []}, "`info` must be an object"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_an_index_document_of_the_wrong_shape_is_one_line(tmp_path, capsys, doc, needle):
+    url = fake_index.write_index(tmp_path / "index", *fake_index.default_releases(TABLE))
+    (tmp_path / "index" / "triton" / "json").write_text(json.dumps(doc))
+    assert cli.main(["releases", "--index-url", url]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "triton/json" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ['{"releases": {}, "x": NaN}', '{"releases": {}, "x": 1e400}', "[" * 10**5])
+def test_an_index_document_that_is_not_strict_json_is_one_line(tmp_path, capsys, text):
+    url = fake_index.write_index(tmp_path / "index", *fake_index.default_releases(TABLE))
+    (tmp_path / "index" / "triton" / "json").write_text(text)
+    assert cli.main(["releases", "--index-url", url]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "-1", "0", "1e300", "x"])
+def test_a_timeout_that_is_not_a_sane_number_is_a_usage_error(index, capsys, timeout):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["releases", "--index-url", index, "--timeout", timeout])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nsa-sel releases: argument --timeout") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("url", ["ftp://example.invalid/pypi", "data:,{}", "file://otherhost/x", "relative/path"])
+def test_an_index_url_of_another_kind_is_refused(capsys, url):
+    assert cli.main(["releases", "--index-url", url]) == 2
+    assert "expected an http://, https:// or local file:/// URL" in capsys.readouterr().err
+
+
+def test_json_output_on_a_directory_is_refused_before_the_index_is_read(index, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(releases, "watch", lambda *a, **k: pytest.fail("the index must not be read"))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert cli.main(["releases", "--index-url", index, "--json", str(out)]) == 2
+    assert "is a directory; expected a file path" in capsys.readouterr().err and list(out.iterdir()) == []
+
+
+def test_a_slow_http_index_is_cut_off_at_the_timeout_for_the_whole_body(tmp_path):
+    """A per-read socket timeout never ends a server that sends a byte every half second."""
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(releases.IndexError_, match="not read within --timeout 2 s"):
+            releases.fetch_json(f"http://127.0.0.1:{server.server_port}/triton/json", timeout=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - t0 < 8
 
 
 def test_the_same_over_http_from_a_local_server(tmp_path):

@@ -82,6 +82,36 @@ def test_python_that_is_not_executable(tmp_path, capsys, no_run):
     assert rc == 2 and "not an executable interpreter" in err
 
 
+@pytest.mark.parametrize("body, expect", [
+    ("#!/bin/sh\necho hello\n", "not a Python interpreter"),
+    ("\x7fELF not really", "cannot run it"),
+    ("#!/bin/sh\nsleep 60\n", "did not answer"),
+])
+def test_python_that_is_not_a_python_interpreter_is_refused_before_the_run(tmp_path, capsys, no_run, body, expect):
+    """An executable that is not Python used to pass the check and end the run in an OSError (issue 39)."""
+    exe = tmp_path / "python"
+    exe.write_text(body)
+    exe.chmod(0o755)
+    t0 = time.monotonic()
+    rc, err = _main(capsys, "--python", str(exe), "--timeout", "2")
+    assert rc == 2 and expect in err and len(err.splitlines()) == 1, err
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_spec_file_that_is_a_fifo_is_refused_without_starting_a_child(tmp_path, capsys, no_run, monkeypatch):
+    import os
+
+    os.mkfifo(tmp_path / "specs.py")
+    monkeypatch.setattr(cli, "run_module", lambda *a, **k: pytest.fail("no child for a FIFO"))
+    rc, err = _main(capsys, "--specs", f"{tmp_path / 'specs.py'}:SPECS")
+    assert rc == 2 and "is not a regular file" in err
+
+
+def test_a_refused_run_creates_no_keep_directory(tmp_path, capsys, no_run):
+    rc, err = _main(capsys, "--keep", str(tmp_path / "keep" / "deeper"), "--specs", ":")
+    assert rc == 2 and "--specs ':'" in err and not (tmp_path / "keep").exists()
+
+
 def test_bad_keep_path(tmp_path, capsys, no_run):
     afile = tmp_path / "afile"
     afile.write_text("x")

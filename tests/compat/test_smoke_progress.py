@@ -54,8 +54,10 @@ def test_one_count_for_title_and_summary():
 def test_the_cli_refuses_a_bad_progress_interval(capsys):
     from nsa_triton_sel.compat import smoke
 
-    assert smoke.main(["--arch", "80", "--progress-every", "0"]) == 2
-    assert "--progress-every 0: expected a whole number >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        smoke.main(["--arch", "80", "--progress-every", "0"])
+    assert exc.value.code == 2
+    assert "argument --progress-every: expected a whole number from 1, got '0'" in capsys.readouterr().err
 
 
 def test_canaries_count_as_expected_or_unexpected_not_as_failures():

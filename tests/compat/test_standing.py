@@ -6,7 +6,7 @@ import json
 
 from packaging.version import Version
 
-from nsa_triton_sel.compat import cli, env, lanes, project, standing
+from nsa_triton_sel.compat import cli, doctor, lanes, project, standing
 
 TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
 KNOWN_GOOD = """# GENERATED
@@ -105,4 +105,4 @@ def test_doctor_reports_the_installed_pair(capsys):
     assert kg["status"].endswith(f"triton {triton.__version__}") and kg["pair"] and kg["evidence"]
     if kg["status"].startswith("known-good"):  # admitted: the committed ledger holds its evidence
         assert any(key.startswith("on ") for key in kg)
-    assert env._doctor_report(probe=False)["known_good"]["why"]
+    assert doctor._doctor_report(probe=False)["known_good"]["why"]

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import ledger, upgrade
+from nsa_triton_sel.compat import ledger, releases, upgrade
 from test_upgrade import BASE, CAND, _good, _recs
 
 
@@ -132,14 +132,14 @@ def test_index_versions_reads_a_simple_index_page(monkeypatch):
             'triton-3.5.1-cp311-cp311-manylinux_2_27_x86_64.whl</a>\n'
             '<a href="/p/triton-3.6.0-cp312-cp312-manylinux_2_28_x86_64.whl">triton-3.6.0-cp312-...</a>\n'
             '<a href="/p/triton-2.0.0.post1-cp310-cp310-manylinux.whl">x</a>')
-    monkeypatch.setattr(upgrade.urllib.request, "urlopen", lambda req, timeout: io.BytesIO(page.encode()))
+    monkeypatch.setattr(releases.urllib.request, "urlopen", lambda req, timeout: io.BytesIO(page.encode()))
     got = {str(v) for v in upgrade.index_versions()}
     assert got == {"3.5.1", "3.6.0", "2.0.0.post1"}
 
     def offline(req, timeout):
         raise OSError("no network")
 
-    monkeypatch.setattr(upgrade.urllib.request, "urlopen", offline)
+    monkeypatch.setattr(releases.urllib.request, "urlopen", offline)
     assert upgrade.index_versions() is None
 
 

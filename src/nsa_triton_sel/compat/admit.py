@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from . import lanes, project
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, read_text
 from . import ledger
 
 
@@ -45,7 +45,7 @@ def add_release(table_path: Path, version: str) -> None:
     if table.for_version(version):
         return
     label, block = release_block(version, table)
-    lines = table_path.read_text().splitlines(keepends=True)
+    lines = read_text(table_path).splitlines(keepends=True)
     at = len(lines)
     if label is not None:
         start = next(i for i, ln in enumerate(lines) if ln.strip() == f'label = "{label}"')

@@ -9,24 +9,31 @@
   old files (plus stray temporaries that :func:`recover` removes); killed after it, the next
   :func:`recover` finishes the renames (roll forward).  Either way the three files end up from
   one generation.
-- :func:`locked` serialises writers across processes (two ``nsa-sel pin`` at once).
+- :func:`locked` serialises writers across processes (two ``nsa-sel pin`` at once) and leaves no
+  lock file behind.
 - :func:`read_text` reads a file the toolkit was handed: only a regular file, bounded, UTF-8,
-  never blocking (a FIFO named ``*.json`` or a link to ``/dev/zero`` is an error, not a hang).
+  never blocking (a FIFO named ``*.json`` or a link to ``/dev/zero`` is an error, not a hang);
+  :func:`loads_json` / :func:`read_json` parse strict JSON (no NaN or Infinity, no number out of a
+  float's range, nesting past the parser an error); :func:`check_output` vets a path the user asks
+  a command to write, before the command does its work.
 
 A symlinked target keeps being a symlink: the write goes through to the file it points at.
 Recovery renames only the files its caller names (and their temporaries beside them): a
 journal listing anything else is refused, never obeyed.
 
-Standard library only at import; ``filelock`` is imported when a lock is taken.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import math
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -62,9 +69,11 @@ def read_text(path: Path | str, limit: int = READ_LIMIT) -> str:
     except OSError as exc:
         raise FileProblem(f"{path}: unreadable ({exc.strerror})") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileProblem(f"{path}: is {_kind(mode)}, not a regular file")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileProblem(f"{path}: is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > limit:  # refused by its size, unread (a sparse 300 MiB file costs nothing to make)
+            raise FileProblem(f"{path}: larger than {limit >> 20} MiB: not a file this tool wrote")
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -81,10 +90,91 @@ def read_text(path: Path | str, limit: int = READ_LIMIT) -> str:
         raise FileProblem(f"{path}: not UTF-8 text (a binary file? bad byte at offset {exc.start})") from None
 
 
-def write_target(path: Path | str) -> Path:
-    """Where writing ``path`` must go: the file a symlink points at (so the link stays a link)."""
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NotJSON(f"{name} is not JSON (strict JSON has no NaN or Infinity)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJSON(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is out of range (not a finite float)")
+    return value
+
+
+def loads_json(text: str):
+    """Strict JSON: what ``json.loads`` reads, less NaN, Infinity and numbers beyond a float (``1e400``), which
+    it takes silently and ``json.dumps`` then writes as non-JSON; a ValueError with a one-line reason for
+    anything else it cannot read (a syntax error with its position, nesting deeper than the parser goes,
+    an integer of thousands of digits)."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except _NotJSON as exc:
+        raise ValueError(str(exc)) from None
+    except RecursionError:
+        raise ValueError("nested deeper than the JSON parser goes") from None
+    except ValueError as exc:  # e.g. an integer beyond sys.get_int_max_str_digits()
+        raise ValueError(f"not readable as JSON: {str(exc)[:120]}") from None
+
+
+def dumps_json(value, **kw) -> str:
+    """JSON text that :func:`loads_json` reads back: NaN and Infinity are refused (a ValueError), never written."""
+    return json.dumps(value, allow_nan=False, **kw)
+
+
+def read_json(path: Path | str, limit: int = READ_LIMIT):
+    """The strict JSON document in the regular file ``path`` (:func:`read_text`, :func:`loads_json`); a
+    :class:`FileProblem` naming the file and what is wrong otherwise."""
+    text = read_text(path, limit)
+    try:
+        return loads_json(text)
+    except ValueError as exc:
+        raise FileProblem(f"{path}: {exc}") from None
+
+
+def check_output(path: Path | str, option: str) -> Path:
+    """A file a command was asked to write (``--json FILE``), vetted before the command does its work: a
+    regular file or nothing yet, in an existing, writable directory.  A :class:`FileProblem` naming the
+    option otherwise (a directory, FIFO, device or symlink loop in the way; a missing directory)."""
+    if not str(path):
+        raise FileProblem(f"{option} '': expected a file path")
     path = Path(path)
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    where = f"{option} {path}"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise FileProblem(f"{where}: a symlink to a missing file; give a file path") from None
+        st = None
+    except OSError as exc:  # a symlink loop, a file used as a directory, no permission
+        raise FileProblem(f"{where}: cannot be written ({exc.strerror})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise FileProblem(f"{where}: is {_kind(st.st_mode)}; expected a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileProblem(f"{where}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (st is not None and not os.access(path, os.W_OK)):
+        raise FileProblem(f"{where}: not writable")
+    return path
+
+
+def write_target(path: Path | str) -> Path:
+    """Where writing ``path`` must go: the file a symlink points at (so the link stays a link); a symlink
+    loop is a :class:`FileProblem` (a rename would replace the link with a file)."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileProblem(f"{path}: a symlink loop, not a file; nothing was written") from None
+    return Path(os.path.realpath(path))
 
 
 def _check_writable(path: Path, need_dir: bool = False) -> None:
@@ -245,18 +335,46 @@ def recover(journal: Path, targets: list[Path]) -> str | None:
 
 @contextlib.contextmanager
 def locked(anchor: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold an exclusive inter-process lock tied to ``anchor`` (a hidden ``.lock`` file beside it)."""
-    import filelock  # noqa: PLC0415 - only writers need it
+    """Hold an exclusive inter-process lock tied to ``anchor``: ``flock`` on a hidden ``.lock`` file beside it,
+    removed again on release, so a pin (a refused one too) leaves nothing behind.
+
+    Removing a lock file is safe with both halves of the usual protocol: the holder removes it while it
+    still holds the lock, and whoever gets the lock checks that the path still names the file it locked
+    (else it locked a file its holder removed, and starts over).  ``filelock`` keeps its file for want of
+    the second half, hence this.
+    """
+    import fcntl  # noqa: PLC0415 - POSIX, like the rest of the toolkit's process handling
 
     anchor = Path(anchor)
     anchor.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(anchor.parent / f".{anchor.name}.lock"), timeout=timeout)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise TimeoutError(f"{anchor} is locked by another process for more than {timeout:.0f} s "
-                           f"(a hung `nsa-sel pin`?)") from None
+    path = anchor.parent / f".{anchor.name}.lock"
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{anchor} is locked by another process for more than {timeout:.0f} s "
+                                   f"(a hung `nsa-sel pin`?)") from None
+            time.sleep(0.05)
+            continue
+        try:
+            current = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(fd)):
+            break
+        os.close(fd)  # the holder before us removed this file: lock the one at the path now
     try:
         yield
     finally:
-        lock.release()
+        try:
+            os.unlink(path)  # while still holding the lock (see above)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)

@@ -1,4 +1,4 @@
-"""The environment fingerprint, and ``nsa-sel doctor``.
+"""The environment fingerprint and the interpreter probe (``nsa-sel doctor`` prints both: :mod:`.doctor`).
 
 :func:`fingerprint` is cheap (imports and queries only, no kernel runs): benchmark and
 ledger rows embed it so every number can be traced to the software and hardware that
@@ -10,12 +10,13 @@ silently wrong results instead of failing.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import functools
+import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -286,7 +287,26 @@ main()
 """
 
 
-def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
+def install_hint(missing: list[str], constraints: str | None = None) -> str:
+    """One pip command installing ``missing``: numpy as ``lanes.toml`` pairs it with the installed Triton
+    (Triton 3.0/3.1 need numpy<2), triton as ``known-good.txt`` admits it, when the project is found."""
+    from . import lanes, project  # noqa: PLC0415
+
+    specs = {name: name for name in missing}
+    try:
+        cdir = project.constraints_dir(constraints)
+        release = lanes.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
+    except (OSError, ValueError, RecursionError):  # no project here, or its table is unreadable: plain names
+        cdir, release = None, None
+    if "numpy" in specs and release is not None and release.numpy:
+        specs["numpy"] = f"numpy{release.numpy}"
+    line = "pip install " + " ".join(shlex.quote(s) for s in specs.values())
+    if "triton" in specs and cdir is not None and (cdir / "known-good.txt").is_file():
+        line += f" -c {shlex.quote(str(cdir / 'known-good.txt'))}"
+    return line
+
+
+def interpreter_usable(timeout: float = PROBE_TIMEOUT_S, constraints: str | None = None) -> dict:
     """Can the Triton interpreter be trusted here?  Runs the probe in a child process.
 
     ``TRITON_INTERPRET`` is read when triton is imported, so the probe needs a fresh
@@ -297,6 +317,12 @@ def interpreter_usable(timeout: float = PROBE_TIMEOUT_S) -> dict:
     """
     env = dict(os.environ, TRITON_INTERPRET="1")
     base = {"triton": dist_version("triton"), "numpy": dist_version("numpy")}
+    missing = [name for name in IMPORT_CHECKED if importlib.util.find_spec(name) is None]
+    if missing:  # the matrix extra alone has no numpy: say what to install, not "No module named 'numpy'"
+        return {**base, "status": "error",
+                "detail": f"{' and '.join(missing)} not installed: the Triton interpreter and this probe need "
+                          f"{'it' if len(missing) == 1 else 'them'}",
+                "fix": install_hint(missing, constraints)}
     with tempfile.TemporaryDirectory(prefix="nsa_sel_probe_") as tmp:
         script = Path(tmp) / "nsa_sel_interp_probe.py"
         script.write_text(f"MARK = {_PROBE_MARK!r}\n" + _PROBE_SCRIPT)
@@ -329,122 +355,3 @@ def _judge(errs: dict) -> dict:
     ok = errs["add_max_err"] <= 1e-6 and errs["dot_max_err"] <= 1e-2
     detail = f"masked add max err {errs['add_max_err']:.3g}, tl.dot max err {errs['dot_max_err']:.3g}"
     return {**errs, "status": "ok" if ok else "wrong", "detail": detail}
-
-
-def _doctor_report(probe: bool, arch: int | None = None) -> dict:
-    """Fingerprint plus, unless skipped, the interpreter verdict, and what the ledger knows of the arch."""
-    report = fingerprint()
-    # The key knobs shown even when unset, so "unset" is visible, not just absent.
-    report["knobs"] = {k: os.environ.get(k) for k in TRITON_KNOBS + OTHER_KNOBS} | report["triton_env"]
-    report["interpreter"] = interpreter_usable() if probe else {"status": "skipped"}
-    report["sel_triton_min_L"] = threshold_in_force(report.get("gpu_name"), report.get("triton"))
-    from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
-
-    report["known_good"] = standing(report)
-    cc = report.get("compute_capability")
-    report["arch_evidence"] = arch_evidence(arch if arch is not None else _arch_int(cc))
-    return report
-
-
-def _arch_int(cc: str | None) -> int | None:
-    return int(cc.replace(".", "")) if cc else None  # "10.0" -> 100, "9.0" -> 90
-
-
-def arch_evidence(arch: int | None) -> str:
-    """The ledger's answer for ``arch`` (issue 27: Blackwell users must hear that it is compile-only)."""
-    from . import lanes, project  # noqa: PLC0415 - only doctor needs the project's files
-    from .ledger import archs, load_ledger  # noqa: PLC0415
-
-    try:
-        where = project.constraints_dir()
-        table = lanes.load_table(where / "lanes.toml")
-        recs = load_ledger(where / "ledger.jsonl") or None
-    except (OSError, ValueError):  # no project here, or its files are unreadable: say so
-        table, recs = None, None
-    return archs.doctor_answer(arch, recs, table)
-
-
-def threshold_in_force(gpu_name: str | None, triton: str | None) -> dict:
-    """The ``sel_triton_min_L`` the dispatcher applies on this GPU with this Triton, and why (issue 26:
-    which thresholds entry, or the default, and where it comes from)."""
-    if not triton:
-        return {"value": None, "why": "Triton is not installed: every call takes the packed-SDPA path"}
-    if not gpu_name:
-        return {"value": None, "why": "no CUDA GPU: the kernels run only under TRITON_INTERPRET=1 (as for 'cpu')"}
-    try:
-        from nsa_triton_sel import config
-    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not fail
-        return {"value": None, "why": f"nsa_triton_sel not importable: {type(exc).__name__}: {exc}"}
-    try:
-        t = config.threshold_for(gpu_name, triton)
-    except (OSError, ValueError) as exc:
-        return {"value": None, "why": f"the thresholds file cannot be used: {exc}"}
-    return {"value": t.min_L, "why": t.why}
-
-
-# Shown in the text view under "knobs" already; JSON keeps them for the ledger.
-_TEXT_SKIP = ("triton_env", "TRITON_DEFAULT_FP_FUSION")
-
-
-def _as_text(report: dict) -> list[tuple[str, str]]:
-    """(key, value) lines; nested dicts flattened as ``parent.child``; None shown as '-'."""
-    rows = []
-    for key, val in report.items():
-        if key in _TEXT_SKIP:
-            continue
-        if isinstance(val, dict):
-            if not val:
-                rows.append((key, "-"))
-            for sub, v in val.items():
-                rows.append((f"{key}.{sub}", "-" if v is None else str(v)))
-        else:
-            rows.append((key, "-" if val is None else str(val)))
-    return rows
-
-
-def _print_text(report: dict) -> None:
-    """A two-column table on a terminal (rich, if installed); plain aligned text
-    otherwise, which reads better in CI logs and pastes cleanly into reports."""
-    rows = _as_text(report)
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        Console = None
-    if Console is None or not sys.stdout.isatty():
-        width = max(len(k) for k, _ in rows)
-        print("nsa-sel doctor")
-        for k, v in rows:
-            print(f"{k:<{width}}  {v}")
-        return
-    table = Table(title="nsa-sel doctor", show_header=False)
-    table.add_column("key", style="bold")
-    table.add_column("value")
-    for k, v in rows:
-        table.add_row(k, v)
-    Console().print(table)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel doctor [--json] [--no-interp]``; returns the process exit code (0)."""
-    p = argparse.ArgumentParser(
-        prog="nsa-sel doctor",
-        description="Print the environment fingerprint a compatibility report needs.",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object to stdout")
-    p.add_argument(
-        "--no-interp", action="store_true", help="skip the Triton interpreter probe (a child process)"
-    )
-    p.add_argument("--arch", type=int, metavar="CC", help="ask about this compute capability (e.g. 100, 120) "
-                   "instead of the local GPU's")
-    args = p.parse_args(argv)
-    report = _doctor_report(probe=not args.no_interp, arch=args.arch)
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        _print_text(report)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

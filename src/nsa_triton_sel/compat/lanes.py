@@ -152,8 +152,8 @@ def _checked(where: str, key: str, text, parse) -> None:
     _need(isinstance(text, str), where, f"`{key}` must be a string, got {text!r}")
     try:
         parse(text)
-    except (InvalidVersion, InvalidSpecifier) as exc:
-        raise TableError(f"{where}: `{key}` = {text!r} does not parse ({exc})") from None
+    except (InvalidVersion, InvalidSpecifier, ValueError) as exc:  # ValueError: 5000 digits exceed int()'s limit
+        raise TableError(f"{where}: `{key}` = {text[:60]!r} does not parse ({str(exc)[:120]})") from None
 
 
 def _lane(raw: dict, where: str) -> tuple[Lane, list[Lane]]:
@@ -219,7 +219,7 @@ def load_table(path: Path | str | None = None) -> Table:
         data = _toml.loads(read_text(path))
     except FileProblem as exc:  # binary, a directory, unreadable: one line naming it, never a traceback
         raise TableError(str(exc)) from None
-    except _toml.TOMLDecodeError as exc:
+    except (_toml.TOMLDecodeError, RecursionError) as exc:  # RecursionError: nesting deeper than tomllib goes
         raise TableError(f"{path}: not valid TOML ({exc})") from None
     _need(data.get("schema") == SCHEMA, str(path), f"schema {data.get('schema')!r}, this code reads {SCHEMA}")
     unknown = data.keys() - {"schema", "matrix", "lane"}
@@ -299,7 +299,7 @@ def stale_constraints(table: Table, root: Path | None = None) -> list[Path]:
     stale = []
     for lane in table.lanes:
         path = constraints_path(lane, root)
-        if not path.exists() or path.read_text() != constraints_text(lane):
+        if not path.exists() or read_text(path) != constraints_text(lane):  # a FIFO there: an error, not a hang
             stale.append(path)
     return stale
 

@@ -28,15 +28,18 @@ COMPILER_FIELD, RUNTIME_FIELD = "compiler_hash", "runtime_hash"  # nsa_triton_se
 
 def known_good(path: Path, triton: Version) -> tuple[str, str]:
     """``(status, why)`` from known-good.txt: "known-good", "excluded" (with the file's reason) or
-    "not listed" (a release the table does not test)."""
-    lines = path.read_text().splitlines()
+    "not listed" (a release the table does not test).  An unreadable file (a FIFO, a directory, not UTF-8)
+    is a :class:`.atomic.FileProblem` naming it."""
+    from .atomic import read_text  # noqa: PLC0415 - non-blocking: a FIFO here used to hang doctor
+
+    lines = read_text(path).splitlines()
     spec_line = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("triton")), None)
     if spec_line is None:
         return "unknown", f"{path} has no 'triton...' line"
     try:
         spec = SpecifierSet(spec_line[len("triton"):])
     except InvalidSpecifier:
-        return "unknown", f"{path}: cannot parse {spec_line!r}"
+        return "unknown", f"{path}: cannot parse {spec_line[:200]!r}"
     entry = next((ln for ln in lines if re.match(rf"#\s+(admitted|excluded)\s+{re.escape(str(triton))}\s", ln)), None)
     if triton in spec:
         return "known-good", f"admitted by {path.name} ({spec_line})"
@@ -142,7 +145,8 @@ def standing(fp: dict, constraints: str | None = None) -> dict:
         cdir = project.constraints_dir(constraints)
     except project.ProjectNotFound as exc:
         return {"status": "unknown", "why": f"{exc}"}
-    status, why = known_good(cdir / "known-good.txt", triton) if (cdir / "known-good.txt").exists() else (
+    kg = cdir / "known-good.txt"
+    status, why = known_good(kg, triton) if kg.exists() or kg.is_symlink() else (
         "unknown", f"no known-good.txt in {cdir}")
     out = {"status": f"{status}: triton {triton}", "why": why,
            "pair": pairing(lanes.load_table(cdir / "lanes.toml"), triton, fp.get("torch"), fp.get("cuda_runtime"))}

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from .. import known_bad
 from . import bench_store, lanes, ledger, project
 from .admit import admit
 from .atomic import FileProblem
+from .cli import Parser, fail
 from .lanes import gpu_mode
 from .ledger.pinning import PinError, normalise_releases
 from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
@@ -264,11 +264,11 @@ def index_versions() -> set[Version] | None:
     ``$UV_INDEX_URL``, ``$PIP_INDEX_URL`` or PyPI); None when it cannot be asked (offline, a wheelhouse)."""
     base = next((os.environ[k] for k in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL") if os.environ.get(k)),
                 "https://pypi.org/simple")
+    from .releases import IndexError_, fetch_text  # noqa: PLC0415 - bounded reads: no FIFO hang, a deadline
+
     try:
-        req = urllib.request.Request(base.rstrip("/") + "/triton/", headers={"Accept": "text/html"})
-        with urllib.request.urlopen(req, timeout=INDEX_TIMEOUT_S) as resp:
-            page = resp.read(64 << 20).decode("utf-8", "replace")
-    except (OSError, ValueError):  # URLError is an OSError; a malformed URL a ValueError
+        page = fetch_text(base.rstrip("/") + "/triton/", INDEX_TIMEOUT_S, headers={"Accept": "text/html"})
+    except IndexError_:  # offline, a malformed URL, a page that is not text
         return None
     found = set()
     for text in _WHEEL_VERSION.findall(page):
@@ -298,7 +298,9 @@ def _check_release(version: str, table: lanes.Table, args) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nsa-sel check-upgrade", description=__doc__.splitlines()[0])
+    p = Parser(prog="nsa-sel check-upgrade", description=__doc__.splitlines()[0],
+               epilog="exit status: 0 SAFE; 1 BLOCKED; 3 ENVIRONMENT (no verdict); 2 bad usage or an unreadable "
+                      "input, one line, checked before the long run, nothing written")
     p.add_argument("version", help="candidate Triton release, e.g. 3.10.0")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     p.add_argument("--ledger", type=Path, help="default: <constraints>/ledger.jsonl")
@@ -318,20 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _check_upgrade(args)
     except (UsageError, project.ProjectNotFound, lanes.TableError, ledger.LedgerError, ledger.RunFileError,
-            PinError, FileProblem) as exc:
-        print(f"nsa-sel check-upgrade: {exc}", file=sys.stderr)
-        return 2
+            PinError, FileProblem, TimeoutError) as exc:
+        return fail("check-upgrade", exc)
     except OSError as exc:  # --admit on a read-only filesystem or a full disk
-        print(f"nsa-sel check-upgrade: cannot write {exc.filename or 'a file'}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return fail("check-upgrade", f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}")
 
 
 def _check_upgrade(args) -> int:
 
     try:
         version = str(Version(args.version))
-    except InvalidVersion:
-        raise UsageError(f"not a version: {args.version!r}") from None
+    except ValueError:  # InvalidVersion, or more digits than int() reads
+        raise UsageError(f"not a version: {args.version[:60]!r} (e.g. 3.10.0)") from None
     if args.from_results is not None and not args.from_results.is_dir():
         raise UsageError(f"--from-results {args.from_results}: no such directory")
     cdir = project.constraints_dir(args.constraints)

@@ -21,6 +21,7 @@ What keeps the three files trustworthy:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from pathlib import Path
 from ... import known_bad
 from .. import lanes, project
 from ..atomic import FileProblem, JournalError, commit, journal_path, locked, read_text, recover
+from ..cli import Parser, fail
 from .cells import release_verdicts
 from .known_good import render_known_good
 from .matrix import render_matrix
@@ -58,6 +60,9 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
     for path in targets:  # never create a directory: a mistyped path must not start a new ledger
         if not path.parent.is_dir():
             raise PinError(f"{path}: directory {path.parent} does not exist; nothing written")
+    if len({os.path.realpath(p) for p in targets}) < len(targets):  # one file would overwrite another
+        raise PinError(f"--ledger {ledger_path}, --matrix {matrix_path} and --known-good {known_good_path} must be "
+                       "three different files; nothing written")
     with locked(ledger_path):
         try:
             fixed = recover(journal_path(ledger_path), targets)
@@ -104,24 +109,26 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
 
 
 def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[str]:
-    """Problems that make the three files disagree (empty: they are one generation)."""
+    """Problems that make the three files disagree (empty: they are one generation).
+
+    A file that cannot be read, or a ledger line that is not a valid record (NaN and Infinity included),
+    is not a disagreement but bad input: a :class:`..atomic.FileProblem` or :class:`.store.LedgerError`.
+    """
     ledger_path = Path(ledger_path)
     out = []
     if journal_path(ledger_path).exists():
         out.append(f"an interrupted pin left {journal_path(ledger_path)}: run `nsa-sel pin` to finish it")
-    text = read_text(ledger_path) if ledger_path.exists() else ""
+    exists = ledger_path.exists() or ledger_path.is_symlink()
+    text = read_text(ledger_path) if exists else ""
+    load_ledger(ledger_path)
     gen = digest(text)
     for path in (matrix_path, known_good_path):
         path = Path(path)
-        found = _GENERATION.search(read_text(path)) if path.exists() else None
+        found = _GENERATION.search(read_text(path)) if path.exists() or path.is_symlink() else None
         if found is None:
             out.append(f"{path}: missing or names no ledger generation")
         elif found.group(1) != gen:
             out.append(f"{path}: rendered from ledger generation {found.group(1)}, the ledger is {gen}")
-    try:
-        load_ledger(ledger_path)
-    except LedgerError as exc:
-        out.append(str(exc))
     return out
 
 
@@ -164,8 +171,8 @@ def _rel(path: Path) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nsa-sel pin", description="merge lane results into the ledger; "
-                                "render MATRIX.md and known-good.txt (one commit, under a file lock)")
+    p = Parser(prog="nsa-sel pin", description="merge lane results into the ledger; "
+               "render MATRIX.md and known-good.txt (one commit, under a file lock)", epilog=EPILOG)
     p.add_argument("--results", action="append", default=None, type=Path,
                    help="directory of lane run files (repeatable; default $NSA_SEL_RESULTS or <project>/out/lanes)")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
@@ -176,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="drop every record already in the ledger (e.g. after a harness fix invalidated them)")
     p.add_argument("--check", action="store_true", help="only verify that the three files are one generation")
     return p
+
+
+EPILOG = ("exit status: 0 pinned (--check: the three files are one generation); 1 --check: they are not; "
+          "2 bad input or arguments, one line naming the file, nothing written")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
                  args.known_good or cdir / "known-good.txt")
         if args.check:
             bad = verify(*paths)
-            for line in bad:
-                print(f"nsa-sel pin --check: {line}", file=sys.stderr)
-            print("nsa-sel pin --check: " + ("NOT consistent" if bad else "consistent (one generation)"))
-            return 1 if bad else 0
+            if bad:
+                return fail("pin --check", "NOT consistent: " + "; ".join(bad), status=1)
+            print("nsa-sel pin --check: consistent (one generation)")
+            return 0
         dirs = args.results or [project.results_dir()]
         given_missing = [d for d in (args.results or []) if not Path(d).is_dir()]
         if given_missing:
@@ -201,14 +212,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nsa-sel pin: no results directory {dirs[0]} (re-rendering from the ledger only)", file=sys.stderr)
         table = lanes.load_table(cdir / project.TABLE_NAME)
         pin(dirs, *paths, table=table, reset=args.reset)
-    except (PinError, FileProblem, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
-        print(f"nsa-sel pin: {exc}", file=sys.stderr)
-        return 2
+    except (PinError, FileProblem, LedgerError, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
+        return fail("pin", exc)
     except OSError as exc:  # a read-only filesystem, a full disk: before the commit point, nothing was written
         after = paths is not None and journal_path(Path(paths[0])).exists()
-        print(f"nsa-sel pin: cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; "
-              + ("the commit is journaled: the next pin finishes it" if after else "nothing written"), file=sys.stderr)
-        return 2
+        return fail("pin", f"cannot write {exc.filename or 'the files'}: {exc.strerror or exc}; "
+                    + ("the commit is journaled: the next pin finishes it" if after else "nothing written"))
     return 0
 
 

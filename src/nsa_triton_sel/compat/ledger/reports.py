@@ -10,6 +10,7 @@ tells an expected failure from a new one.
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 
@@ -160,14 +161,17 @@ def _junit_verdict(case: ET.Element) -> tuple[str, str]:
 
 
 def attach_benchmarks(recs: list[dict], bench_json: dict) -> list[dict]:
-    """Add pytest-benchmark statistics to the matching test records (matched by test name)."""
+    """Add pytest-benchmark statistics to the matching test records (matched by test name).
+
+    A statistic that is NaN or infinite (a zero-time round, a speedup over nothing) is kept as null:
+    the run file and the ledger are strict JSON, and a lane must not lose its run over one number."""
     by_name = {}
     for b in bench_json.get("benchmarks", []):
         stats = b.get("stats") or {}
         m = {f"{k}_s": stats[k] for k in ("min", "median", "mean", "stddev", "iqr") if k in stats}
         m.update({k: stats[k] for k in ("ops", "rounds") if k in stats})
         m.update({k: v for k, v in (b.get("extra_info") or {}).items() if isinstance(v, (int, float, str))})
-        by_name[b.get("name")] = m
+        by_name[b.get("name")] = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in m.items()}
     for rec in recs:
         short = rec["kernel"].rsplit("::", 1)[-1]
         if short in by_name:

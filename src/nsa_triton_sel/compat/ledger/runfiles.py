@@ -13,12 +13,11 @@ An empty or truncated file, one without ``"kind"``, or a record with an unknown 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable
 
-from ..atomic import FileProblem, atomic_write_text, read_text
+from ..atomic import FileProblem, atomic_write_text, dumps_json, loads_json, read_text
 from ..verdicts import ERROR, INTERRUPTED
 from .records import SCHEMA, migrate, now_iso, problems, record
 
@@ -50,7 +49,7 @@ def write_run(path: Path, *, base: dict, status: str, started: str, records: lis
            "run_id": base.get("run_id"), "status": status, "started": started,
            "finished": None if status == "running" else now_iso(), "note": note, "stage": stage, "base": base,
            "records": records}
-    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(path, dumps_json(doc, indent=1, sort_keys=True) + "\n")  # strict: pin reads it so
 
 
 def records_of_run(doc: dict) -> list[dict]:
@@ -89,12 +88,10 @@ def read_run_file(path: Path) -> dict:
         raise RunFileError(f"{path}: empty (a lane was killed while writing it, or the disk filled up); "
                            "re-run its session or remove the file")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunFileError(f"{path}: not valid JSON, truncated? ({exc}); re-run its session or remove the file") \
+        doc = loads_json(text)  # NaN, Infinity, 1e400, a 5000-digit number, nesting past the parser: refused
+    except ValueError as exc:
+        raise RunFileError(f"{path}: not a lane run file: {exc}; truncated? re-run its session or remove the file") \
             from None
-    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting deeper than the parser goes
-        raise RunFileError(f"{path}: not a lane run file ({type(exc).__name__}: {str(exc)[:80]})") from None
     if not isinstance(doc, dict) or "kind" not in doc:
         raise RunFileError(f"{path}: no \"kind\" field: not a lane run file (results directories hold only "
                            f"run files of kind {KIND!r})")

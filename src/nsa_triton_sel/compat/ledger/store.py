@@ -1,19 +1,19 @@
 """The ledger file (``constraints/ledger.jsonl``): read it strictly, merge runs into it, write it.
 
-One JSON record per line.  For each :func:`run_key` (release, check, mode, machine) only the
-newest run's records are kept, so a re-run lane never leaves stale rows behind.
+One JSON record per line, strict JSON in and out (NaN and Infinity are refused with the record's
+line, never written).  For each :func:`run_key` (release, check, mode, machine) only the newest
+run's records are kept, so a re-run lane never leaves stale rows behind.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 from pathlib import Path
 
 from packaging.version import Version
 
-from ..atomic import FileProblem, read_text
+from ..atomic import FileProblem, dumps_json, loads_json, read_text
 from .records import migrate, problems
 
 
@@ -35,11 +35,9 @@ def load_ledger(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LedgerError(f"{path}:{n}: not a JSON record ({exc.msg} at column {exc.colno})") from None
-        except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting deeper than the parser goes
-            raise LedgerError(f"{path}:{n}: not a ledger record ({type(exc).__name__}: {str(exc)[:80]})") from None
+            rec = loads_json(line)  # NaN, Infinity, 1e400, a 5000-digit number, nesting past the parser: refused
+        except ValueError as exc:
+            raise LedgerError(f"{path}:{n}: not a ledger record: {exc}") from None
         rec = migrate(rec)
         bad = problems(rec)
         if bad:
@@ -97,7 +95,8 @@ def sort_records(recs: list[dict]) -> list[dict]:
 
 
 def dump_ledger(recs: list[dict]) -> str:
-    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in recs)
+    """The ledger's text; a record holding NaN or Infinity is a ValueError, never written (strict JSON)."""
+    return "".join(dumps_json(r, sort_keys=True) + "\n" for r in recs)
 
 
 def digest(ledger_text: str, kernel_hash: str | None = None) -> str:

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import stat
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..atomic import atomic_write_text
+from ..atomic import FileProblem, atomic_write_text, check_output
+from ..cli import Parser, fail, seconds
 from ..specs import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE
@@ -46,24 +48,23 @@ class UsageError(ValueError):
     """A bad argument, found before the run."""
 
 
-def _seconds(text: str) -> float:
+MAX_JOBS_PER_CORE = 4  # each job is a compile server holding Triton in memory: more is a typo, not a speed-up
+
+
+def _count(text: str, most: int | None = None) -> int:
+    """A whole number from 1 to ``most`` (a 400-digit one is a typo)."""
     try:
-        value = float(text)
+        value = int(text) if len(text) <= 12 else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+        value = None
+    if value is None or value < 1 or (most is not None and value > most):
+        upto = f" to {most}" if most is not None else ""
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1{upto}, got {text[:40]!r}")
     return value
 
 
 def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return _count(text, MAX_JOBS_PER_CORE * (os.cpu_count() or 1))
 
 
 def _version(text: str) -> str:
@@ -74,20 +75,13 @@ def _version(text: str) -> str:
     return text
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own errors: the same prefix and exit status as ours
-        self.print_usage(sys.stderr)
-        print(f"nsa-sel smoke: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nsa-sel smoke", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    p = Parser(prog="nsa-sel smoke", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--arch", default=",".join(map(str, DEFAULT_ARCHS)),
                    help="compute capabilities, comma separated (default 80,89,90; 100 and 120 on request)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON (schema 2)")
     p.add_argument("--jobs", type=_jobs, default=None, help="parallel compiles (default: min(2, cores))")
-    p.add_argument("--timeout", type=_seconds, default=120.0,
+    p.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds per compile (and per spec-module import) before 'timeout'")
     p.add_argument("--specs", action="append", metavar="MODULE:ATTR",
                    help="compile these specs instead of the package registry (module:ATTR or file.py:ATTR; "
@@ -101,38 +95,81 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress output (same as --progress off)")
     p.add_argument("--progress", choices=("auto", "bar", "lines", "off"), default="auto",
                    help="auto (default): a bar on a terminal, else a plain line every --progress-every compiles")
-    p.add_argument("--progress-every", type=int, default=None, metavar="N",
+    p.add_argument("--progress-every", type=_count, default=None, metavar="N",
                    help="compiles between two progress lines (default 20)")
     return p
 
 
 def check_paths(args) -> None:
-    """--python, --keep and --json, checked before the run (a bad --json used to lose the run's result)."""
-    if args.python:
-        exe = Path(args.python)
-        if not exe.exists():
-            raise UsageError(f"--python {args.python}: no such file")
-        if exe.is_dir() or not os.access(exe, os.X_OK):
-            raise UsageError(f"--python {args.python}: not an executable interpreter")
-    if args.keep:
+    """--python, --keep, --json and --specs files, checked before the run (a bad --json used to lose the run's
+    result; a file that is not an interpreter used to end the run in an OSError)."""
+    if args.python is not None:
+        check_interpreter(args.python, min(args.timeout, 60.0))
+    if args.keep is not None:  # created only once every check passed (main): a refused run writes nothing
         keep = Path(args.keep)
-        if keep.exists() and not keep.is_dir():
-            raise UsageError(f"--keep {args.keep}: exists and is not a directory")
+        if not args.keep:
+            raise UsageError("--keep '': expected a directory path")
+        if keep.exists() or keep.is_symlink():
+            if not keep.is_dir():
+                raise UsageError(f"--keep {args.keep}: exists and is not a directory")
+            if not os.access(keep, os.W_OK):
+                raise UsageError(f"--keep {args.keep}: not writable")
+        else:
+            ancestor = next(a for a in keep.absolute().parents if a.exists() or a.is_symlink())
+            if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+                raise UsageError(f"--keep {args.keep}: cannot create the directory ({ancestor} is not a writable "
+                                 "directory)")
+    if args.json is not None:
         try:
-            keep.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--keep {args.keep}: cannot create the directory ({exc.strerror})") from None
-        if not os.access(keep, os.W_OK):
-            raise UsageError(f"--keep {args.keep}: not writable")
-    if args.json:
-        out = Path(args.json)
-        if out.is_dir():
-            raise UsageError(f"--json {args.json}: is a directory; give a file path")
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise UsageError(f"--json {args.json}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-            raise UsageError(f"--json {args.json}: not writable")
+            check_output(args.json, "--json")
+        except FileProblem as exc:
+            raise UsageError(str(exc)) from None
+    for ref in args.specs or ():
+        _check_spec_file(ref)
+
+
+def check_interpreter(python: str, timeout: float) -> None:
+    """``--python``: an executable regular file that runs as Python 3.10 or newer (the children run this package)."""
+    where = f"--python {python}"
+    try:
+        st = os.stat(python) if python else None
+    except OSError as exc:
+        raise UsageError(f"{where}: {exc.strerror.lower()}") from None
+    if st is None or not stat.S_ISREG(st.st_mode) or not os.access(python, os.X_OK):
+        raise UsageError(f"{where}: not an executable interpreter (expected the path of a python executable)")
+    try:
+        res = subprocess.run([python, "-c", "import sys; print('PY', *sys.version_info[:2])"], capture_output=True,
+                             text=True, errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{where}: did not answer `-c print(version)` in {timeout:g} s: not a Python interpreter?") \
+            from None
+    except OSError as exc:  # "Exec format error": a binary for another machine, or no interpreter line
+        raise UsageError(f"{where}: cannot run it ({exc.strerror}): not a Python interpreter") from None
+    words = (res.stdout.strip().splitlines() or [""])[-1].split()
+    if res.returncode != 0 or len(words) != 3 or words[0] != "PY":
+        raise UsageError(f"{where}: not a Python interpreter (`-c print(version)` gave exit status {res.returncode})")
+    if (int(words[1]), int(words[2])) < (3, 10):
+        raise UsageError(f"{where}: Python {words[1]}.{words[2]}; the children need Python 3.10 or newer")
+
+
+def _check_spec_file(ref: str) -> None:
+    """A ``--specs`` reference is ``module[:ATTR]`` or ``path/file.py[:ATTR]`` (ATTR defaults to SPECS, as
+    :func:`..specs.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
+    until --timeout): checked here, before a child is started for it."""
+    if ref == "builtin":
+        return
+    target, _, attr = (ref if ":" in ref else ref + ":SPECS").rpartition(":")
+    if not target or not attr:
+        raise UsageError(f"--specs {ref!r}: expected module:ATTR or path/file.py:ATTR (ATTR defaults to SPECS)")
+    if not (target.endswith(".py") or os.sep in target or os.path.isdir(target)):
+        return  # a module name: the child imports it
+    path = os.path.join(target, "__init__.py") if os.path.isdir(target) else target
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--specs {ref}: {path}: {exc.strerror.lower()}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--specs {ref}: {path} is not a regular file")
 
 
 def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSpec]:
@@ -181,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         archs = parse_archs(args.arch)
-        if args.progress_every is not None and args.progress_every < 1:
-            raise ValueError(f"--progress-every {args.progress_every}: expected a whole number >= 1")
         check_paths(args)
         specs = collect_specs(args)
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
     except ValueError as e:
-        print(f"nsa-sel smoke: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("smoke", e, EXIT_USAGE)
+    except OSError as e:
+        return fail("smoke", f"--keep {args.keep}: cannot create the directory ({e.strerror})", EXIT_USAGE)
     if "TRITON_DEFAULT_FP_FUSION" not in os.environ:
         print(f"note: TRITON_DEFAULT_FP_FUSION is unset; the children use {FP_FUSION_DEFAULT} (Triton 3.9 warns "
               "that its default becomes 'disabled' in 3.10) and the report records it", file=sys.stderr)
@@ -201,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
         try:  # atomically: a full disk leaves the old report (or none), never a 0-byte one
             atomic_write_text(args.json, report.to_json())
         except (OSError, ValueError) as exc:
-            print(f"nsa-sel smoke: --json {args.json}: cannot write the report ({getattr(exc, 'strerror', None) or exc})",
-                  file=sys.stderr)
-            return EXIT_USAGE
+            return fail("smoke", f"--json {args.json}: cannot write the report "
+                        f"({getattr(exc, 'strerror', None) or exc})", EXIT_USAGE)
     return report.exit_code
