@@ -34,6 +34,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import caches
+from .files import read_text
 
 THRESHOLDS_ENV = "NSA_SEL_THRESHOLDS_FILE"  # points the dispatcher at another thresholds file
 DEFAULT_MIN_L = 1  # no measurement for this (GPU, Triton release): the kernels take every call
@@ -143,8 +144,7 @@ def thresholds_path() -> Path:
 @lru_cache(maxsize=8)
 def _load(path: str) -> dict:
     """The thresholds file at ``path``, parsed and checked (cached: registered as ``thresholds``)."""
-    with open(path) as fh:
-        data = json.load(fh)
+    data = json.loads(read_text(path))  # a regular file only: a FIFO named here is an error, not a hang
     if not isinstance(data, dict) or data.get("schema") != THRESHOLDS_SCHEMA or not isinstance(data.get("entries"), list):
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{path}: not a thresholds file of schema {THRESHOLDS_SCHEMA} (found schema {found!r}); "

@@ -32,6 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import caches
+from .files import read_text
 from ._toml import tomllib
 
 SCHEMA = 1
@@ -160,7 +161,7 @@ def load(path: Path | None = None) -> list[Window]:
     path = path or default_path()
     if path is None or not Path(path).exists():
         return []
-    return parse(Path(path).read_text(), str(path))
+    return parse(read_text(path), str(path))  # a regular file only: a FIFO named here is an error, not a hang
 
 
 @lru_cache(maxsize=1)

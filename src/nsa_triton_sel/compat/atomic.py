@@ -37,57 +37,13 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from ..files import READ_LIMIT, FileProblem, _kind, read_text  # noqa: F401 - the toolkit's names for them
+
 LOCK_TIMEOUT_S = 600.0  # a pin takes seconds; a lock held this long belongs to a hung process
-READ_LIMIT = 256 * 2**20  # the real ledger is a few MB; anything this large is not one of our files
-
-
-class FileProblem(ValueError):
-    """A file that cannot be read or replaced as a text file; the message names it and says why."""
 
 
 class JournalError(ValueError):
     """A commit journal that is not one this code wrote for these files; nothing was renamed."""
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def read_text(path: Path | str, limit: int = READ_LIMIT) -> str:
-    """The UTF-8 text of the regular file ``path``; a :class:`FileProblem` naming it otherwise.
-
-    Opened non-blocking and checked with ``fstat`` on the open descriptor (no race with a swap),
-    so a FIFO never hangs the caller and a device (``/dev/zero``) is never read; a file over
-    ``limit`` bytes is refused rather than read into memory.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise FileProblem(f"{path}: unreadable ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(f"{path}: is {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > limit:  # refused by its size, unread (a sparse 300 MiB file costs nothing to make)
-            raise FileProblem(f"{path}: larger than {limit >> 20} MiB: not a file this tool wrote")
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise FileProblem(f"{path}: larger than {limit >> 20} MiB: not a file this tool wrote")
-    except OSError as exc:
-        raise FileProblem(f"{path}: unreadable ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileProblem(f"{path}: not UTF-8 text (a binary file? bad byte at offset {exc.start})") from None
 
 
 class _NotJSON(ValueError):
