@@ -158,7 +158,8 @@ def _apply(root: Path, m: tuple) -> None:
                 recs[0]["metrics"] = {"median_s": float("nan"), "seconds": float("inf")}
                 put(recs)
         elif path.name == "ledger.jsonl":
-            path.write_text(path.read_text() + text + "\n")
+            # bytes: an earlier mutation may have left the ledger undecodable
+            path.write_bytes(path.read_bytes() + text.encode() + b"\n")
         else:
             path.write_text(text)
     elif kind == "journal":
