@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, ledger
+from . import bench_store, lanes, ledger
 from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -53,17 +53,30 @@ def summary(records: list[dict]) -> str:
     return counts_by_check(records)
 
 
+def jobs_override() -> str:
+    """``NSA_SEL_JOBS`` checked here, so a bad value is one line naming it, not a smoke usage error later."""
+    raw = os.environ["NSA_SEL_JOBS"].strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"NSA_SEL_JOBS={raw!r}: expected a whole number of parallel compiles >= 1 "
+                         "(unset: one per usable core)")
+    return raw
+
+
 def compile_body(session, lane, base, results, rest, m):
-    """nsa-sel smoke for the table's archs, judged for the lane's release; verdicts from its JSON."""
+    """nsa-sel smoke for the run's archs (:func:`.lanes.compile_archs`: asked for, this machine's GPU, or the
+    GPU-less default), judged for the lane's release; verdicts from its JSON."""
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)
-    archs = os.environ.get("NSA_SEL_ARCHS") or ",".join(map(str, m.table.archs))
-    extra = ["--jobs", os.environ["NSA_SEL_JOBS"]] if os.environ.get("NSA_SEL_JOBS") else []
+    choice = m.archs or lanes.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
+    rest = f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- --all-archs)"
+    session.log(f"{session.name}: compiling for {choice.label} ({choice.why}){rest if choice.rest else ''}")
+    # The smoke's own default is one compile per usable core (smoke.run.default_jobs); NSA_SEL_JOBS overrides.
+    extra = ["--jobs", jobs_override()] if os.environ.get("NSA_SEL_JOBS") else []
     # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
     # on this Triton; they are reported in their own column and never block the lane.
     extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
-                "--arch", archs, "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
+                "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
     if not report_path.exists():
         rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
                             message=f"nsa-sel smoke wrote no report (exit status {rc})")
