@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -225,3 +226,14 @@ def test_the_newest_lane_is_printed_from_the_table(capsys):
     """.ci/run and the README read the main job's lane from here, never a hard-coded "3.9"."""
     assert lanes.main(["--newest"]) == 0
     assert capsys.readouterr().out == lanes.load_table().newest().name + "\n"
+    assert lanes.main(["--oldest"]) == 0
+    assert capsys.readouterr().out == lanes.load_table().lanes[0].name + "\n"
+
+
+def test_ci_reads_its_lanes_from_the_table():
+    """.ci/run named 3.0 and 3.9; it runs the oldest and newest lanes of lanes.toml, every arch."""
+    from nsa_triton_sel.compat import project
+
+    ci = (project.project_root() / ".ci" / "run").read_text()
+    assert "lanes --oldest" in ci and "lanes --newest" in ci and "--all-archs" in ci
+    assert not re.search(r"(compile|parity)-3\.\d", ci)

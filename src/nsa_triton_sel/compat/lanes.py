@@ -417,16 +417,17 @@ def gpu_mode() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m nsa_triton_sel.compat.lanes [--write | --check | --newest]`` (no option: list the releases)."""
+    """``python -m nsa_triton_sel.compat.lanes [--write | --check | --newest | --oldest]`` (no option: list the releases)."""
     p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes", description=__doc__.splitlines()[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--write", action="store_true", help="regenerate constraints/triton-*.txt")
     g.add_argument("--check", action="store_true", help="exit 1 if a constraints file is stale")
     g.add_argument("--newest", action="store_true", help="print the newest lane's label (the main job's lane)")
+    g.add_argument("--oldest", action="store_true", help="print the oldest lane's label")
     args = p.parse_args(argv)
     table = load_table()
-    if args.newest:
-        print(table.newest().name)
+    if args.newest or args.oldest:
+        print(table.newest().name if args.newest else table.lanes[0].name)
         return 0
     if args.write:
         changed = write_constraints(table)
