@@ -323,8 +323,8 @@ def test_compile_jobs_default_to_the_smokes_usable_cores_and_nsa_sel_jobs_overri
                     posargs=["--results", str(tmp_path / "results")])
     nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
     assert (seen[0][seen[0].index("--jobs") + 1] if "--jobs" in seen[0] else None) == want
-    monkeypatch.setattr(run.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert run.default_jobs() == 16
+    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert run.default_jobs() == 16 and lane_bodies.test_workers() == int(want or 16)  # and the interp workers
 
 
 def test_a_bad_nsa_sel_jobs_is_one_line(tmp_path, monkeypatch):
@@ -444,3 +444,44 @@ def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
     body = next(line for line in s.logs if line.startswith("parity-3.1 (interpreter): "))
     assert body == "parity-3.1 (interpreter): 2 test records + the interpreter probe: parity 3 pass"
     assert "ran:      parity (interp), 3 records: parity 3 pass" in s.logs
+
+
+def _xdist_pytest(versions_by_worker):
+    """pytest under xdist: the workers write <imported.json>.gwN, the controller its own file."""
+    def handler(args, env):
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        xml.write_text('<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"/></testsuite>')
+        path = env[lane_bodies.IMPORTED_ENV]
+        Path(path).write_text(json.dumps({"imported": {"triton": None, "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        for worker, triton in versions_by_worker.items():
+            Path(f"{path}.{worker}").write_text(json.dumps(
+                {"imported": {"triton": triton, "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0")
+        handler.args = args
+    return handler
+
+
+def test_interpreter_tests_run_on_every_usable_core_and_the_workers_versions_count(tmp_path, monkeypatch):
+    """The interpreter suite is single-threaded: on the 2-core box the main job waited on it with a core idle.
+    The xdist controller imports no Triton (the workers run the tests), so the workers' files are read."""
+    monkeypatch.setattr(lanes, "usable_cores", lambda: 2)
+    monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
+    run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.1.0"})
+    handlers = {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": run,
+                lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(PROBE_OK)}
+    s = FakeSession("parity-3.1", tmp_path, handlers, posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    assert run.args[run.args.index("-n") + 1] == "2"
+    recs = _run_file(tmp_path, "parity-3.1")["records"]
+    assert [r["verdict"] for r in recs] == ["pass"] * 3 and {r["triton_imported"] for r in recs} == {"3.1.0"}
+
+
+def test_workers_that_imported_different_tritons_fail_the_lane(tmp_path, monkeypatch):
+    monkeypatch.setattr(lanes, "usable_cores", lambda: 1)
+    monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
+    run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.9.0"})
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": run})
+    recs, problem = lane_bodies.pytest_run(s, F.base("3.1", "parity"), tmp_path, ["-m", "interp"], [])
+    assert "-n" not in run.args  # workers=1 (one usable core): no xdist
+    assert problem == "the pytest workers imported different versions: triton 3.1.0 and 3.9.0"
+    assert recs[-1]["verdict"] == "error"

@@ -62,6 +62,11 @@ def jobs_override() -> str:
     return raw
 
 
+def test_workers() -> int:
+    """pytest-xdist workers of an interpreter lane: the usable cores, or ``NSA_SEL_JOBS`` (as the compiles)."""
+    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else lanes.usable_cores()
+
+
 def compile_body(session, lane, base, results, rest, m):
     """nsa-sel smoke for the run's archs (:func:`.lanes.compile_archs`: asked for, this machine's GPU, or the
     GPU-less default), judged for the lane's release; verdicts from its JSON."""
@@ -89,22 +94,50 @@ def compile_body(session, lane, base, results, rest, m):
     return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
 
 
-def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity"):
-    """Run pytest with a junit report; records per test, or a crash record when it died."""
+def worker_files(imported_json: Path) -> list[Path]:
+    """What the pytest-xdist workers wrote beside ``imported_json`` (the plugin's ``<path>.<worker id>``)."""
+    return sorted(imported_json.parent.glob(imported_json.name + ".gw*"))
+
+
+def read_imported(imported_json: Path) -> tuple[dict | None, str | None]:
+    """The versions the test processes imported (None: none reported), and the problem when two of them
+    imported different ones.  With pytest-xdist the workers ran the tests: their files, not the controller's."""
+    files = worker_files(imported_json) or ([imported_json] if imported_json.exists() else [])
+    if not files:
+        return None, None
+    seen = [json.loads(f.read_text())["imported"] for f in files]
+    merged, clash = {}, []
+    for name in sorted({k for d in seen for k in d}):
+        values = sorted({str(d[name]) for d in seen if d.get(name)})
+        merged[name] = values[0] if len(values) == 1 else None
+        if len(values) > 1:
+            clash.append(f"{name} {' and '.join(values)}")
+    return merged, (f"the pytest workers imported different versions: {'; '.join(clash)}" if clash else None)
+
+
+def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity", workers: int = 1):
+    """Run pytest with a junit report (over ``workers`` pytest-xdist workers when more than one); records
+    per test, or a crash record when it died."""
     xml = raw_path(results, session, "junit.xml")
     imported_json = raw_path(results, session, "imported.json")
-    for stale in (xml, imported_json):
+    for stale in (xml, imported_json, *worker_files(imported_json)):
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
     extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
+    # Interpreter tests are single-threaded and the 2-core box's main job waited on them with a core idle:
+    # pytest-xdist spreads them over the usable cores (``workers``; the parity lane installs it).
+    extra += ["-n", str(workers)] if workers > 1 else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
-    imported = json.loads(imported_json.read_text())["imported"] if imported_json.exists() else {}
-    records = ledger.records_from_junit(xml.read_text(), base, imported=imported) if xml.exists() else []
+    imported, clash = read_imported(imported_json)
+    records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
+    if records and clash:
+        records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={}, message=clash))
+        return records, clash
     if kind == "bench" and records and bench_json.exists():
         ledger.attach_benchmarks(records, json.loads(bench_json.read_text()))
-    if records and not imported_json.exists():
+    if records and imported is None:  # neither the process nor any xdist worker wrote its versions
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={},
                                      message=f"pytest did not report what it imported ({imported_json} missing): "
                                              f"the verdicts cannot be tied to the lane's Triton"))
@@ -135,7 +168,8 @@ def parity_body(session, lane, base, results, rest, m):
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
-    records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"})
+    records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"},
+                                  workers=test_workers())
     # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
     session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
                 f"{summary([probe_rec] + records)}")

@@ -359,6 +359,15 @@ class ArchChoice:
         return ", ".join(f"sm_{a}" for a in self.archs)
 
 
+def usable_cores() -> int:
+    """The cores this process may use (its affinity mask, not the machine's count: a container or
+    ``taskset`` gets fewer): the compile jobs and interpreter test workers of a lane, one per core."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
+        return max(1, os.cpu_count() or 1)
+
+
 def gpu_archs() -> list[tuple[int, str]]:
     """(compute capability as an int, name) of each GPU ``nvidia-smi`` shows this process, [] without one.
 

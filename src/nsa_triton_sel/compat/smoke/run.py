@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from .. import static_check
-from ..lanes import parse_archs  # noqa: F401 - re-exported: smoke.parse_archs, the CLI's --arch
+from ..lanes import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
 from ..specs import CompileSpec, check_unique, load_specs
 from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
@@ -43,12 +43,8 @@ def probe_dot(A, B, C, BLOCK: tl.constexpr):
 
 
 def default_jobs() -> int:
-    """The cores this process may use (its affinity mask, not the machine's count: a container or
-    ``taskset`` gets fewer); one compile per core, each single-threaded."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
-        return max(1, os.cpu_count() or 1)
+    """One compile per usable core (each compile is single-threaded)."""
+    return usable_cores()
 
 
 def _probe_spec(workdir: Path) -> CompileSpec:
