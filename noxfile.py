@@ -1,16 +1,19 @@
 """Triton compatibility matrix: compile-X / parity-X / bench-X per release of constraints/lanes.toml.
 
-  nox -s compile-3.9 parity-3.9      newest lane (the default)     nox -t compile parity   every CPU lane
-  nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -s pin              ledger + MATRIX.md
+  nox                                the newest lane's compile-X parity-X (X: `python -m nsa_triton_sel.compat.lanes --newest`)
+  nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -t compile parity   every CPU lane
   nox -s compile-3.3.0               a patch release of lane 3.3   nox -s constraints      regenerate triton-X.txt
   nox -s check-upgrade -- 3.10.0     pre-upgrade check (add --admit to record a SAFE one)
+  nox -s pin                         maintainers: merge run files into the tracked ledger, MATRIX.md, known-good.txt
 
-compile-X: AOT compile smoke (nsa-sel smoke, lanes.toml's archs, no GPU).  parity-X: GPU parity, or without a
-GPU the interpreter suite (pytest -m interp) with the lane's numpy after an interpreter probe.  bench-X:
-pytest-benchmark vs SDPA on a GPU, else a recorded skip.  After `--`: --results DIR (NSA_SEL_RESULTS),
---wheelhouse DIR (NSA_SEL_WHEELHOUSE, offline), --torch SPEC (NSA_SEL_TORCH, CPU lanes), --allow-off-pair
-(NSA_SEL_ALLOW_OFF_PAIR=1); the rest goes to pytest.  NSA_SEL_GPU=0/1 forces the flavour.  --no-venv
-runs a lane in the current environment when its exact Triton is installed there.
+compile-X: AOT compile smoke (nsa-sel smoke, no GPU needed) for this machine's GPU's arch, else sm_90;
+`-- --all-archs` (NSA_SEL_ARCHS=all) compiles every arch of lanes.toml, as CI does (`-- --archs 80,90`: those).
+parity-X: GPU parity, or without a GPU the interpreter suite (pytest -m interp) with the lane's numpy after an
+interpreter probe.  bench-X: pytest-benchmark vs SDPA on a GPU, else a recorded skip.  After `--`: --results DIR
+(NSA_SEL_RESULTS), --wheelhouse DIR (NSA_SEL_WHEELHOUSE, offline), --torch SPEC (NSA_SEL_TORCH, CPU lanes),
+--allow-off-pair (NSA_SEL_ALLOW_OFF_PAIR=1); the rest goes to pytest.  Compiles run one per usable core
+(NSA_SEL_JOBS=N overrides).  NSA_SEL_GPU=0/1 forces the flavour.  --no-venv runs a lane in the current
+environment when its exact Triton is installed there.
 
 Every lane imports its own Triton and numpy (a CPU lane borrows only torch from this environment);
 what each process imported is recorded and checked.  The session bodies live in

@@ -2,11 +2,11 @@
 
 - ``contenders.png``: forward and forward + backward time of the public API against fla-core 0.6.0,
   XunhaoLai's kernels and the packed-SDPA path (torch's SDPA; on the H100 sweep its calls ran cuDNN's
-  kernels), by sequence length T, random and local selections (``h100-session8/train_nsa.csv``);
+  kernels), by sequence length T, random and local selections (:data:`TRAIN_CSV`);
 - ``releases.png``: per Triton release, the verdict of each correctness check in
   ``constraints/ledger.jsonl`` (compile, backward, parity on the interpreter and on a GPU), and the
   speed of our kernel in each pytest-benchmark group relative to the newest release that has a GPU
-  bench run (``h100-session5/triton-X.benchmark.json``, from ``bench/run_release.sh``).
+  bench run (``triton-X.benchmark.json`` of :data:`LANE_BENCH`, from ``bench/run_release.sh``).
 
 Needs matplotlib (the ``bench`` extra).  ``--out DIR`` writes elsewhere (default ``bench/results/plots``).
 """
@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-TRAIN_CSV = RESULTS / "h100-session8" / "train_nsa.csv"
-LANE_BENCH = RESULTS / "h100-session5"  # bench/run_release.sh runs of the current kernels
+TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
+# bench/run_release.sh's bench runs: the last GPU timings of 3.0.0, 3.6.0 and 3.9.0 (kernels c77c8425)
+LANE_BENCH = RESULTS / "2026-11-23-h100-triton3.0-3.6-3.9-gpu-evidence-kernels-c77c8425"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 

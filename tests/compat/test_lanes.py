@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -171,3 +172,68 @@ def test_write_constraints_rewrites_only_stale_files(tmp_path):
     assert [p.name for p in lanes.stale_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert [p.name for p in lanes.write_constraints(table, tmp_path)] == ["triton-3.4.txt"]
     assert lanes.stale_constraints(table, tmp_path) == []
+
+
+def _fake_smi(tmp_path, monkeypatch, out: str, rc: int = 0):
+    """An nvidia-smi on PATH that prints ``out`` and records its arguments."""
+    exe = tmp_path / "bin" / "nvidia-smi"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\nprintf '%s' '{out}'\nexit {rc}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(exe.parent))
+    for name in ("NSA_SEL_GPU", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "args"
+
+
+def test_gpu_archs_reads_nvidia_smi_without_torch(tmp_path, monkeypatch):
+    args = _fake_smi(tmp_path, monkeypatch, "9.0, NVIDIA H100 80GB HBM3\n8.6, NVIDIA RTX A6000\n")
+    assert lanes.gpu_archs() == [(90, "NVIDIA H100 80GB HBM3"), (86, "NVIDIA RTX A6000")]
+    assert "--query-gpu=compute_cap,name" in args.read_text() and "-i" not in args.read_text()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    lanes.gpu_archs()
+    assert args.read_text().split()[-2:] == ["-i", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # set and empty: CUDA sees no device
+    assert lanes.gpu_archs() == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("NSA_SEL_GPU", "0")  # the CPU flavour, forced
+    assert lanes.gpu_archs() == []
+
+
+def test_gpu_archs_is_empty_without_a_usable_nvidia_smi(tmp_path, monkeypatch):
+    _fake_smi(tmp_path, monkeypatch, "[N/A], Old driver GPU\n")  # a driver without compute_cap
+    assert lanes.gpu_archs() == []
+    _fake_smi(tmp_path, monkeypatch, "NVIDIA-SMI has failed\n", rc=9)
+    assert lanes.gpu_archs() == []
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert lanes.gpu_archs() == []
+
+
+def test_compile_archs_this_gpu_else_the_default_all_on_request():
+    table = lanes.load_table()
+    none = lanes.compile_archs(table, None, gpus=[])
+    assert none.archs == lanes.NO_GPU_ARCHS and set(none.rest) == set(table.archs) - set(lanes.NO_GPU_ARCHS)
+    h100 = lanes.compile_archs(table, "", gpus=[(90, "NVIDIA H100 80GB HBM3")])
+    assert h100.archs == (90,) and "NVIDIA H100 80GB HBM3 (sm_90)" in h100.why and h100.label == "sm_90"
+    every = lanes.compile_archs(table, "ALL", gpus=[(90, "H100")])
+    assert every.archs == table.archs and every.rest == ()
+    assert lanes.compile_archs(table, "sm_120, 80", gpus=[]).archs == (80, 120)
+    with pytest.raises(ValueError, match=r"^NSA_SEL_ARCHS: bad arch 'ampere': .* or 'all'"):
+        lanes.compile_archs(table, "ampere", what="NSA_SEL_ARCHS")
+
+
+def test_the_newest_lane_is_printed_from_the_table(capsys):
+    """.ci/run and the README read the main job's lane from here, never a hard-coded "3.9"."""
+    assert lanes.main(["--newest"]) == 0
+    assert capsys.readouterr().out == lanes.load_table().newest().name + "\n"
+    assert lanes.main(["--oldest"]) == 0
+    assert capsys.readouterr().out == lanes.load_table().lanes[0].name + "\n"
+
+
+def test_ci_reads_its_lanes_from_the_table():
+    """.ci/run named 3.0 and 3.9; it runs the oldest and newest lanes of lanes.toml, every arch."""
+    from nsa_triton_sel.compat import project
+
+    ci = (project.project_root() / ".ci" / "run").read_text()
+    assert "lanes --oldest" in ci and "lanes --newest" in ci and "--all-archs" in ci
+    assert not re.search(r"(compile|parity)-3\.\d", ci)

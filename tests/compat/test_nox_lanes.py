@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -243,18 +244,165 @@ def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
     assert out[0]["verdict"] == "error" and "numpy 2.5.2 outside numpy<2.4" in problem
 
 
-def test_a_lane_ends_with_a_summary_versions_pairing_results_and_next_command(tmp_path):
+def test_a_lane_ends_with_a_summary_versions_pairing_results_and_next_command(tmp_path, monkeypatch):
     """Issue 25: the end of a lane's log says what ran, with which Triton/torch (off-pair here: a CPU
-    torch), the counts per check, where the run file is and what to run next."""
+    torch), the counts per check, the archs its compile covered, where the run file is and what to run
+    next; issue 41: the command for the archs left out, and the pin as a maintainer's step that rewrites
+    tracked files."""
+    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
     s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
                     posargs=["--results", str(tmp_path / "results")])
     nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
-    tail = s.logs[-5:]
+    tail = s.logs[-7:]
     assert tail[0].startswith("== compile-3.1: PASSED (")
     assert tail[1] == "ran:      compile (aot), 1 records: compile 1 pass"
-    assert tail[2].startswith("versions: triton 3.1.0 (lane 3.1), torch 2.13.0+cpu (off-pair: CPU build torch")
-    assert tail[3].startswith(f"results:  {tmp_path / 'results' / 'compile-3.1.json'} ")
-    assert tail[4].startswith(f"next:     nox -s pin -- --results {tmp_path / 'results'} ")
+    assert tail[2] == "archs:    sm_80 (1 of lanes.toml's 3 archs; not compiled: sm_89, sm_90)"
+    assert tail[3].startswith("versions: triton 3.1.0 (lane 3.1), torch 2.13.0+cpu (off-pair: CPU build torch")
+    assert tail[4].startswith(f"results:  {tmp_path / 'results' / 'compile-3.1.json'} ")
+    assert tail[5].startswith("next:     nox -s compile-3.1 -- --all-archs   (the other 2 archs, about ")
+    assert tail[6].startswith(f"ledger:   maintainers only: nox -s pin -- --results {tmp_path / 'results'} ")
+    assert "rewrites the tracked constraints/ledger.jsonl" in tail[6] and "pin a full sweep only" in tail[6]
+
+
+def _smoke_archs(seen):
+    """A smoke that compiles one ok variant for every arch it is asked for; ``seen`` gets its arguments."""
+    def handler(args, env):
+        seen.append(list(args))
+        archs = [int(a) for a in args[args.index("--arch") + 1].split(",")]
+        results = [{"spec": "s", "kernel": "k", "arch": a, "verdict": "ok", "canary": False,
+                    "imported": {"triton": "3.1.0", "numpy": None, "torch": None}} for a in archs]
+        Path(args[args.index("--json") + 1]).write_text(json.dumps({"results": results, "imported_tritons": ["3.1.0"]}))
+        Path(args[3]).write_text("0")
+    return handler
+
+
+@pytest.mark.parametrize("posargs, env, gpus, want", [
+    ([], {}, [], "90"),                                          # no GPU: lanes.NO_GPU_ARCHS
+    ([], {}, [(86, "NVIDIA RTX A6000"), (86, "NVIDIA RTX A6000")], "86"),  # this machine's GPUs
+    (["--all-archs"], {}, [(90, "NVIDIA H100")], "80,89,90"),   # the table's full sweep, one flag away
+    ([], {"NSA_SEL_ARCHS": "all"}, [], "80,89,90"),              # ... or one variable (CI)
+    (["--archs", "sm_100,80"], {}, [], "80,100"),
+])
+def test_the_compile_covers_this_machines_gpu_else_the_default_and_all_archs_on_request(
+        tmp_path, monkeypatch, posargs, env, gpus, want):
+    monkeypatch.setattr(lanes, "gpu_archs", lambda: gpus)
+    monkeypatch.delenv("NSA_SEL_ARCHS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    seen = []
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke_archs(seen)},
+                    posargs=["--results", str(tmp_path / "results"), *posargs])
+    nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    assert seen[0][seen[0].index("--arch") + 1] == want
+    said = next(line for line in s.logs if line.startswith("compile-3.1: compiling for "))
+    assert said.startswith(f"compile-3.1: compiling for {', '.join('sm_' + a for a in want.split(','))} (")
+    if want == "80,89,90":
+        assert "not compiled here" not in said and not any(line.startswith("next:") for line in s.logs)
+
+
+def test_a_bad_archs_value_is_one_line_before_anything_is_installed(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_SEL_ARCHS", "hopper")
+    s = FakeSession("compile-3.1", tmp_path, {}, posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="NSA_SEL_ARCHS: bad arch 'hopper': expected compute capabilities"):
+        nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    assert not s.installs and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("jobs, want", [(None, None), ("14", "14")])
+def test_compile_jobs_default_to_the_smokes_usable_cores_and_nsa_sel_jobs_overrides(tmp_path, monkeypatch, jobs, want):
+    """Issue 41: the lanes passed no job count, so the smoke's old min(2, cores) held a 16-core box to 2."""
+    from nsa_triton_sel.compat.smoke import run
+
+    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
+    if jobs is None:
+        monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
+    else:
+        monkeypatch.setenv("NSA_SEL_JOBS", jobs)
+    seen = []
+    s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke_archs(seen)},
+                    posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+    assert (seen[0][seen[0].index("--jobs") + 1] if "--jobs" in seen[0] else None) == want
+    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert run.default_jobs() == 16 and lane_bodies.test_workers() == int(want or 16)  # and the interp workers
+
+
+def test_a_bad_nsa_sel_jobs_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSA_SEL_JOBS", "many")
+    s = FakeSession("compile-3.1", tmp_path, {}, posargs=["--results", str(tmp_path / "results")])
+    with pytest.raises(SessionError, match="NSA_SEL_JOBS='many': expected a whole number"):
+        nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
+
+
+def _parity_pytest(args, env):
+    xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+    xml.write_text('<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"/></testsuite>')
+    Path(env[lane_bodies.IMPORTED_ENV]).write_text(json.dumps(
+        {"imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+    Path(args[3]).write_text("0")
+
+
+PROBE_OK = {"status": "ok", "detail": "fine", "imported": {"triton": "3.1.0", "numpy": "1.26.4", "torch": None}}
+
+
+def test_the_main_jobs_last_summary_names_the_archs_its_compile_covered_and_the_command_for_the_rest(
+        tmp_path, monkeypatch):
+    """The main job's log ends with parity's summary: it reads the compile run beside it.  The flags of one
+    nox call reach every session: parity accepts --all-archs and never hands it to pytest."""
+    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
+    results = tmp_path / "results"
+    seen, pytest_args = [], []
+    handlers = {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke_archs(seen),
+                "pytest": lambda a, e: pytest_args.append(a) or _parity_pytest(a, e),
+                lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(PROBE_OK)}
+    for kind in ("compile", "parity"):
+        nox_lanes.run_lane(FakeSession(f"{kind}-3.1", tmp_path, handlers, posargs=["--results", str(results)]),
+                           F.release("3.1"), kind, _matrix())
+    s = FakeSession("parity-3.1", tmp_path, handlers, posargs=["--results", str(results)])
+    nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    assert "archs:    compile-3.1 compiled for sm_90 (1 of lanes.toml's 3 archs; not compiled: sm_80, sm_89)" in s.logs
+    assert any(line.startswith("next:     nox -s compile-3.1 -- --all-archs   (the other 2 archs") for line in s.logs)
+    for kind in ("compile", "parity"):
+        s = FakeSession(f"{kind}-3.1", tmp_path, handlers, posargs=["--results", str(results), "--all-archs"])
+        nox_lanes.run_lane(s, F.release("3.1"), kind, _matrix())
+    assert "archs:    compile-3.1 compiled for sm_80, sm_89, sm_90 (all 3 archs of lanes.toml)" in s.logs
+    assert not any(line.startswith("next:") for line in s.logs)
+    assert not any("--all-archs" in a for a in pytest_args[-1])
+
+
+def test_every_lane_installs_what_its_tests_import():
+    """The parity lane had no hypothesis: tests/test_fuzz.py (an interp test) and test_pin_fuzz were standing
+    skips.  Every third-party module that a test file holding interp or gpu tests imports is installed by
+    the lane (torch, triton and numpy are the lane's own; the package comes from src/)."""
+    import ast
+
+    provided = {"torch", "triton", "numpy", "nsa_triton_sel", "bench", "pytest"}
+    installed = {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("-", "_")
+                 for r in nox_lanes.test_tools(ROOT, "parity") + nox_lanes.package_deps(ROOT)}
+    local = {p.stem for p in (ROOT / "tests").rglob("*.py")}
+    needed = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        text = path.read_text()
+        if "mark.interp" not in text and "mark.gpu" not in text and "pytestmark" not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip"
+                  and node.args and isinstance(node.args[0], ast.Constant)):
+                continue  # an optional peer (fla, cuDNN): skipped with its reason, by design
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in provided and top not in local:
+                    needed.setdefault(top, set()).add(path.name)
+    assert "hypothesis" in needed  # the test can fail: it sees test_fuzz.py's import
+    missing = {m: files for m, files in needed.items() if m.replace("-", "_") not in installed}
+    assert not missing, f"the lanes do not install {missing}"
+    assert any(t.startswith("hypothesis>=") for t in nox_lanes.test_tools(ROOT, "parity"))
+    assert any(t.startswith("pytest-benchmark") and "[" not in t for t in nox_lanes.test_tools(ROOT, "bench"))
 
 
 def test_a_failed_lane_summary_names_the_problem(tmp_path):
@@ -326,3 +474,44 @@ def test_a_cuda_torch_on_a_cpu_box_is_recorded_paired():
     fp = {"torch": "2.4.1+cu121", "cuda_runtime": "12.1", "imported": {"triton": "3.0.0"}}
     rec = nox_lanes.ledger.base_record(lane, fp, check="parity", mode="interp", session="parity-3.0", run_id="x")
     assert rec["torch_paired"] and rec["off_pair_reason"] is None
+
+
+def _xdist_pytest(versions_by_worker):
+    """pytest under xdist: the workers write <imported.json>.gwN, the controller its own file."""
+    def handler(args, env):
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        xml.write_text('<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b"/></testsuite>')
+        path = env[lane_bodies.IMPORTED_ENV]
+        Path(path).write_text(json.dumps({"imported": {"triton": None, "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        for worker, triton in versions_by_worker.items():
+            Path(f"{path}.{worker}").write_text(json.dumps(
+                {"imported": {"triton": triton, "numpy": "1.26.4", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0")
+        handler.args = args
+    return handler
+
+
+def test_interpreter_tests_run_on_every_usable_core_and_the_workers_versions_count(tmp_path, monkeypatch):
+    """The interpreter suite is single-threaded: on the 2-core box the main job waited on it with a core idle.
+    The xdist controller imports no Triton (the workers run the tests), so the workers' files are read."""
+    monkeypatch.setattr(lanes, "usable_cores", lambda: 2)
+    monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
+    run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.1.0"})
+    handlers = {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": run,
+                lane_bodies.PROBE: lambda a, e: "NSA_SEL_PROBE " + json.dumps(PROBE_OK)}
+    s = FakeSession("parity-3.1", tmp_path, handlers, posargs=["--results", str(tmp_path / "results")])
+    nox_lanes.run_lane(s, F.release("3.1"), "parity", _matrix())
+    assert run.args[run.args.index("-n") + 1] == "2"
+    recs = _run_file(tmp_path, "parity-3.1")["records"]
+    assert [r["verdict"] for r in recs] == ["pass"] * 3 and {r["triton_imported"] for r in recs} == {"3.1.0"}
+
+
+def test_workers_that_imported_different_tritons_fail_the_lane(tmp_path, monkeypatch):
+    monkeypatch.setattr(lanes, "usable_cores", lambda: 1)
+    monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
+    run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.9.0"})
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": run})
+    recs, problem = lane_bodies.pytest_run(s, F.base("3.1", "parity"), tmp_path, ["-m", "interp"], [])
+    assert "-n" not in run.args  # workers=1 (one usable core): no xdist
+    assert problem == "the pytest workers imported different versions: triton 3.1.0 and 3.9.0"
+    assert recs[-1]["verdict"] == "error"

@@ -71,3 +71,27 @@ def test_canaries_count_as_expected_or_unexpected_not_as_failures():
     assert run._tally(canary) == "canary as expected"
     canary.as_expected = False
     assert run._tally(canary) == "canary UNEXPECTED"
+
+
+def test_the_estimate_counts_only_the_compiles_still_to_run(monkeypatch):
+    """Issue 41: at 40/420 a 3.9 run said 'about 106 s left' with ~610 s to go: its 48 skipped pairs were
+    decided at once and counted as if they had taken compile time.  The progress lines name the archs."""
+    clock = [0.0]
+    monkeypatch.setattr(render.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    with render.Progress("lines", None, total=12, every=4, stream=out, archs=[80, 90]) as bar:
+        for _ in range(4):  # decided at once, before any compile
+            bar.advance("x", "skipped", compiled=False)
+        bar.compiling(8)
+        for _ in range(4):
+            clock[0] += 10.0  # ten seconds per compile
+            bar.advance("x", "ok")
+        clock[0] += 10.0
+        for _ in range(4):
+            bar.advance("x", "ok")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("smoke sm_80, sm_90: 12 compiles to decide")
+    assert lines[1] == "smoke sm_80, sm_90: 4/12 compiles (4 skipped), 0 s elapsed, no estimate before the first compile"
+    # 4 compiles in 40 s, 4 to go: 40 s (the old estimate, 40 s / 8 pairs x 4, said 20 s)
+    assert lines[2] == "smoke sm_80, sm_90: 8/12 compiles (4 ok, 4 skipped), 40 s elapsed, about 40 s left"
+    assert lines[3] == "smoke sm_80, sm_90: 12/12 compiles (8 ok, 4 skipped), 50 s elapsed"

@@ -35,3 +35,16 @@ def test_the_release_watcher_runs_nightly_and_opens_an_issue():
     job = _job("releases")
     assert "github.event_name == 'schedule'" in job and "releases --json releases.json --fail-on-new" in job
     assert "gh issue create" in job and "issues: write" in job
+
+
+def test_ci_lanes_and_check_upgrade_compile_every_arch(monkeypatch, tmp_path):
+    """A lane compiles for this machine's GPU (else sm_90) unless asked: CI's lanes and check-upgrade, whose
+    verdicts speak for every arch of lanes.toml, ask for all of them."""
+    for job in ("cpu", "gpu"):
+        assert "NSA_SEL_ARCHS: all" in _job(job), job
+    from nsa_triton_sel.compat import upgrade
+
+    seen = {}
+    monkeypatch.setattr(upgrade.subprocess, "call", lambda cmd, env: seen.setdefault("cmd", cmd) and 0)
+    upgrade.run_candidate("3.10.0", tmp_path, project.project_root(), gpu=False)
+    assert seen["cmd"][-1] == "--all-archs" and "compile-candidate" in seen["cmd"]

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, ledger
+from . import bench_store, lanes, ledger
 from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -53,17 +53,35 @@ def summary(records: list[dict]) -> str:
     return counts_by_check(records)
 
 
+def jobs_override() -> str:
+    """``NSA_SEL_JOBS`` checked here, so a bad value is one line naming it, not a smoke usage error later."""
+    raw = os.environ["NSA_SEL_JOBS"].strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"NSA_SEL_JOBS={raw!r}: expected a whole number of parallel compiles >= 1 "
+                         "(unset: one per usable core)")
+    return raw
+
+
+def test_workers() -> int:
+    """pytest-xdist workers of an interpreter lane: the usable cores, or ``NSA_SEL_JOBS`` (as the compiles)."""
+    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else lanes.usable_cores()
+
+
 def compile_body(session, lane, base, results, rest, m):
-    """nsa-sel smoke for the table's archs, judged for the lane's release; verdicts from its JSON."""
+    """nsa-sel smoke for the run's archs (:func:`.lanes.compile_archs`: asked for, this machine's GPU, or the
+    GPU-less default), judged for the lane's release; verdicts from its JSON."""
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)
-    archs = os.environ.get("NSA_SEL_ARCHS") or ",".join(map(str, m.table.archs))
-    extra = ["--jobs", os.environ["NSA_SEL_JOBS"]] if os.environ.get("NSA_SEL_JOBS") else []
+    choice = m.archs or lanes.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
+    rest = f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- --all-archs)"
+    session.log(f"{session.name}: compiling for {choice.label} ({choice.why}){rest if choice.rest else ''}")
+    # The smoke's own default is one compile per usable core (smoke.run.default_jobs); NSA_SEL_JOBS overrides.
+    extra = ["--jobs", jobs_override()] if os.environ.get("NSA_SEL_JOBS") else []
     # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
     # on this Triton; they are reported in their own column and never block the lane.
     extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
-                "--arch", archs, "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
+                "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
     if not report_path.exists():
         rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
                             message=f"nsa-sel smoke wrote no report (exit status {rc})")
@@ -76,22 +94,50 @@ def compile_body(session, lane, base, results, rest, m):
     return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
 
 
-def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity"):
-    """Run pytest with a junit report; records per test, or a crash record when it died."""
+def worker_files(imported_json: Path) -> list[Path]:
+    """What the pytest-xdist workers wrote beside ``imported_json`` (the plugin's ``<path>.<worker id>``)."""
+    return sorted(imported_json.parent.glob(imported_json.name + ".gw*"))
+
+
+def read_imported(imported_json: Path) -> tuple[dict | None, str | None]:
+    """The versions the test processes imported (None: none reported), and the problem when two of them
+    imported different ones.  With pytest-xdist the workers ran the tests: their files, not the controller's."""
+    files = worker_files(imported_json) or ([imported_json] if imported_json.exists() else [])
+    if not files:
+        return None, None
+    seen = [json.loads(f.read_text())["imported"] for f in files]
+    merged, clash = {}, []
+    for name in sorted({k for d in seen for k in d}):
+        values = sorted({str(d[name]) for d in seen if d.get(name)})
+        merged[name] = values[0] if len(values) == 1 else None
+        if len(values) > 1:
+            clash.append(f"{name} {' and '.join(values)}")
+    return merged, (f"the pytest workers imported different versions: {'; '.join(clash)}" if clash else None)
+
+
+def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity", workers: int = 1):
+    """Run pytest with a junit report (over ``workers`` pytest-xdist workers when more than one); records
+    per test, or a crash record when it died."""
     xml = raw_path(results, session, "junit.xml")
     imported_json = raw_path(results, session, "imported.json")
-    for stale in (xml, imported_json):
+    for stale in (xml, imported_json, *worker_files(imported_json)):
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
     extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
+    # Interpreter tests are single-threaded and the 2-core box's main job waited on them with a core idle:
+    # pytest-xdist spreads them over the usable cores (``workers``; the parity lane installs it).
+    extra += ["-n", str(workers)] if workers > 1 else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
-    imported = json.loads(imported_json.read_text())["imported"] if imported_json.exists() else {}
-    records = ledger.records_from_junit(xml.read_text(), base, imported=imported) if xml.exists() else []
+    imported, clash = read_imported(imported_json)
+    records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
+    if records and clash:
+        records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={}, message=clash))
+        return records, clash
     if kind == "bench" and records and bench_json.exists():
         ledger.attach_benchmarks(records, json.loads(bench_json.read_text()))
-    if records and not imported_json.exists():
+    if records and imported is None:  # neither the process nor any xdist worker wrote its versions
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={},
                                      message=f"pytest did not report what it imported ({imported_json} missing): "
                                              f"the verdicts cannot be tied to the lane's Triton"))
@@ -122,7 +168,8 @@ def parity_body(session, lane, base, results, rest, m):
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
-    records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"})
+    records, problem = pytest_run(session, base, results, ["-m", "interp"], rest, env={"TRITON_INTERPRET": "1"},
+                                  workers=test_workers())
     # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
     session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
                 f"{summary([probe_rec] + records)}")

@@ -30,14 +30,14 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from . import lanes, ledger
-from .lane_bodies import BODIES, bench_skip, raw_path
+from .lane_bodies import BODIES, bench_skip, jobs_override, raw_path
 from .lanes import gpu_mode  # re-exported: the noxfile asks it
 from .lane_summary import summary_lines
 from .verdicts import ERROR
@@ -91,11 +91,14 @@ print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
 
 @dataclass(frozen=True)
 class Matrix:
-    """What every lane session needs besides its lane: the table, the project root, the flavour."""
+    """What every lane session needs besides its lane: the table, the project root, the flavour, and
+    (once a session has read its options) the archs its compile covers (None: decide from the
+    environment, :func:`.lanes.compile_archs`)."""
 
     table: lanes.Table
     root: Path
     gpu: bool
+    archs: lanes.ArchChoice | None = None
 
 
 def options(session) -> tuple[argparse.Namespace, list[str]]:
@@ -107,8 +110,11 @@ def options(session) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--allow-off-pair", action="store_true", default=os.environ.get("NSA_SEL_ALLOW_OFF_PAIR") == "1")
     p.add_argument("--torch-pairing", choices=PAIRINGS, default=os.environ.get("NSA_SEL_TORCH_PAIRING") or PAIRED,
                    help="CPU parity lanes: install the paired torch (default) or borrow the invoking one")
-    opts, rest = p.parse_known_args(session.posargs)
-    return opts, rest
+    # The compile's archs: this machine's GPU, else lanes.NO_GPU_ARCHS; --all-archs (NSA_SEL_ARCHS=all) is
+    # the table's full sweep.  Every session of one nox call gets the same posargs, so parity accepts them too.
+    p.add_argument("--archs", dest="archs", default=os.environ.get("NSA_SEL_ARCHS"))
+    p.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL)
+    return p.parse_known_args(session.posargs)
 
 
 def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
@@ -128,6 +134,13 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
     """
     t0 = time.monotonic()
     opts, rest = options(session)
+    try:  # a bad --archs is one line before anything is installed
+        m = replace(m, archs=lanes.compile_archs(m.table, opts.archs,
+                                                 what="--archs" if any(a.startswith("--archs") for a in session.posargs) else "NSA_SEL_ARCHS"))
+        if os.environ.get("NSA_SEL_JOBS"):
+            jobs_override()
+    except ValueError as exc:
+        session.error(str(exc))
     results = Path(opts.results) if opts.results else m.root / "out" / "lanes"
     path = ledger.run_file(results, session.name)
     started = ledger.now_iso()
@@ -165,7 +178,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
                          note=f"{stage} ({what}) failed: {type(exc).__name__}: {exc}", stage=stage)
         raise
     ledger.write_run(path, base=base, status="complete", started=started, records=records)
-    for line in summary_lines(session.name, base, records, path, problem, time.monotonic() - t0):
+    for line in summary_lines(session.name, base, records, path, problem, time.monotonic() - t0, m.table):
         session.log(line)
     if problem == "skip":
         session.skip(records[-1]["message"])
@@ -271,6 +284,28 @@ def package_deps(root: Path) -> list[str]:
     return [d for d in deps if re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() not in skip]
 
 
+# What the lanes' pytest runs import besides torch, triton and numpy (the lane decides those) and the
+# package: pytest-timeout for the suites' timeouts, hypothesis for tests/test_fuzz.py (an interp test:
+# without it the parity lane recorded two standing skips), pytest-xdist to run the interpreter tests on
+# every usable core.  Version floors come from pyproject's extras.
+TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "pytest-xdist")
+BENCH_TOOLS = ("pytest-benchmark",)
+
+
+def test_tools(root: Path, kind: str) -> list[str]:
+    """The requirement strings (``hypothesis>=6.100``) of what a ``kind`` lane's pytest needs, as the
+    ``test`` and ``bench`` extras of pyproject.toml spell them."""
+    from .. import _toml  # noqa: PLC0415
+
+    extras = _toml.loads((root / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    # Without the extras' own extras (pytest-benchmark[histogram]: plots no lane draws, wheels an offline
+    # wheelhouse may lack).
+    by_name = {re.match(r"[A-Za-z0-9._-]+", d).group(0).lower(): re.sub(r"\[[^]]*\]", "", d)
+               for extra in ("bench", "test") for d in extras.get(extra, [])}
+    names = TEST_TOOLS + (BENCH_TOOLS if kind == "bench" else ())
+    return [by_name.get(n, n) for n in names]
+
+
 def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
     """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch.
 
@@ -279,7 +314,7 @@ def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
     lane's own release).
     """
     unshare_torch(session)
-    tools = ["pytest", "pytest-timeout"] + (["pytest-benchmark"] if kind == "bench" else []) + package_deps(m.root)
+    tools = test_tools(m.root, kind) + package_deps(m.root)
     cfile = lanes.constraints_path(lane, m.root / "constraints")
     cons = ["-c", str(cfile)] if cfile.exists() and not (lane.candidate or lane.patch) else []
     if m.gpu and lane.paired_torch:

@@ -4,7 +4,9 @@ the pytest process imported, and shows progress where there is no terminal.
 At the end of the session it writes ``{"triton": ..., "numpy": ..., "torch": ...}`` (the
 versions in ``sys.modules``, None for a package never imported) and where each came from to
 the file named by ``$NSA_SEL_IMPORTED_JSON``.  The lane puts these versions on every record of
-the run, so a test process that imported another Triton than the lane's cannot pass for it.
+the run, so a test process that imported another Triton than the lane's cannot pass for it.  Under
+pytest-xdist (the interpreter lanes run their tests on every usable core) the tests run in the workers,
+so each worker writes its own file, ``<that path>.<worker id>``, and the lane reads them all.
 
 Progress: a nox lane's output goes to a log, not a terminal, and an interpreter lane's tests take
 minutes.  Every ``$NSA_SEL_PROGRESS_EVERY`` tests (default 10; 0 turns it off) the plugin writes one
@@ -67,7 +69,8 @@ def pytest_sessionstart(session):  # after every plugin's configure: the termina
     every = _every()
     reporter = config.pluginmanager.getplugin("terminalreporter")
     if every and reporter is not None:
-        config.pluginmanager.register(_hooks(LaneProgress(every, _line_writer(reporter))), "nsa-sel-lane-progress")
+        hooks = _hooks(LaneProgress(every, _line_writer(reporter)), xdist=config.pluginmanager.hasplugin("xdist"))
+        config.pluginmanager.register(hooks, "nsa-sel-lane-progress")
 
 
 def _line_writer(reporter):
@@ -81,22 +84,30 @@ def _line_writer(reporter):
     return write
 
 
-def _hooks(progress: LaneProgress):
+def _hooks(progress: LaneProgress, xdist: bool = False):
     import pytest  # noqa: PLC0415 - only inside a pytest process (the toolkit imports stdlib at module level)
 
     class Hooks:
         def pytest_collection_finish(self, session):
-            progress.collected(len(session.items))
+            progress.collected(len(session.items))  # an xdist controller collects nothing itself: see below
 
         @pytest.hookimpl(trylast=True)  # after the terminal reporter wrote this test's outcome letter
         def pytest_runtest_logreport(self, report):
             progress.report(report)
 
+    if xdist:
+        class XdistHooks(Hooks):
+            def pytest_xdist_node_collection_finished(self, node, ids):  # noqa: ARG002 - xdist's signature
+                if not progress.total:  # every worker collects the same tests
+                    progress.collected(len(ids))
+
+        return XdistHooks()
     return Hooks()
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature
     path = os.environ.get(ENV)
     if path:
-        with open(path, "w") as f:
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # set in an xdist worker: "gw0", "gw1", ...
+        with open(f"{path}.{worker}" if worker else path, "w") as f:
             json.dump({"imported": imported_versions(), "origins": imported_origins()}, f)

@@ -217,8 +217,9 @@ def run_candidate(version: str, results: Path, root: Path, gpu: bool) -> int:
     candidate's Triton and numpy; the lane's import check catches anything left over).
     """
     sessions = ["compile-candidate", "parity-candidate"] + (["bench-candidate"] if gpu else [])
+    # --all-archs: a SAFE verdict (and --admit) speaks for every arch of the table, not this machine's alone.
     cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-r", "-s", *sessions, "--no-stop-on-first-error",
-                            "--", "--results", str(results)]
+                            "--", "--results", str(results), "--all-archs"]
     env = dict(os.environ, NSA_SEL_CANDIDATE=version, NSA_SEL_GPU="1" if gpu else "0")
     print(f"check-upgrade: running {' '.join(sessions)} for triton {version}", flush=True)
     return subprocess.call(cmd, env=env)

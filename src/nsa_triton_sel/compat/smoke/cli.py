@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default=",".join(map(str, DEFAULT_ARCHS)),
                    help="compute capabilities, comma separated (default 80,89,90; 100 and 120 on request)")
     p.add_argument("--json", metavar="PATH", help="write the report as JSON (schema 2)")
-    p.add_argument("--jobs", type=_jobs, default=None, help="parallel compiles (default: min(2, cores))")
+    p.add_argument("--jobs", type=_jobs, default=None, help="parallel compiles (default: the usable cores)")
     p.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds per compile (and per spec-module import) before 'timeout'")
     p.add_argument("--specs", action="append", metavar="MODULE:ATTR",

@@ -29,14 +29,21 @@ def progress_mode(progress) -> str:
 
 class Progress:
     """Progress over the run's (spec, arch) pairs, on stderr: a rich bar on a terminal, else one plain
-    line every ``every`` pairs and at the end (counts, verdicts so far, elapsed).  ``advance(text, verdict)``
-    after each pair is decided (compiled, skipped, or unsupported arch); the arch probes are not counted."""
+    line every ``every`` pairs and at the end (counts, verdicts so far, elapsed, an estimate of the rest).
+    ``advance(text, verdict, compiled)`` after each pair is decided (compiled, or at once: skipped, or an
+    unsupported arch); the arch probes are not counted.  ``archs`` name the run's archs in every line.
 
-    def __init__(self, mode, console, total, every: int = PROGRESS_EVERY, stream=None):
+    The estimate counts only the compiles still to run, at the pace of those done so far
+    (:meth:`compiling` says how many there are): the pairs decided at once (a 3.9 run skips 8 per
+    arch before its first compile) would otherwise make the rest look nearly done."""
+
+    def __init__(self, mode, console, total, every: int = PROGRESS_EVERY, stream=None, archs=()):
         self.mode, self.console, self.total = progress_mode(mode), console, total
         self.every, self.stream = max(1, int(every)), stream
+        self.what = f"smoke {', '.join(f'sm_{a}' for a in archs)}" if archs else "smoke"
         self._p = self._task = None
         self.done, self.tally, self.t0 = 0, {}, time.monotonic()
+        self.compiled, self.to_compile, self.t_compiles = 0, None, None
 
     def __enter__(self):
         self.t0 = time.monotonic()
@@ -44,13 +51,13 @@ class Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self._p = Progress(TextColumn("smoke"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            self._p = Progress(TextColumn(self.what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                TextColumn("{task.description}"),
                                console=self.console or Console(stderr=True), transient=False)
             self._p.__enter__()
             self._task = self._p.add_task("", total=self.total)
         elif self.mode == "lines":
-            self._line(f"smoke: {self.total} compiles to decide ((spec, arch) pairs); a line every {self.every}")
+            self._line(f"{self.what}: {self.total} compiles to decide ((spec, arch) pairs); a line every {self.every}")
         return self
 
     def probe(self, text: str) -> None:
@@ -58,10 +65,15 @@ class Progress:
         if self._p is not None:
             self._p.update(self._task, description=text)
         elif self.mode == "lines":
-            self._line(f"smoke: {text}")
+            self._line(f"{self.what}: {text}")
 
-    def advance(self, text: str, verdict: str = "") -> None:
+    def compiling(self, n: int) -> None:
+        """The pairs decided at once are counted; ``n`` compiles start now (the estimate's clock)."""
+        self.to_compile, self.t_compiles = n, time.monotonic()
+
+    def advance(self, text: str, verdict: str = "", compiled: bool = True) -> None:
         self.done += 1
+        self.compiled += bool(compiled)
         if verdict:
             self.tally[verdict] = self.tally.get(verdict, 0) + 1
         if self._p is not None:
@@ -69,13 +81,24 @@ class Progress:
         elif self.mode == "lines" and (self.done % self.every == 0 or self.done == self.total):
             self._line(self.status())
 
+    def left_s(self) -> float | None:
+        """Seconds until the last compile, at the pace of the compiles so far (None: no estimate yet)."""
+        if not self.compiled:
+            return None
+        # Without compiling(): every pair not decided at once is a compile, timed from the start.
+        start = self.t0 if self.t_compiles is None else self.t_compiles
+        todo = self.total - (self.done - self.compiled) if self.to_compile is None else self.to_compile
+        return (time.monotonic() - start) / self.compiled * max(0, todo - self.compiled)
+
     def status(self) -> str:
         elapsed = time.monotonic() - self.t0
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(self.tally.items()))
         left = ""
         if 0 < self.done < self.total:
-            left = f", about {elapsed / self.done * (self.total - self.done):.0f} s left"
-        return f"smoke: {self.done}/{self.total} compiles ({verdicts or 'none yet'}), {elapsed:.0f} s elapsed{left}"
+            est = self.left_s()
+            left = ", no estimate before the first compile" if est is None else f", about {est:.0f} s left"
+        return (f"{self.what}: {self.done}/{self.total} compiles ({verdicts or 'none yet'}), {elapsed:.0f} s "
+                f"elapsed{left}")
 
     def _line(self, text: str) -> None:
         stream = self.stream or sys.stderr

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from .. import static_check
+from ..lanes import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
 from ..specs import CompileSpec, check_unique, load_specs
 from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
@@ -41,22 +42,9 @@ def probe_dot(A, B, C, BLOCK: tl.constexpr):
 '''
 
 
-def parse_archs(text) -> list[int]:
-    """``"80,89,90"`` or ``"sm_90"`` or an iterable of ints -> ``[80, 89, 90]``; rejects nonsense."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    archs = []
-    for item in items:
-        s = str(item).strip().lower().removeprefix("sm_").removeprefix("sm")
-        if not s.isdigit() or not 50 <= int(s) <= 200:
-            raise ValueError(f"--arch: bad arch {item!r}: expected compute capabilities like 80,89,90 (or sm_100)")
-        archs.append(int(s))
-    if not archs:
-        raise ValueError("--arch: no arch given")
-    return sorted(set(archs))
-
-
 def default_jobs() -> int:
-    return max(1, min(2, os.cpu_count() or 1))  # the CI and dev boxes share 2 cores
+    """One compile per usable core (each compile is single-threaded)."""
+    return usable_cores()
 
 
 def _probe_spec(workdir: Path) -> CompileSpec:
@@ -88,7 +76,7 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
     root.mkdir(parents=True, exist_ok=True)
     try:
         every = progress_every or PROGRESS_EVERY
-        with Progress(progress, console, total=len(archs) * len(specs), every=every) as bar:
+        with Progress(progress, console, total=len(archs) * len(specs), every=every, archs=archs) as bar:
             probes = _run_probes(root, archs, jobs, timeout, python, bar)
             version = _triton_version(probes, python)
             judged = expect_triton or version
@@ -160,12 +148,13 @@ def _run_all(specs, archs, probes, version, root, jobs, timeout, python, bar):
         for arch in archs:
             if version != "unknown" and spec.skipped(version, arch):
                 skipped.append({"spec": spec.name, "arch": arch, "why": spec.skip_reason()})
-                bar.advance(f"{spec.name} sm_{arch}: skipped", "skipped")
+                bar.advance(f"{spec.name} sm_{arch}: skipped", "skipped", compiled=False)
             elif probes[arch]["verdict"] not in PROBE_COMPILES_ALL:
                 results.append(_unsupported_arch(spec, arch, probes[arch], version))
-                bar.advance(f"{spec.name} sm_{arch}: unsupported", UNSUPPORTED)
+                bar.advance(f"{spec.name} sm_{arch}: unsupported", UNSUPPORTED, compiled=False)
             else:
                 todo.append((i, spec, arch))
+    bar.compiling(len(todo))
     lock = threading.Lock()
     # Compile servers import Triton once per worker and fork a process per compile (forkserver.py);
     # without fork, one new child per compile.

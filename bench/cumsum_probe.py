@@ -3,7 +3,8 @@
 Runs the canary's kernel as shipped (nsa_triton_sel.compat.canaries.gpu_kernels), the same kernel with
 num_warps=1, a bare tl.cumsum of the int32 span lengths, and the canary's span indexing with the prefix
 sums computed by a triangular masked reduction (the way this project's kernels compute them).  Each
-against torch; three repeats of each.  Usage: PYTHONPATH=<triton tree>:src python3 cumsum_probe.py
+against torch; three repeats of each.  Usage (a GPU): PYTHONPATH=<triton tree>:src python -m bench.cumsum_probe
+(its output on the H100: bench/results/2026-11-23-h100-triton3.1-3.8-gpu-evidence-kernels-c77c8425/cumsum_probe.log)
 """
 import torch
 import triton
@@ -67,9 +68,14 @@ def bare(num_warps):
     return f"{len(wrong)}/{lens.shape[0]} rows wrong" + (f", e.g. tl.cumsum({wrong[0][0]}) = {wrong[0][1]}" if wrong else "")
 
 
-print(f"triton {triton.__version__} from {triton.__file__}; torch {torch.__version__}; {torch.cuda.get_device_name()}")
-for rep in range(3):
-    for w in (4, 1):
-        print(f"[{rep}] canary kernel (tl.cumsum), num_warps={w}: {spans(G._cumsum_spans_kernel, w)}")
-        print(f"[{rep}] same indexing, triangular prefix sums, num_warps={w}: {spans(_spans_triangular, w)}")
-        print(f"[{rep}] bare tl.cumsum of int32[4], num_warps={w}: {bare(w)}")
+def main() -> None:
+    print(f"triton {triton.__version__} from {triton.__file__}; torch {torch.__version__}; {torch.cuda.get_device_name()}")
+    for rep in range(3):
+        for w in (4, 1):
+            print(f"[{rep}] canary kernel (tl.cumsum), num_warps={w}: {spans(G._cumsum_spans_kernel, w)}")
+            print(f"[{rep}] same indexing, triangular prefix sums, num_warps={w}: {spans(_spans_triangular, w)}")
+            print(f"[{rep}] bare tl.cumsum of int32[4], num_warps={w}: {bare(w)}")
+
+
+if __name__ == "__main__":
+    main()
