@@ -98,10 +98,11 @@ def inputs(c: Case, seed: int = 0) -> dict:
 def ours_kernel(p: dict):
     """The kernel the dispatcher picks for these inputs, launched without the dispatcher."""
     from nsa_triton_sel.device import device_of
-    from nsa_triton_sel.plan.tokens import choose_tokens
+    from nsa_triton_sel.plan.tokens import auto_tokens, choose_tokens
     from nsa_triton_sel.kernels import direct
 
-    tokens = choose_tokens(p["blocks"], p["h"], device_of(p["q"].device))
+    q = p["q"]  # [B, S, G, h, D]
+    tokens = choose_tokens(p["blocks"], auto_tokens(q.shape[3], q.shape[1], device_of(q.device)))
     if tokens > 1:
         return "tokens", lambda: direct.sel_attn_tokens(p["q"], p["k"], p["v"], p["ranges"], tokens=tokens)
     return "blocks", lambda: direct.sel_attn_blocks(p["q"], p["k"], p["v"], p["blocks"], p["bs"])
