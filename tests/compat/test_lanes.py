@@ -231,9 +231,12 @@ def test_the_newest_lane_is_printed_from_the_table(capsys):
 
 
 def test_ci_reads_its_lanes_from_the_table():
-    """.ci/run named 3.0 and 3.9; it runs the oldest and newest lanes of lanes.toml, every arch."""
+    """.ci/run named 3.0 and 3.9; it runs the oldest and newest lanes of lanes.toml as the main job does (sm_90
+    on a GPU-less box), and the compat workflow runs every lane with every arch."""
     from nsa_triton_sel.compat import project
 
-    ci = (project.project_root() / ".ci" / "run").read_text()
-    assert "lanes --oldest" in ci and "lanes --newest" in ci and "--all-archs" in ci
+    root = project.project_root()
+    ci = (root / ".ci" / "run").read_text()
+    assert "lanes --oldest" in ci and "lanes --newest" in ci and "--all-archs" not in ci.split("nox -s")[1]
+    assert "NSA_SEL_ARCHS: all" in (root / ".github" / "workflows" / "compat.yml").read_text()
     assert not re.search(r"(compile|parity)-3\.\d", ci)
