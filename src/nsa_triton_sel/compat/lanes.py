@@ -1,16 +1,9 @@
-"""The lanes table (``constraints/lanes.toml``) and what is derived from it.
-
-One lane per Triton minor release: its exact Triton, the torch releases that pin it, the Python
-range, the numpy the interpreter needs, and extra requirements.  A lane may list further
-releases of its minor (``[[lane.patch]]``, e.g. 3.3.0 beside the lane's 3.3.1): each is checked
-with the lane's rules in sessions of its own (``compile-3.3.0``), so known-good.txt can admit or
-exclude it from evidence.  The noxfile builds its sessions from :func:`load_table`;
-:func:`constraints_text` renders the per-lane pip constraints files
-(``constraints/triton-<label>.txt``), which ``python -m nsa_triton_sel.compat.lanes --write``
-(or ``nox -s constraints``) regenerates and ``--check`` verifies.
-
-Standard library and ``packaging`` only, so the noxfile can import it before any lane exists.
-"""
+"""The lanes table (``constraints/lanes.toml``) and what is derived from it: one lane per Triton minor
+(exact Triton, the torch releases that pin it, Python range, numpy, extras), its patch releases
+(``[[lane.patch]]``, checked with the lane's rules in sessions of their own), the noxfile's sessions
+(:func:`load_table`), the per-lane pip constraints files (:func:`constraints_text`; ``--write``/``--check``)
+and the archs and cores a run uses here.  Standard library and ``packaging`` only: the noxfile imports it
+before any lane exists."""
 
 from __future__ import annotations
 
