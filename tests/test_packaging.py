@@ -27,6 +27,23 @@ def test_core_dependencies_are_torch_triton_and_the_version_parser_only():
     assert {_name(d) for d in PROJECT["dependencies"]} == CORE
 
 
+def test_the_torch_range_is_what_the_lanes_table_runs():
+    """pyproject's torch range starts at the oldest lane's paired torch and ends before the minor after the
+    newest lane's: a lane for a newer torch (check-upgrade --admit) widens it here too."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from nsa_triton_sel.compat import lanes
+
+    by_triton = sorted(lanes.load_table().lanes, key=lambda lane: Version(lane.triton))
+    # a lane installs its first torch: the one its records ran
+    oldest, newest = Version(by_triton[0].torch[0]), Version(by_triton[-1].torch[0])
+    (torch,) = [Requirement(d) for d in PROJECT["dependencies"] if _name(d) == "torch"]
+    assert torch.specifier == SpecifierSet(f">={oldest},<{newest.major}.{newest.minor + 1}"), (
+        f"pyproject.toml says {torch}; lanes.toml runs torch {oldest} ... {newest}")
+
+
 def test_toolkit_dependencies_are_the_matrix_extra():
     assert TOOLKIT_ONLY <= {_name(d) for d in PROJECT["optional-dependencies"]["matrix"]}
 
