@@ -36,9 +36,8 @@ def test_the_torch_range_is_what_the_lanes_table_runs():
 
     from nsa_triton_sel.compat import lanes
 
-    by_triton = sorted(lanes.load_table().lanes, key=lambda lane: Version(lane.triton))
-    # a lane installs its first torch: the one its records ran
-    oldest, newest = Version(by_triton[0].torch[0]), Version(by_triton[-1].torch[0])
+    table = lanes.load_table()  # lanes sorted by Triton version; a lane installs (and its records ran) its first torch
+    oldest, newest = Version(table.lanes[0].torch[0]), Version(table.newest().torch[0])
     (torch,) = [Requirement(d) for d in PROJECT["dependencies"] if _name(d) == "torch"]
     assert torch.specifier == SpecifierSet(f">={oldest},<{newest.major}.{newest.minor + 1}"), (
         f"pyproject.toml says {torch}; lanes.toml runs torch {oldest} ... {newest}")
