@@ -129,7 +129,7 @@ BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
 # Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
 BACKWARD_TYPES = {
     "LSE": "*fp32", "DLSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
-    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64",
+    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64", "NONFINITE": "*i32",
     "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
 }
 def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:

@@ -27,16 +27,20 @@ Launched in this order by ``launch.backward``:
   K/V tile and its dk/dv accumulators on chip and walks the (entry, head) pairs ``ROWS`` at a
   time, so every MMA is ``BLOCK_N x ROWS x D`` however small h is (``ROWS`` mixes several
   tokens' heads; h need not divide it).  The keys of the tile are the M dimension.  A pair whose q
-  or dO is not finite is isolated where it is loaded (q = dO = 0, LSE = NaN): only the keys it read
-  get NaN.  The reader list is sized from the shapes (``readers.py``): no host read.
+  or dO is not finite must be isolated (q = dO = 0, LSE = NaN, so only the keys it read get NaN).
+  A check of every gathered pair stands between each gather and its MMA, and such rows are rare: the dq
+  kernels, which read every row's q and dO once anyway, raise a one-word flag (``NONFINITE``, a plain
+  store of 1, the same value from every writer) and the dk/dv kernel takes the isolating walk only when
+  it is raised.  The reader list is sized from the shapes (``readers.py``): no host read.
 - :func:`sel_bwd_reduce_kernel`: a tile read by more than ``chunk`` entries (a "hot" tile:
   block 0, the local blocks) is split over several programs so it does not serialise the
   launch; those write fp32 partial sums to a workspace, and this kernel adds them up in
   chunk order.
 
-**Deterministic**: no atomics anywhere.  The CSR is built with a stable sort, entries and
-chunks have a fixed order, partial sums are reduced in a fixed order, so repeated runs give
-bit-identical gradients (on the same GPU, Triton version and launch configuration).
+**Deterministic**: no atomics anywhere (the ``NONFINITE`` flag is a store of one constant). The CSR
+is built with a stable sort, entries and chunks have a fixed order, partial sums are reduced in a
+fixed order, so repeated runs give bit-identical gradients (on the same GPU, Triton version and
+launch configuration).
 
 Like the forward: Dk is covered by two power-of-two slices ``DK1 + DK2`` (192 = 128 + 64);
 raw pointers with masks of the exact tile shape; int64 row offsets; ``DOT_F32`` upcasts the
@@ -79,6 +83,16 @@ def _at_most_0(x):
 def _finite_rows(x):
     """``[M]``: whether every element of the row of ``x [M, D]`` is finite (``|x| < inf``: NaN fails too)."""
     return tl.min((tl.abs(x.to(tl.float32)) < float("inf")).to(tl.int32), 1) > 0
+
+
+@triton.jit
+def _flag_nonfinite(NONFINITE, q1, q2, do, DK2: tl.constexpr):
+    """Store 1 at ``NONFINITE`` if a row of q (``q1``, ``q2`` when ``DK2``) or ``do`` is not finite (rows
+    outside the program are loaded as 0).  Every writer stores the same constant: no race changes the value."""
+    ok = _finite_rows(q1) & _finite_rows(do)  # [M]
+    if DK2 > 0:
+        ok = ok & _finite_rows(q2)
+    tl.store(NONFINITE, 1, mask=tl.min(ok.to(tl.int32), 0) == 0)
 
 
 @triton.jit
@@ -147,7 +161,7 @@ def _dq_tile(
 
 @triton.jit
 def sel_bwd_dq_kernel(
-    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS,
+    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS, NONFINITE,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -217,6 +231,7 @@ def sel_bwd_dq_kernel(
     else:
         q2 = q1  # placeholders, never used
         dq2 = dq1
+    _flag_nonfinite(NONFINITE, q1, q2, do, DK2)
 
     # -- the row's spans, and how many BLOCK_N tiles each one needs (as in the forward) --
     # Ranges only (the operator converts block indices), already clamped into [0, T] on the device
@@ -255,7 +270,7 @@ def sel_bwd_dq_kernel(
 
 @triton.jit
 def sel_bwd_dq_tok_kernel(
-    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS,
+    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, SPANS, NONFINITE,
     S, G, h, Dk, Dv, n_spans, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -310,6 +325,7 @@ def sel_bwd_dq_tok_kernel(
         tl.load(LSE + b64 * sl_b + tok64 * sl_s + g64 * sl_g + r_head * sl_h, mask=r_ok, other=0.0))
     q_off = b64 * sq_b + tok64 * sq_s + g64 * sq_g + r_head * sq_h  # [M]
     q1, q2 = _load_q(Q, q_off, r_ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [M, DK1], [M, DK2]
+    _flag_nonfinite(NONFINITE, q1, q2, do, DK2)
     dq1 = tl.zeros((TOK * HP, DK1), tl.float32)  # [M, DK1]
     if DK2 > 0:
         dq2 = tl.zeros((TOK * HP, DK2), tl.float32)  # [M, DK2]
@@ -389,8 +405,72 @@ def sel_bwd_dq_tok_kernel(
 
 
 @triton.jit
+def _dkdv_pairs(
+    Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+    k1, k2, v, dk1, dk2, dv,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr, ISOLATE: tl.constexpr,
+):
+    """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv``: pair f = entry * h +
+    head, ``ROWS`` per step.  ``ISOLATE``: zero the q and dO of a pair whose q or dO is not finite (and give it
+    a NaN LSE), so only the keys it read get NaN.  With ``DK2 == 0``, ``k2``/``dk2`` are placeholders."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    r = tl.arange(0, ROWS)  # [ROWS]
+    f_lo = e0 * h
+    f_hi = e1 * h
+    for f0 in range(f_lo, f_hi, ROWS):
+        f = f0 + r  # [ROWS]
+        ok = f < f_hi  # [ROWS]
+        ent = f // h  # [ROWS]
+        head = f % h  # [ROWS]
+        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
+        bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
+        lo = bnd & 0xFFFF  # [ROWS]
+        hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
+        q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
+        do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
+        l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
+        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
+        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
+        lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
+        # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
+        delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
+        if DK2 > 0:
+            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
+        else:
+            q2 = q1  # placeholder, never used
+        if ISOLATE:
+            # A pair whose q or dO is not finite is isolated: q = dO = 0 and LSE = NaN, so only the keys it
+            # read get NaN (as in exact arithmetic), not the tile's other keys (their P^T is 0, and 0 * inf is NaN).
+            finite = _finite_rows(q1) & _finite_rows(do)  # [ROWS]
+            if DK2 > 0:
+                finite = finite & _finite_rows(q2)
+                q2 = tl.where(finite[:, None], q2, tl.zeros_like(q2))
+            q1 = tl.where(finite[:, None], q1, tl.zeros_like(q1))
+            do = tl.where(finite[:, None], do, tl.zeros_like(do))
+            lse2 = tl.where(finite, lse2, float("nan"))
+
+        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
+        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
+        if DK2 > 0:
+            st += tl.dot(k2, tl.trans(q2))
+        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
+        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
+        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
+        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
+        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
+        # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
+        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
+        if DK2 > 0:
+            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+    return dk1, dk2, dv
+
+
+@triton.jit
 def sel_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, CHUNKS,
+    Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, CHUNKS, NONFINITE,
     S, G, h, Dk, Dv, T, NT, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -438,55 +518,22 @@ def sel_bwd_dkdv_kernel(
     if DK2 > 0:
         k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
         dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
+    else:
+        k2 = k1  # placeholders, never used
+        dk2 = dk1
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
 
-    # -- the chunk's (entry, head) pairs, flattened: pair f = entry * h + head, ROWS per step --
-    r = tl.arange(0, ROWS)  # [ROWS]
-    f_lo = e0 * h
-    f_hi = e1 * h
-    for f0 in range(f_lo, f_hi, ROWS):
-        f = f0 + r  # [ROWS]
-        ok = f < f_hi  # [ROWS]
-        ent = f // h  # [ROWS]
-        head = f % h  # [ROWS]
-        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
-        bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
-        lo = bnd & 0xFFFF  # [ROWS]
-        hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
-        q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
-        do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
-        l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
-        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
-        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
-        lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
-        # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
-        delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
-        if DK2 > 0:
-            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
-            finite = _finite_rows(q1) & _finite_rows(q2) & _finite_rows(do)  # [ROWS]
-            q2 = tl.where(finite[:, None], q2, tl.zeros_like(q2))
-        else:
-            finite = _finite_rows(q1) & _finite_rows(do)  # [ROWS]
-        # A pair whose q or dO is not finite is isolated: q = dO = 0 and LSE = NaN, so only the keys it read
-        # get NaN (as in exact arithmetic), not the tile's other keys (their P^T is 0, and 0 * inf is NaN).
-        q1 = tl.where(finite[:, None], q1, tl.zeros_like(q1))
-        do = tl.where(finite[:, None], do, tl.zeros_like(do))
-        lse2 = tl.where(finite, lse2, float("nan"))
-
-        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
-        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
-        if DK2 > 0:
-            st += tl.dot(k2, tl.trans(q2))
-        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
-        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
-        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
-        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
-        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
-        # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
-        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
-        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
-        if DK2 > 0:
-            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+    # -- the chunk's (entry, head) pairs; the isolating walk only when a dq kernel saw a non-finite row --
+    if tl.load(NONFINITE) == 0:
+        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
+                                   sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                   sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
+                                   BLOCK_N, ROWS, DK1, DK2, BLOCK_DV, DOT_F32, False)
+    else:
+        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
+                                   sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                   sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
+                                   BLOCK_N, ROWS, DK1, DK2, BLOCK_DV, DOT_F32, True)
 
     # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
     offs_d1 = tl.arange(0, DK1)  # [DK1]

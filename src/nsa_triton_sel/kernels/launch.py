@@ -187,16 +187,18 @@ def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale:
         o32 = torch.empty(grad_out.shape, dtype=torch.float32, device=q.device)
         launch(p.delta_forward, q, k, v, ranges, scale=scale, out=o32)
         torch.sum(grad_out.float() * o32, dim=-1, out=delta)
-    _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, meta, scale)
+    nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # raised by the dq kernel, read by dk/dv
+    _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
     readers = reader_list(ranges, T, meta.KV_BLOCK_N, capacity=p.reader_capacity, chunk=p.reader_chunk)
-    _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, readers, meta, scale)
+    _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers, meta, scale)
     return dq, dk, dv
 
 
-def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, meta: BackwardMeta, sc: float):
-    """The dq kernel; it also stores delta (minus dlse, NaN on rows it must isolate) for the dk/dv kernel."""
+def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta: BackwardMeta, sc: float):
+    """The dq kernel; it also stores delta (minus dlse) for the dk/dv kernel and sets ``nonfinite`` to 1 when a
+    row's q or dO is not finite (the dk/dv kernel then isolates such rows)."""
     B, S, G, h, Dk = q.shape
-    args = (q, k, v, out, grad_out, lse, grad_lse, delta, dq, ranges,
+    args = (q, k, v, out, grad_out, lse, grad_lse, delta, dq, ranges, nonfinite,
             S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
             *grad_lse.stride(), *ranges.stride())
@@ -208,13 +210,14 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, meta: B
         *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
-def _launch_dkdv(q, k, v, lse, grad_out, delta, dk, dv, readers: ReaderList, meta: BackwardMeta, sc: float):
+def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: ReaderList, meta: BackwardMeta,
+                 sc: float):
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     width = meta.DK1 + meta.DK2 + meta.BLOCK_DV
     ws = torch.empty((max(readers.slots, 1), meta.KV_BLOCK_N, width), dtype=torch.float32, device=q.device)
     bwd_kernels.sel_bwd_dkdv_kernel[(readers.chunks.shape[0],)](
-        q, k, v, grad_out, lse, delta, dk, dv, ws, readers.entries, readers.chunks,
+        q, k, v, grad_out, lse, delta, dk, dv, ws, readers.entries, readers.chunks, nonfinite,
         S, G, h, Dk, Dv, T, readers.n_tiles, sc * LOG2E, sc,
         *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *lse.stride(),
         num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs(),
