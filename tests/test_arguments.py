@@ -46,3 +46,73 @@ def test_options_of_the_right_type_pass():
     p = decode_problem()
     out, lse = selection_attention(p.q, p.k, p.v, p.ranges, validate=True, return_lse=True, scale=2, backend="sdpa")
     assert out.shape == (2, 1, 2, 3, 16) and lse.shape == (2, 1, 2, 3)
+
+
+# -- the kind of a call: the plain-tensor answer agrees with the probes it skips ----------------------------------
+
+SPANS = torch.zeros(1, dtype=torch.int32)
+
+
+def _kind(q):
+    from nsa_triton_sel.arguments import kind
+
+    got = kind.kind_of(q, q, q, SPANS, None)
+    # the probes, in order, as a call that is not plain takes them
+    if kind.shapes_only(q):
+        probed = ("shapes", None)
+    elif not kind.plain_eager(q):
+        probed = ("traced", None)
+    else:
+        t = kind.transform_of(q, q, q, SPANS, None)
+        probed = ("functorch", t) if t else ("eager", None)
+    assert got == probed, (got, probed)
+    return got
+
+
+def test_kind_of_plain_tensors_and_parameters_is_eager():
+    assert _kind(torch.randn(2, 3)) == ("eager", None)
+    assert _kind(torch.nn.Parameter(torch.randn(2, 3))) == ("eager", None)
+
+
+def test_kind_of_meta_and_fake_tensors_is_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert _kind(torch.empty(2, 3, device="meta")) == ("shapes", None)
+    with FakeTensorMode():
+        fake = torch.empty(2, 3)
+    assert _kind(fake) == ("shapes", None)
+
+
+def test_kind_of_under_a_dispatch_mode_is_traced():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(2, 3)
+    with Passthrough():
+        assert _kind(x) == ("traced", None)
+
+
+def test_kind_of_under_torch_func_names_the_transform():
+    seen = []
+
+    def f(x):
+        seen.append(_kind(x))
+        return x.sum()
+
+    torch.func.vmap(f)(torch.randn(2, 3))
+    torch.func.grad(f)(torch.randn(3))
+    assert seen == [("functorch", "vmap"), ("functorch", "grad")]
+
+
+def test_kind_of_a_functionalized_tensor_is_not_plain_eager():
+    seen = []
+
+    def f(x):
+        seen.append(_kind(x))  # asserts the probes' answer
+        return x + 1
+
+    torch.func.functionalize(f)(torch.randn(3))
+    assert len(seen) == 1 and seen[0] != ("eager", None), seen

@@ -50,12 +50,24 @@ def transform_of(q, k, v, spans, positions) -> str | None:
     return "vmap" if any(fc.is_batchedtensor(x) for x in (q, k, v)) else "grad"
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def _plain(x) -> bool:
+    """A real tensor that no subclass, functorch transform or functionalization wraps (none can be fake)."""
+    return type(x) in _PLAIN and not _wrapped(x) and not torch._is_functional_tensor(x)
+
+
 def kind_of(q, k, v, spans, positions) -> tuple[str, str | None]:
     """``(kind, torch.func transform or None)`` of a call: ``"traced"`` (``torch.compile``, CUDA-graph capture, a
     dispatch mode), ``"shapes"`` (meta / fake tensors), ``"functorch"`` or ``"eager"``.  ``is_compiling`` is
-    asked first: nothing a trace could not follow runs before it."""
+    asked first: nothing a trace could not follow runs before it.  Plain tensors (every step of a model's
+    eager loop) are answered first, without the fake-tensor and transform probes they cannot need."""
     if is_compiling():
         return "traced", None
+    if _plain(q) and _plain(k) and _plain(v) and not q.is_meta and _dispatch_mode() is None:
+        return ("traced", None) if q.is_cuda and torch.cuda.is_current_stream_capturing() else ("eager", None)
     if shapes_only(q):
         return "shapes", None
     if not plain_eager(q):
