@@ -73,15 +73,17 @@ def sweep_tok(p, bench, log) -> dict:
     dq = torch.empty_like(q)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
     dlse = torch.zeros((), device=q.device).expand(B, S, Gn, h)
+    nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # the dq kernel's flag for the dk/dv kernel
     sc = Dk ** -0.5
     single = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap)
-    t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, single, sc), bench)
+    t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, nonfinite, single, sc), bench)
     log(f"sweep on T={p.T} {p.sel}: dq kernel one token per program (default config): {_fmt(t)}")
     times = {}
     for bn, w, st in TOK_CONFIGS:
         meta = backward_meta(h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3], max_rows=cap, dq_tokens=tok,
                              tok_block_n=bn, tok_warps=w, tok_stages=st)
-        times[(bn, w, st)] = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, meta, sc), bench)
+        times[(bn, w, st)] = _time(
+            lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, nonfinite, meta, sc), bench)
         log(f"  dq {tok} tokens/program BLOCK_N={bn:3d} warps={w} stages={st}: {_fmt(times[(bn, w, st)])}")
     ok = {c: t for c, t in times.items() if isinstance(t, float)}
     if not ok:
@@ -106,16 +108,18 @@ def sweep(p, bench, log, local=None) -> dict:
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((B, S, Gn, h), dtype=torch.float32, device=q.device)
     dlse = torch.zeros((), device=q.device).expand(B, S, Gn, h)
+    nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # the dq kernel's flag for the dk/dv kernel
     programs = CHUNK_PROGRAMS_PER_SM * device_of(q.device).sm_count
     log(f"sweep on T={p.T} {p.sel}: dq kernel")
     dq_times = {}
     for bn, w, s in DQ_CONFIGS:
         meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=ranges.shape[3], max_rows=cap, dq_block_n=bn,
                              dq_warps=w, dq_stages=s)
-        t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, meta, sc), bench)
+        t = _time(lambda: launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, nonfinite, meta, sc), bench)
         dq_times[(bn, w, s)] = t
         log(f"  dq BLOCK_N={bn:3d} warps={w} stages={s}: {_fmt(t)}")
-    launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap), sc)
+    launch._launch_dq(q, k, v, ranges, out, lse, go, dlse, dq, delta, nonfinite,
+                      backward_meta(h=h, Dk=Dk, Dv=Dv, max_rows=cap), sc)
     log("  reader list (sized from the shapes, no host read) and dk/dv kernel + reduce")
     csrs, kv_times = {}, {}
     for bn, rows, w, s in KV_CONFIGS:
@@ -128,7 +132,7 @@ def sweep(p, bench, log, local=None) -> dict:
             log(f"  reader list BLOCK_N={bn}: {_fmt(_time(build, bench))} ({csrs[bn].entries.shape[0]} entries "
                 f"capacity, {csrs[bn].chunks.shape[0]} programs, chunk {csrs[bn].chunk}, {csrs[bn].slots} slots)")
         csr = csrs[bn]
-        t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
+        t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, nonfinite, dk, dv, csr, meta, sc), bench)
         kv_times[(bn, rows, w, s)] = t
         log(f"  dkdv BLOCK_N={bn:3d} ROWS={rows:3d} warps={w} stages={s}: {_fmt(t)}")
     best = {}
@@ -144,7 +148,7 @@ def sweep(p, bench, log, local=None) -> dict:
         best_t = ok_kv[(bn, rows, w, s)]
         for pps in PROGRAMS_PER_SM:
             csr = _readers(ranges, T, bn, h, rows, pps * device_of(q.device).sm_count)
-            t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, dk, dv, csr, meta, sc), bench)
+            t = _time(lambda: launch._launch_dkdv(q, k, v, lse, go, delta, nonfinite, dk, dv, csr, meta, sc), bench)
             log(f"  dkdv programs_per_sm={pps} (chunk {csr.chunk}, {csr.chunks.shape[0]} programs): {_fmt(t)}")
             if isinstance(t, float) and t < best_t * 0.97:
                 best["programs_per_sm"], best_t = pps, t

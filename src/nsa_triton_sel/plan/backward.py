@@ -5,12 +5,13 @@ compile-smoke registry (``compat/variants.py``) and the tests read the same numb
 :func:`backward_meta` is the one entry: ``plan.plan_call`` asks it for the operator's plan (with the
 multi-token dq kernel where the forward took the multi-token kernel), ``kernels/direct.py`` with overrides.
 
-The defaults for h = 16, Dk = Dv <= 128 are the best of ``bench/train_nsa.py --sweep`` on the
-H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K; bench/results/h100-train/sweep8k.log):
-dq 16-key tiles, 1 warp, 3 stages (1.93 ms; the reasoned default below, 32 keys / 2 warps,
-took 2.07 ms); dk/dv 64-key tiles, 32 (entry, head) pairs per step, 4 warps, 3 stages
-(2.94 ms, against 5.32 ms for 64 pairs and 8 warps); multi-token dq 64-key tiles (1.23 ms
-against 1.29 ms for 32).  Wider head dims keep the reasoned choices below:
+The defaults for h = 16, Dk = Dv <= 128 are the best of the backward's launch sweep
+(``bench/train_sweep.py``) on the H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K and 32K;
+``bench/results/2026-11-23-h100-triton3.6-fwd-bwd-tables-host-cost/train_sweep8k.log``,
+``bench/results/2026-11-26-h100-triton3.6-train-ab-kernels-7ac47c92/sweep32k.log``): dq 16-key tiles,
+1 warp, 3 stages (against 32 keys / 2 warps, the reasoned default below); dk/dv 64-key tiles, 32
+(entry, head) pairs per step, 4 warps, 2 stages (against 64 pairs and 8 warps, or 3 stages);
+multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned choices below:
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
   M), so the forward's measured best for h = 16, D = 128 on the H100 (1 warp, 32-key tiles,
@@ -22,10 +23,12 @@ against 1.29 ms for 32).  Wider head dims keep the reasoned choices below:
 - dk/dv kernel: M = BLOCK_N keys, N = ROWS (entry, head) pairs.  Its accumulators are
   ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
   loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
-  MMA operands, the gathered q/dO rows stream through shared memory.  3 stages, because the
-  q/dO addresses come from the entry list: with 3 the pipeliner also copies the entries
-  asynchronously, two steps ahead (16 ``cp.async`` against 10 with 2 stages on Triton 3.6/3.9,
-  7 against 3 on 3.0; no spill, same shared memory; ``bench/bwd_aot_report.py``).
+  MMA operands, the gathered q/dO rows stream through shared memory.  Up to Dk + Dv = 256,
+  2 stages: with 3 the pipeliner also copies the entries asynchronously, two steps ahead (16
+  ``cp.async`` against 10 with 2 stages on Triton 3.6/3.9, 7 against 3 on 3.0;
+  ``bench/bwd_aot_report.py``), but the kernel with 2 was the faster at T = 32K on the H100
+  (``bench/results/2026-11-26-h100-triton3.6-train-ab-kernels-7ac47c92/sweep32k.log``); wider
+  heads keep 3 (not measured).
 - multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
   forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
   accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
@@ -119,9 +122,10 @@ def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
 def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, int]:
     """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel: 8 warps once the two accumulators
     pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
-    bn = min(32 if dk + block_dv > 256 else 64, max_rows)
+    wide = dk + block_dv > 256
+    bn = min(32 if wide else 64, max_rows)
     warps = 8 if bn * (dk + block_dv) > 64 * 256 else 4
-    return bn, 32, warps, 3  # 32 pairs, 4 warps: measured best at D = 128 (module docstring)
+    return bn, 32, warps, 3 if wide else 2  # 32 pairs, 4 warps, 2 stages: measured best at D = 128 (module docstring)
 
 
 def backward_meta(
