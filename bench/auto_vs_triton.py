@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """``selection_attention`` with its defaults (``backend="auto"``) against ``backend="triton"``, at the
-canonical NSA shape, inference and training (issue 26).
+canonical NSA shape, inference and training.
 
     python -m bench.auto_vs_triton [--T 8192,32768] [--patterns random,local] [--json out.json]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Contender table for the canonical NSA selection shape (issue 7).
+"""Contender table for the canonical NSA selection shape.
 
 One sequence of T tokens (T in --T_list, default 8K/32K/64K), 64 query heads in G=4
 groups (h=16), D=128, selection blocks of 64, top-16, bf16; selections "random" (16

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Host cost of ``selection_attention`` (issue 16): microseconds of Python per call, against the GPU time.
+"""Host cost of ``selection_attention``: microseconds of Python per call, against the GPU time.
 
-Decode, the issue's shape: B = 64, T = 32K, 4 groups x 16 heads, D = 128, top-16 blocks of 64, bf16.
-For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``block_indices`` with
+Decode (the shape the host targets are set for): B = 64, T = 32K, 4 groups x 16 heads, D = 128, top-16 blocks
+of 64, bf16.  For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``block_indices`` with
 ``validate=False``, and the bare launchers) it prints
 
 - host us/call: ``time.perf_counter`` around N eager calls without a sync, after warm-up (the GPU
@@ -12,8 +12,8 @@ For each call (``validate=True`` on ranges, ``validate=False`` on ranges, ``bloc
 
 "unbound" rows switch the bound launcher off (``kernels/bind.py``: every launch through Triton's
 ``JITFunction.run``).  A repeated call finds its signature, route and plan remembered (``arguments``,
-``plan.plan_call``): what the decode step's "express lane" was until issue 40.  The launchers' binding state is
-printed after the table.
+``plan.plan_call``): that memory, not a separate fast path, is what keeps a repeated decode step cheap.  The
+launchers' binding state is printed after the table.
 
 Prefill, canonical shape at T = 8K (and the auto path at 64K): wall ms per call of validate=True,
 validate=False and the bare kernel the dispatcher picks, back to back with one sync at the end

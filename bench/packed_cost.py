@@ -1,4 +1,4 @@
-"""What a packed batch costs against the same work at fixed length (issue 23: ratio <= 1.03).
+"""What a packed batch costs against the same work at fixed length (target: ratio <= 1.03).
 
     python -m bench.packed_cost [--cases 1x8192,4x2048,4x8192] [--pattern random,local] [--validate] [--backward]
 

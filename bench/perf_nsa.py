@@ -1,4 +1,4 @@
-"""The NSA selection forward against the public peers, through the public API (issues 7 and 18).
+"""The NSA selection forward against the public peers, through the public API.
 
 One call runs every contender on the same inputs and prints, per row, ms, TFLOP/s (against the
 measured bf16 matmul ceiling) and the ratio to the best peer:
@@ -16,7 +16,7 @@ measured bf16 matmul ceiling) and the ratio to the best peer:
   wheels in ``PEERS/cudnn_site`` (added with ``site.addsitedir``, which runs their ``.pth`` files).
   A configuration it fails to build is recorded as that contender's failure, not skipped.
 
-Rows: the issue-18 table (canonical NSA shape at T = 8K / 32K / 64K, random and local; HQ = 128 in
+Rows: the forward table (canonical NSA shape at T = 8K / 32K / 64K, random and local; HQ = 128 in
 8 groups with D = 96, blocks of 32, top-24; HQ = 64 in 2 groups (h = 32) with D = 192, top-8, local),
 then decode (B = 64, T = 32K, one query each, CUDA-graph replay, L2 flushed by a read so the timed
 kernel does not also write back the flush's dirty lines; the write-flush figure is printed beside it).

@@ -1,4 +1,4 @@
-"""Where one forward+backward of ``selection_attention`` spends its GPU time (issue 22).
+"""Where one forward+backward of ``selection_attention`` spends its GPU time.
 
 Runs the API call (``block_indices``, ``validate=False``) forward and backward on the canonical NSA
 problem (``train_contenders.make_problem``) under ``torch.profiler`` and prints, per GPU kernel

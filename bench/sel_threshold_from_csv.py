@@ -9,7 +9,7 @@ thresholds file the dispatcher reads.
 Rule, per (GPU, Triton release): the threshold is the smallest tested L such that
 *every* gating row with L' >= L (every N, H, D, Dv and distribution, streams = 1) has
 Triton at least ``margin`` times as fast as SDPA (``speedup`` column; default 1.0: a row
-goes to SDPA only where SDPA was measured faster, issue 26), MAE against the
+goes to SDPA only where SDPA was measured faster), MAE against the
 float64 oracle at most ``max_mae``, status ok and no suspect flag.  "From which" is
 meant literally: a configuration that loses at a larger L vetoes every smaller
 threshold.  If even the largest L fails, the answer is "keep Triton off" (``null`` in the

@@ -1,4 +1,4 @@
-"""Triton wheels -> the smallest form that carries them to an offline NVIDIA GPU machine, and back (issue 36).
+"""Triton wheels -> the smallest form that carries them to an offline NVIDIA GPU machine, and back.
 
 The device tool carries at most 64 MiB per call (the working tree included), and a Triton wheel is
 150-290 MB.  Three steps make twelve of them carriable in a few calls:

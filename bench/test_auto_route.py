@@ -1,4 +1,4 @@
-"""The default route must not cost what the kernel saves (issue 26): ``selection_attention`` with its
+"""The default route must not cost what the kernel saves: ``selection_attention`` with its
 defaults (``backend="auto"``) within 5 % of ``backend="triton"`` at the canonical NSA shape.
 
 T = 8K tokens, 64 query heads in 4 groups (h = 16), D = 128, blocks of 64, top-16 block indices,
@@ -81,4 +81,4 @@ def test_auto_route(mode, record_property):
     print(f"auto route {mode} T={p.T}: auto {a:.3f} ms, triton {t:.3f} ms, ratio {ratio:.3f} (limit {LIMIT})")
     if not DRY:
         assert ratio <= LIMIT, (f"backend='auto' takes {ratio:.2f}x backend='triton' ({a:.2f} vs {t:.2f} ms) at T={T} "
-                                f"{mode}: the default route sends rows the kernel should take elsewhere (issue 26)")
+                                f"{mode}: the default route sends rows the kernel should take elsewhere")

@@ -171,7 +171,7 @@ if DRY:
 @pytest.mark.parametrize("impl", ["ours-api", "sdpa", "fla", "xunhaolai"])
 @pytest.mark.parametrize("shape", TRAIN, ids=[s[0] for s in TRAIN])
 def test_train(gpu_bench, benchmark, shape, impl):
-    """Forward + backward on the canonical NSA shape (issue 17): every contender gets the same block
+    """Forward + backward on the canonical NSA shape: every contender gets the same block
     indices and output gradient; its input gradients are checked against ours first."""
     from bench import train_contenders as TC
 

@@ -1,5 +1,5 @@
 """The crossover of this (GPU, Triton release): where, if anywhere, the dispatcher's packed-SDPA path
-beats the kernels, written as this release's ``sel_triton_min_L`` thresholds entry (issue 26).
+beats the kernels, written as this release's ``sel_triton_min_L`` thresholds entry.
 
 A ``bench-X`` lane on a GPU runs it with the rest of the bench suite: a short sweep of
 ``python -m bench.bench_sel_triton`` (one span and mixed spans, L from 1 to 1024) judged by

@@ -139,7 +139,7 @@ def choose_threshold(rows: list[dict], margin: float, max_mae: float, *, allow_s
         return Verdict(gpu, triton, None, f"keep Triton off: even at the largest tested L={g.L}, {len(g.failures)} of "
                        f"{g.configs} configurations fail (e.g. {cfg}: {why})", gates, rows, baseline)
     below = [g for g in gates if g.L < first_pass]
-    if not below:  # never measured slower: no row may go to SDPA (issue 26)
+    if not below:  # never measured slower: no row may go to SDPA (only a measured loss moves rows off the kernels)
         return Verdict(gpu, triton, 1, f"from L={first_pass} (the smallest tested) every configuration passes: "
                        f"the kernels take every row", gates, rows, baseline)
     # Only the rows where the baseline was measured faster (up to the largest failing L) go to it;

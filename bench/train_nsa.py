@@ -1,4 +1,4 @@
-"""NSA selection attention, forward + backward: this package against fla-core and XunhaoLai (issue 17).
+"""NSA selection attention, forward + backward: this package against fla-core and XunhaoLai.
 
 One call runs every contender on the same inputs (``train_contenders.py``: canonical shape,
 T = 8K/32K/64K, random and local selections) and prints, per row: forward, forward+backward

@@ -6,7 +6,7 @@ output and zero gradients.  At test sizes (T <= a few hundred on the CPU, T = 20
 that is cheap and obviously right; ``test_masked_oracle_matches_reference`` ties it to
 ``reference.oracle``.
 
-The bound is the training issue's: each gradient's relative error ``||g - ref|| / ||ref||`` is
+The training bound: each gradient's relative error ``||g - ref|| / ||ref||`` is
 at most ``factor`` x the packed-SDPA path's (``reference.packed_sdpa``, differentiable, same
 dtype, same inputs and upstream gradient), with a floor for the case where SDPA is nearly exact.
 """

@@ -1,6 +1,6 @@
 """Comparisons of kernel outputs with the float64 oracle, shared by the interpreter and GPU tests.
 
-The bound is the one the kernels issue sets: mean absolute error <= 1e-3, relative error
+The kernels' accuracy bound: mean absolute error <= 1e-3, relative error
 ``||out - ref|| / ||ref||`` no worse than twice the packed-SDPA path's own error in the
 same dtype (plus a floor for the case where SDPA happens to be nearly exact), no NaN,
 and the LSE within 1e-3 where the row has keys, ``-inf`` exactly where it has none.

@@ -242,8 +242,9 @@ UNMEASURED = [("NVIDIA H100 80GB HBM3", 90, "3.7.0"), ("NVIDIA H100 80GB HBM3", 
 
 @pytest.mark.parametrize("gpu, arch, release", UNMEASURED)
 def test_no_nsa_row_goes_to_sdpa_where_nobody_measured(monkeypatch, spy, gpu, arch, release):
-    """Issue 26: Triton 3.7.1 on the H100 (and every GPU but cc 9.0) got the old default 4096, so
-    every NSA row (16 x 64 = 1024 keys) went through packed SDPA, 400-600x slower."""
+    """Where no threshold was measured, no NSA row goes to SDPA: a default of 4096 would send every NSA row
+    (16 x 64 = 1024 keys) through packed SDPA, 400-600x slower (Triton 3.7.1 on the H100, and every GPU but
+    cc 9.0)."""
 
     dev = device.Device("cpu", arch, 132, gpu, release, True)  # the interpreter runs it, named as that GPU
     from nsa_triton_sel.arguments import route

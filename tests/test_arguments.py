@@ -1,6 +1,7 @@
 """``arguments.parse``: one validation of every call, so a remembered signature never accepts what a fresh
-call rejects (issue 39: after one cached decode call, ``block_size=8.0``, ``block_size=True``, ``scale=True``
-were accepted; ``validate="no"`` and ``return_lse="yes"`` were taken as truthy)."""
+call rejects (a remembered signature that skipped the check would accept, after one decode call,
+``block_size=8.0``, ``block_size=True``, ``scale=True``, and take ``validate="no"`` and ``return_lse="yes"`` as
+truthy)."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_multi_token_dq(h, local):
 def test_canonical_shape_against_fp32_reference(selection):
     """T = 2048, 64 query heads in 4 groups (h = 16), D = 128, blocks of 64, top-16 incl. block 0
     and the local block, bf16: each gradient within 4e-3 (relative) of an fp32 dense-masked
-    reference (the training issue's bound; the peers measure 2.5-3.3e-3).  Local selections
+    reference (the training bound; the peers measure 2.5-3.3e-3).  Local selections
     go through the multi-token forward and dq kernels."""
     T, G, h, D = 2048, 4, 16, 128
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -105,7 +105,7 @@ def test_fp32_only_on_reference_paths():
     check_qkv(q, k, v, allow_fp32=True)
     with pytest.raises(TypeError, match="q has dtype torch.float32"):
         check_qkv(q, k, v)
-    check_qkv(q.double(), k.double(), v.double(), allow_fp32=True)  # the float64 oracle takes float64 (issue 23)
+    check_qkv(q.double(), k.double(), v.double(), allow_fp32=True)  # the float64 oracle takes float64
     with pytest.raises(TypeError, match="accepted: float16, bfloat16, float32, float64"):
         check_qkv(q.to(torch.int32), k, v, allow_fp32=True)
 

@@ -1,4 +1,4 @@
-"""The user contract on a GPU (issue 35): every entry point, in every way a user runs it, against float64.
+"""The user contract on a GPU: every entry point, in every way a user runs it, against float64.
 
 Entry points (``contract_cases.ENTRIES``): 5-D ranges, 5-D block indices, decode (S = 1), a packed batch
 (``cu_seqlens``), the ``[B, T, HQ, D]`` and ``[T, HQ, D]`` layouts, fla's and XunhaoLai's drop-ins.

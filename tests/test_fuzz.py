@@ -1,4 +1,4 @@
-"""Property-based fuzz of ``selection_attention`` against the float64 oracle (issue 28).
+"""Property-based fuzz of ``selection_attention`` against the float64 oracle.
 
 Hypothesis draws tiny problems (B, S, G <= 2-3, h <= 3, T <= 70: one key tile and a bit), the
 three dtypes, ranges or block indices (with or without positions), valid and invalid span values,

@@ -1,4 +1,4 @@
-"""The hallway (issues 24, 40): a call goes from ``selection_attention`` to the kernel once, never back up.
+"""The hallway: a call goes from ``selection_attention`` to the kernel once, never back up.
 
 A profiler hook records every call between this package's modules during one eager call (the
 interpreter runs the kernels on the CPU).  The hall's modules, in order (README, "From
@@ -127,7 +127,7 @@ def walk(edges) -> dict:
     return {"path": p, "moves": len(p) - 1, "again": again, "back": back, "first": first}
 
 
-MAX_MOVES, MAX_CLIMBS = 8, 1  # issue 40's bound for the eager forward and the default backward
+MAX_MOVES, MAX_CLIMBS = 8, 1  # the most moves (and climbs back) an eager forward or a default backward may take
 
 
 def test_the_eager_forward_walks_down_the_hall_once(kernels_take_the_call):

@@ -1,4 +1,4 @@
-"""Bad inputs found by the issue-16 fuzz: each one gets a clear error naming the argument, or the right result."""
+"""Bad inputs found by fuzzing: each one gets a clear error naming the argument, or the right result."""
 
 from __future__ import annotations
 

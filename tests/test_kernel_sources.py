@@ -45,7 +45,7 @@ def test_the_rule_sees_a_call():
     assert [n for n, code in _code_lines(src) if CUMSUM.search(code)] == [3]
 
 
-# -- one standard for the kernel modules (issue 24) --
+# -- one standard for the kernel modules --
 
 KERNELS = Path(provenance.KERNEL_DIR)
 KERNEL_MODULES = ("forward.py", "backward.py", "common.py")

@@ -1,7 +1,7 @@
 """GPU parity: every kernel against the float64 oracle on a CUDA device, bf16 and fp16.
 
 Run on the H100 with:  ``pytest -m gpu -v``  (skipped with a reason without a CUDA device).
-Bounds (kernels issue): mean abs error <= 1e-3, relative error no worse than twice the
+Bounds (the kernels' accuracy target): mean abs error <= 1e-3, relative error no worse than twice the
 packed-SDPA path's own in the same dtype, never NaN, every output element written.
 """
 

@@ -286,8 +286,9 @@ def test_unvalidated_bad_cu_seqlens_stay_inside_the_keys():
 
 @pytest.mark.parametrize("cu", [[0, 5, 5, 45, 83], [0, 83], [0, 0, 83], [0, 40, 200], [-7, 3, 83], [0, 90, 50, 83]])
 def test_the_sequence_of_every_row_without_searchsorted(cu):
-    """Each packed row's sequence (issue 35: Inductor's searchsorted over cu_seqlens[1:-1] dropped the slice's
-    offset on the GPU): the number of inner boundaries <= the row, whatever the values (clamped into [0, N))."""
+    """Each packed row's sequence without searchsorted (Inductor's searchsorted over cu_seqlens[1:-1] drops the
+    slice's offset on the GPU): the number of inner boundaries <= the row, whatever the values (clamped into
+    [0, N))."""
     from nsa_triton_sel.arguments.layouts import sequence_of_rows
 
     S = 83

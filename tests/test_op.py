@@ -196,8 +196,9 @@ def test_validate_true_is_one_host_sync(host_syncs):
 
 @pytest.mark.parametrize("spans", ["ranges", "blocks"])
 def test_compile_fullgraph_after_eager_warm_up_calls(spans):
-    """Issue 35: after a few eager decode calls (signature, route and plan remembered), torch.compile with
-    fullgraph=True traces the same call: nothing untraceable runs before ``is_compiling`` is asked."""
+    """After a few eager decode calls (signature, route and plan remembered), torch.compile with
+    fullgraph=True traces the same call: nothing untraceable runs before ``is_compiling`` is asked, so a
+    warm cache never breaks the graph."""
     d, blocks, pos = decode_problem()
     ranges = block_indices_to_ranges(blocks, 64, 150, pos)
     kw = dict(block_indices=blocks, block_size=64, positions=pos) if spans == "blocks" else dict(ranges=ranges)

@@ -1,4 +1,4 @@
-"""The operator on a CUDA device (issue 16): torch.compile in the default and "reduce-overhead" modes with
+"""The operator on a CUDA device: torch.compile in the default and "reduce-overhead" modes with
 no graph break and no recompile, CUDA-graph capture and replay, a compiled training step, the Inductor
 fp64-scale crash, and the host cost of a decode call as a pytest-benchmark benchmark.
 
@@ -187,7 +187,7 @@ def test_host_cost_of_a_decode_call(request):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dk192_h64_through_selection_attention(dtype):
     """The class Triton 3.0/3.1 abort on for sm_90 (64-row, 8-warp tiles): capped to 32 rows there by
-    the window triton30-31-sm90-mma64-abort, oracle-correct everywhere (issue 14 acceptance)."""
+    the window triton30-31-sm90-mma64-abort, oracle-correct everywhere."""
     p = nsa_problem(256, G=1, h=64, D=192, dtype=dtype, device="cuda", seed=5)
     v = torch.randn(1, 1, 256, 128, device="cuda", dtype=dtype)
     route = arguments.route_of(p["q"], p["k"], v)

@@ -1,4 +1,4 @@
-"""The kernel library installs with torch and Triton alone (issue 25): the toolkit's dependencies are
+"""The kernel library installs with torch and Triton alone: the toolkit's dependencies are
 the ``matrix`` extra, and importing the library never needs them.  The metadata a user sees on the
 index is complete (license file, classifiers, URLs, ``py.typed``)."""
 

@@ -1,4 +1,4 @@
-"""Gradient precision at the extremes, against float64 autograd (issue 28, item 12), under the interpreter.
+"""Gradient precision at the extremes, against float64 autograd, under the interpreter.
 
 What the README's "Precision at the extremes" states, as bounds (relative error ``||g - ref|| / ||ref||``):
 

@@ -1,4 +1,4 @@
-"""The README's usage example runs as written on a CPU (issue 23, item 5), at smaller sizes.
+"""The README's usage example runs as written on a CPU (a reader without a GPU can try it), at smaller sizes.
 
 The first ``python`` block under ``## Use`` is executed with only its sizes line replaced
 (``S = 128``, ``T = 1024``, fewer heads): through ``backend="auto"`` (the packed-SDPA path on a CPU) and

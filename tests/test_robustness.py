@@ -1,15 +1,15 @@
-"""``selection_attention`` under hostile inputs (issue 28, items 7-11; issue 23, item 5).
+"""``selection_attention`` under hostile inputs: what each kind of bad input must still get.
 
-- 7: a padding slot never brings a key into the arithmetic (an inf at key 0 stays out of rows that
+- a padding slot never brings a key into the arithmetic (an inf at key 0 stays out of rows that
   never selected it), and in the Triton backward a NaN row stays out of the gradients of keys it
   never read;
-- 8: only a real kernel failure is remembered (vmap, torch.func.grad, bad values with
+- only a real kernel failure is remembered (vmap, torch.func.grad, bad values with
   validate=False, an error the fallback shares, are not);
-- 9: the backward clamps spans like the forward (validate=False: no read outside [0, T));
-- 10: every row empty and inputs that require grad: an output with a graph, zero gradients;
-- 11: small API errors are clear TypeErrors/ValueErrors; meta and fake tensors give shapes on every
+- the backward clamps spans like the forward (validate=False: no read outside [0, T));
+- every row empty and inputs that require grad: an output with a graph, zero gradients;
+- small API errors are clear TypeErrors/ValueErrors; meta and fake tensors give shapes on every
   backend;
-- issue 23, item 5: the float64 oracle takes float64 inputs.
+- the float64 oracle takes float64 inputs.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def assert_like_oracle(got, want, atol):
     assert torch.allclose(got[fin], want[fin], atol=atol, rtol=atol)
 
 
-# -- item 7: padding never reads a key into the arithmetic ---------------------------------------
+# -- padding never reads a key into the arithmetic -----------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["oracle", "sdpa", "reference", "auto"])
@@ -145,7 +145,7 @@ def test_multi_token_kernel_keeps_an_inf_value_to_its_readers():
     assert torch.isfinite(out[0, :7]).all()
 
 
-# -- item 8: only a real kernel failure is remembered ------------------------------------------
+# -- only a real kernel failure is remembered --------------------------------------------------
 
 
 @pytest.fixture
@@ -228,7 +228,7 @@ def test_backward_error_the_fallback_shares_is_not_remembered(monkeypatch, nothi
         op.backward(q, k, v, r, None, 0, 0, False, 1, False, out, lse, torch.ones_like(out), None, 0.25, p=object())
 
 
-# -- item 9: the backward clamps spans like the forward ----------------------------------------
+# -- the backward clamps spans like the forward ------------------------------------------------
 
 
 @needs_interp
@@ -249,7 +249,7 @@ def test_backward_clamps_spans_like_the_forward(span, nothing_remembered):
         assert torch.allclose(g_.double(), w_, atol=2e-2, rtol=2e-2)
 
 
-# -- item 10: every row empty, inputs that require grad ----------------------------------------
+# -- every row empty, inputs that require grad -------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["oracle", "sdpa", "reference", "auto"])
@@ -263,7 +263,7 @@ def test_every_row_empty_still_has_zero_gradients(backend):
     assert all(torch.equal(x.grad, torch.zeros_like(x)) for x in xs)
 
 
-# -- item 11: small API errors -------------------------------------------------------------------
+# -- small API errors ----------------------------------------------------------------------------
 
 
 def bad_calls():
@@ -315,7 +315,7 @@ def test_meta_and_fake_tensors_give_shapes_on_every_backend(backend, kind):
     assert lse.shape == (1, 2, 1, 2) and lse.dtype == torch.float32
 
 
-# -- issue 23, item 5: float64 -------------------------------------------------------------------
+# -- float64 -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("backend", ["oracle", "sdpa", "auto"])

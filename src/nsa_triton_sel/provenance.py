@@ -1,6 +1,7 @@
 """Which code a result is about: two hashes of this package's sources, one per kind of evidence.
 
-Every ledger record carries both hashes of the tree that produced it (issue 36):
+Every ledger record carries both hashes of the tree that produced it, so an edit stales only the evidence it
+can affect:
 
 - the **compiler-facing** hash (``compiler_hash``): what Triton compiles, i.e. the ``@triton.jit``
   sources and every table that decides one of their constexprs (the planner's tiles, warps, stages and

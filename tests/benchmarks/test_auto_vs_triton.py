@@ -1,4 +1,4 @@
-"""``python -m bench.auto_vs_triton`` (issue 26): it needs a GPU, and says so."""
+"""``python -m bench.auto_vs_triton``: it needs a GPU, and says so."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m bench.plots``: the README's two pictures from committed results (issue 25)."""
+"""``python -m bench.plots``: the README's two pictures from committed results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/results/ (issue 40): folders named by what they hold, each with a README, no code, and every
+"""bench/results/: folders named by what they hold, each with a README, no code, and every
 reference to a result file pointing at one that exists."""
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ PARTIAL = ("import signal, sys, time\n"
 
 @pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["foreground", "nohup"])
 def test_a_stage_past_its_limit_is_interrupted_not_lost(inherited):
-    """Issue 41: under `nohup ... &` (SIGINT inherited ignored) the limit's SIGINT must still reach pytest."""
+    """Under `nohup ... &` (SIGINT inherited ignored) the limit's SIGINT must still reach pytest, or a stage
+    past its limit ends with nothing saved."""
     sess = gpu_lane.LocalSession("parity-3.9", {}, limit_s=1.0)
     old = signal.signal(signal.SIGINT, inherited)
     try:

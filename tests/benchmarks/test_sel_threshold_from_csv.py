@@ -186,7 +186,8 @@ def test_cli_report_plot_and_config_round_trip(tmp_path, capsys):
 
 
 def test_write_config_refuses_a_margin_that_moves_rows_where_triton_was_faster(tmp_path):
-    """Issue 26: with --margin 1.2, rows where Triton was 1.1x faster would be sent to SDPA."""
+    """A margin may not send rows to SDPA where Triton was faster: with --margin 1.2, rows where Triton was
+    1.1x faster would go to SDPA."""
     dense, varlen = split_write(tmp_path, rows_for(lambda d, N, L: 1.1 if L < 64 else 1.4))
     cfg = tmp_path / "t.json"
     with pytest.raises(ValueError, match="may only do where SDPA was measured faster"):

@@ -76,8 +76,8 @@ FROM_39 = ("def get_ptxas(arch: int) -> knobs.NvidiaTool:\n    if arch < 90:\n  
 
 
 def test_the_ptxas_kept_is_the_one_the_release_runs_for_the_arch():
-    """Triton 3.9 compiles sm_90 with ptxas-blackwell: dropping it (as an earlier session did for 3.1-3.8)
-    left 3.9's tree unable to compile for the H100 (found by the AOT smoke of the slim tree)."""
+    """Triton 3.9 compiles sm_90 with ptxas-blackwell: a slim tree for the H100 may drop it for 3.1-3.8, but
+    without it 3.9's tree cannot compile for the H100, which only the AOT smoke of the slim tree would reveal."""
     assert S.ptxas_for(ONE, 90) == "ptxas"
     assert S.ptxas_for(V33, 90) == "ptxas" and S.ptxas_for(V33, 100) == "ptxas-blackwell"
     assert S.ptxas_for(UP_TO_38, 90) == "ptxas" and S.ptxas_for(UP_TO_38, 100) == "ptxas-blackwell"

@@ -2,9 +2,9 @@
 ``triton31-32-sm100-llvm-abort``): a dot-free cross-warp reduction, ``rowsum(dO * O)`` per row, which those
 releases' LLVM cannot lower for sm_100/103/120 ('Cannot select: intrinsic %llvm.nvvm.shfl.sync').
 
-It is the backward's former ``sel_bwd_delta_kernel`` (the kernel the windows were found with, issue 27), kept
-here as the windows' reproducer after the library stopped shipping it (issue 24: it served only the removed
-``streams=2`` experiment).  Imports only triton.
+It is the backward's former ``sel_bwd_delta_kernel`` (the kernel the windows were found with), kept here as
+the windows' reproducer since the library no longer ships it (it served only a ``streams=2`` experiment that
+the library dropped).  Imports only triton.
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Damaged-file fuzz of the ``nsa-sel`` command line (issue 39): a table of cases, each a process of its own.
+"""Damaged-file fuzz of the ``nsa-sel`` command line: a table of cases, each a process of its own.
 
 Every case copies a small, consistent project (a constraints directory made by a real ``nsa-sel pin``,
 lane run files, a candidate's run files for ``check-upgrade --from-results``, a ``file://`` package

@@ -314,7 +314,7 @@ def _smoke_path_cases() -> list[Case]:
 
 
 def _fresh_and_debug_cases() -> list[Case]:
-    """The real entry point (a new interpreter) on a few of the issue's findings, and --debug."""
+    """The real entry point (a new interpreter) on a few of the damaged-file cases, and --debug."""
     return [
         Case("fresh:doctor on a corrupt ledger", ("doctor", "--no-interp"), (("constraints/ledger.jsonl", "garbage"),),
              rc=frozenset({2}), err=r"ledger\.jsonl:1", fresh=True, env=(("NSA_SEL_CONSTRAINTS", "{root}/constraints"),)),

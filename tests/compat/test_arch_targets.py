@@ -1,4 +1,4 @@
-"""Blackwell and consumer targets (issue 27): what a release that cannot target an arch gets.
+"""Blackwell and consumer targets: what a release that cannot target an arch gets.
 
 No compile happens here: the toolchain is a fake ``ptxas`` (a shell script printing what a CUDA 12.4
 ptxas prints) and the smoke's children are stand-ins, so each test takes milliseconds.

@@ -110,7 +110,7 @@ def test_lock_excludes_a_second_holder(tmp_path):
 
 
 def test_the_lock_file_is_removed_on_release_even_after_an_error(tmp_path):
-    """A refused pin used to leave its .lock file behind (issue 39)."""
+    """The lock file goes even when the locked work raises: a refused pin must not leave a stale .lock behind."""
     anchor = tmp_path / "ledger.jsonl"
     with pytest.raises(ValueError, match="refused"), atomic.locked(anchor):
         assert (tmp_path / ".ledger.jsonl.lock").exists()

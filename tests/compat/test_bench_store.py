@@ -1,4 +1,4 @@
-"""Saved pytest-benchmark storage per lane and the --benchmark-compare-fail gate check-upgrade arms (issue 25)."""
+"""Saved pytest-benchmark storage per lane and the --benchmark-compare-fail gate check-upgrade arms."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``nsa-sel`` command line on damaged files and bad arguments (issue 39): :mod:`cli_fuzz_cases`'s table,
+"""The ``nsa-sel`` command line on damaged files and bad arguments: :mod:`cli_fuzz_cases`'s table,
 run by :mod:`cli_fuzz`.
 
 Each case is a process of its own under a timeout: no hang, an exit status its command documents, no

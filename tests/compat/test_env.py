@@ -172,7 +172,8 @@ def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
 
 
 def test_doctor_says_which_threshold_applies_and_why(capsys):
-    """Issue 26: doctor names the thresholds entry (or the default) in force, and why."""
+    """Doctor names the thresholds entry (or the default) in force, and why: a user on an unmeasured pair
+    must see that the default applies, not a figure measured elsewhere."""
     from nsa_triton_sel.compat.doctor import threshold_in_force
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
@@ -214,8 +215,8 @@ def _copy_constraints(tmp_path):
     ("known-good.txt", lambda p: (p.unlink(), os.mkfifo(p)), "known-good.txt: is a FIFO"),
 ])
 def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_path, capsys, which, damage, needle):
-    """LedgerError, TableError, UnicodeDecodeError and IsADirectoryError escaped as tracebacks, and a FIFO
-    known-good.txt hung doctor (issue 39)."""
+    """A damaged project file is one line, never a traceback (LedgerError, TableError, UnicodeDecodeError,
+    IsADirectoryError) or a hang (a FIFO known-good.txt), and the rest of doctor's report still prints."""
     from nsa_triton_sel.compat import cli
 
     cdir = _copy_constraints(tmp_path)
@@ -252,7 +253,7 @@ def test_a_named_constraints_directory_that_is_not_one_is_an_error(tmp_path, cap
 
 
 def test_without_numpy_the_probe_says_what_to_install(monkeypatch):
-    """The matrix extra has no numpy: doctor printed `No module named 'numpy'` with no hint (issue 41)."""
+    """The matrix extra has no numpy: doctor must say what to install, not a bare `No module named 'numpy'`."""
     real = env.importlib.util.find_spec
     monkeypatch.setattr(env.importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a))
     monkeypatch.setattr(env.subprocess, "run", lambda *a, **k: pytest.fail("no probe without numpy"))

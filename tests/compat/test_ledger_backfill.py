@@ -46,7 +46,7 @@ def test_clean_commits_get_their_hashes_dirty_or_missing_ones_stay_unknown(tmp_p
 
 def test_a_legacy_kernel_hash_that_the_commit_does_not_match_stays_unknown(tmp_path):
     """A run with uncommitted kernel edits named a clean commit (NSA_SEL_GIT_COMMIT on a copy): its
-    issue-21 kernel_hash tells, and the record is not given that commit's hashes."""
+    older kernel_hash tells, and the record is not given that commit's hashes."""
     sha, _ = _repo(tmp_path)
     legacy = provenance.hash_sources({"forward.py": b"x = 1\n", "bind.py": b"bind = 1\n"})  # kernels/*.py by base name
     base = F.recs("3.9", "parity", ["pass"])[0]

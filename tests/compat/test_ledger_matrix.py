@@ -123,7 +123,7 @@ def test_a_gpu_lane_run_on_a_cpu_machine_is_no_gpu_evidence():
 
 
 def test_a_runtime_edit_flags_the_contract_record_and_keeps_gpu_use():
-    """Issue 36: a host-side edit (another runtime hash) keeps the compile/parity/bench cells and GPU use,
+    """A host-side edit (another runtime hash) keeps the compile/parity/bench cells and GPU use,
     marks the contract column stale, and says that no contract run of this runtime exists."""
     recs = F.all_pass("3.9") + _gpu_run("3.9")
     md = _render_at(recs, runtime="0" * 16)

@@ -1,4 +1,4 @@
-"""``nsa-sel pin`` end to end, and each ledger-integrity failure of issue 14.6 with a test:
+"""``nsa-sel pin`` end to end, and each way the ledger's integrity can fail with a test:
 concurrent pins, kill -9 mid-pin, file modes, strict input, file:line messages, an empty ledger."""
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def test_pin_refuses_a_record_whose_process_imported_another_triton(tmp_path):
 
 
 def test_pin_refuses_an_empty_ledger_and_no_results(tmp_path, capsys):
-    """Issue 28.2: an empty ledger with nothing to merge used to render known-good.txt as ``triton<0``."""
+    """An empty ledger with nothing to merge is refused and writes nothing (rendered, it would give
+    known-good.txt as ``triton<0``)."""
     cdir = F.constraints_dir(tmp_path)
     (cdir / "ledger.jsonl").write_text("")
     assert _pin(cdir, extra=["--results", str(tmp_path / "nothing")]) == 2  # a named dir must exist

@@ -151,8 +151,8 @@ def test_known_good_requires_the_backward_check_when_the_table_does():
 
 
 def test_a_window_with_a_signature_excuses_only_its_own_failure():
-    """Issue 21 item 7: on 3.0/3.1 sm_90 every compile failure used to become xfail (a 16-row compile
-    error and a timeout were excused); only the window's own abort may be."""
+    """Only the window's own abort may become xfail: excusing every compile failure on 3.0/3.1 sm_90 would
+    also hide a 16-row compile error or a timeout that the window does not describe."""
     windows = known_bad.parse('schema = 1\n[[window]]\nid = "mma"\ntriton = "<3.2"\narch = [90]\nchecks = ["compile"]\n'
                               'signature = "layout conversion is only supported on Ampere"\nreason = "r"\n')
     report = {"results": [

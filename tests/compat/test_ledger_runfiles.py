@@ -1,4 +1,4 @@
-"""Run files: interrupted lanes become markers, and every results file is read strictly (issue 14.6)."""
+"""Run files: interrupted lanes become markers, and every results file is read strictly."""
 
 from __future__ import annotations
 

@@ -25,8 +25,8 @@ def test_load_ledger_rejects_a_torn_line(tmp_path):
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_nan_and_infinity_are_refused_with_the_records_line(tmp_path, token):
-    """json.loads takes NaN/Infinity (and 1e400 as inf); `pin --check` then called such a ledger consistent
-    (issue 39).  The ledger is strict JSON in and out."""
+    """json.loads takes NaN/Infinity (and 1e400 as inf), so a lenient reader would let `pin --check` call such
+    a ledger consistent.  The ledger is strict JSON in and out."""
     recs = [json.dumps(r) for r in F.recs("3.1", "parity", ["pass", "pass"])]
     recs[1] = recs[1].replace('"metrics": {}', f'"metrics": {{"x": {token}}}')
     assert token in recs[1]

@@ -245,10 +245,9 @@ def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
 
 
 def test_a_lane_ends_with_a_summary_versions_pairing_results_and_next_command(tmp_path, monkeypatch):
-    """Issue 25: the end of a lane's log says what ran, with which Triton/torch (off-pair here: a CPU
-    torch), the counts per check, the archs its compile covered, where the run file is and what to run
-    next; issue 41: the command for the archs left out, and the pin as a maintainer's step that rewrites
-    tracked files."""
+    """The end of a lane's log says what ran, with which Triton/torch (off-pair here: a CPU torch), the
+    counts per check, the archs its compile covered, where the run file is and what to run next: the
+    command for the archs left out, and the pin as a maintainer's step that rewrites tracked files."""
     monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
     s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
                     posargs=["--results", str(tmp_path / "results")])
@@ -310,7 +309,8 @@ def test_a_bad_archs_value_is_one_line_before_anything_is_installed(tmp_path, mo
 
 @pytest.mark.parametrize("jobs, want", [(None, None), ("14", "14")])
 def test_compile_jobs_default_to_the_smokes_usable_cores_and_nsa_sel_jobs_overrides(tmp_path, monkeypatch, jobs, want):
-    """Issue 41: the lanes passed no job count, so the smoke's old min(2, cores) held a 16-core box to 2."""
+    """Without NSA_SEL_JOBS the compile uses every usable core (a fixed min(2, cores) would hold a 16-core box
+    to 2); NSA_SEL_JOBS overrides it."""
     from nsa_triton_sel.compat.smoke import run
 
     monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
@@ -447,7 +447,8 @@ def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
 
 
 def test_a_cpu_parity_lane_installs_its_paired_torch_and_a_compile_lane_borrows(tmp_path):
-    """Issue 36: CPU parity lanes run under the torch their Triton pairs with, not a borrowed CPU torch."""
+    """CPU parity lanes run under the torch their Triton pairs with, not a borrowed CPU torch, so parity is
+    checked on the pair users install."""
     table = lanes.load_table()
     site = {"import sysconfig; print(sysconfig.get_paths()['purelib'])": lambda a, e: str(tmp_path)}
     s = FakeSession("parity-3.0", tmp_path, site, backend="uv")

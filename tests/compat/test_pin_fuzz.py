@@ -1,4 +1,4 @@
-"""Property-based fuzz of ``nsa-sel pin`` under bad files (issue 28, acceptance).
+"""Property-based fuzz of ``nsa-sel pin`` under bad files.
 
 Each example starts from a consistent constraints directory (ledger, MATRIX.md, known-good.txt,
 lanes.toml) plus a results directory, breaks one to three things (random bytes, truncation, a

@@ -1,4 +1,4 @@
-"""``nsa-sel pin`` under hostile or broken files (issue 28, toolkit items 1, 2, 3, 5, 6).
+"""``nsa-sel pin`` under hostile or broken files.
 
 Every failure must be one clear line naming the file and exit status 2, with nothing written:
 never a traceback, a hang, a file renamed outside the constraints directory, or a verdict ignored.

@@ -1,5 +1,6 @@
-"""The two hashes of issue 36: what Triton compiles (stales compile/parity/bench evidence) and the rest of
-the runtime (stales only the GPU contract record).  The split is proved on a copy of this package."""
+"""The two provenance hashes: what Triton compiles (stales compile/parity/bench evidence) and the rest of
+the runtime (stales only the GPU contract record), so a host-side edit does not throw away kernel evidence.
+The split is proved on a copy of this package."""
 
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def test_an_unreadable_index_is_a_clear_error(tmp_path, capsys):
 
 
 def test_a_fifo_in_a_file_index_is_an_error_at_once_not_a_hang(index, tmp_path, capsys):
-    """urllib's file:// handler opened a FIFO and waited for a writer, whatever --timeout said (issue 39)."""
+    """A FIFO is refused at once: urllib's file:// handler opens it and waits for a writer, whatever --timeout
+    says."""
     from urllib.parse import urlsplit
 
     fifo = Path(urlsplit(index).path) / "triton" / "json"

@@ -1,10 +1,10 @@
-"""Lane isolation of the compile children (issue 14.1), through the real mechanism.
+"""Lane isolation of the compile children, through the real mechanism.
 
 The parent here plays a lane whose interpreter also sees *another* Triton: a directory with a
 fake ``triton`` 2.0.0 (and its dist-info, like a site-packages) on the parent's ``sys.path``,
 where the noxfile's ``.pth`` once put the invoking environment's site-packages.  The children
-must still import the interpreter's own Triton.  Before the fix, ``child_env`` put that
-directory on the children's PYTHONPATH, ahead of their site-packages, and they imported it.
+must still import the interpreter's own Triton: a ``child_env`` that put that directory on the
+children's PYTHONPATH, ahead of their site-packages, would make them import the wrong one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``nsa-sel smoke`` argument handling (issue 14.7): clear messages, exit 2, checked before the run."""
+"""``nsa-sel smoke`` argument handling: clear messages, exit 2, checked before the run (never minutes into it)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_python_that_is_not_executable(tmp_path, capsys, no_run):
     ("#!/bin/sh\nsleep 60\n", "did not answer"),
 ])
 def test_python_that_is_not_a_python_interpreter_is_refused_before_the_run(tmp_path, capsys, no_run, body, expect):
-    """An executable that is not Python used to pass the check and end the run in an OSError (issue 39)."""
+    """An executable that is not Python is refused up front, not left to end the run in an OSError."""
     exe = tmp_path / "python"
     exe.write_text(body)
     exe.chmod(0o755)
@@ -133,7 +133,7 @@ def test_duplicate_spec_names_are_usage_errors(capsys, no_run):
     assert rc == 2 and "duplicate spec name" in err
 
 
-# ---------------------------------------------------------------- issue 28, item 6
+# ---------------------------------------------------------------- bad values refused before the run
 
 
 def test_a_bad_expect_triton_is_refused_before_the_run(capsys, no_run):

@@ -1,4 +1,4 @@
-"""``nsa-sel doctor``'s known-good section (issue 25): the installed pair's status and its evidence."""
+"""``nsa-sel doctor``'s known-good section: the installed pair's status and its evidence."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def test_gpu_evidence_about_other_kernel_sources_is_stale():
 
 
 def test_a_gpu_with_current_and_stale_records_is_named_once_as_current():
-    """Issue 41: the doctor listed the H100 as both stale and current in one sentence."""
+    """A GPU with both current and stale records is named once, as current: never stale and current in one
+    sentence."""
     recs = [_h(_rec("compile", "aot", "pass", machine="NVIDIA H100"), "old"),
             _h(_rec("parity", "gpu", "pass", machine="NVIDIA H100"), "new"),
             _h(_rec("contract", "gpu", "pass", machine="NVIDIA H100"), "new"), _rec("parity", "interp", "pass")]

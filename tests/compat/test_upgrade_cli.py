@@ -1,4 +1,4 @@
-"""``nsa-sel check-upgrade``: arguments checked before the long run, one-line errors (issue 28, item 4).
+"""``nsa-sel check-upgrade``: arguments checked before the long run, one-line errors.
 
 No test touches the network or runs a lane: the package index and the candidate run are faked.
 """

@@ -1,4 +1,4 @@
-"""The CI workflow (issue 25): a pinned CPU torch, a pin job that opens a pull request, a nightly
+"""The CI workflow: a pinned CPU torch, a pin job that opens a pull request, a nightly
 release watcher that opens an issue.  Text checks: the test environment has no YAML parser."""
 
 from __future__ import annotations

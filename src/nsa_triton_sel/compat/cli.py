@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return _missing(name, exc.name)
     except KeyboardInterrupt:
         return fail(name, "interrupted", 130)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, never a traceback (issue 39)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, never a traceback
         return fail(name, exc, unexpected=True)
 
 

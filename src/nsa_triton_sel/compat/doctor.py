@@ -68,7 +68,7 @@ def _arch_int(cc: str | None) -> int | None:
 
 
 def arch_evidence(arch: int | None, constraints: str | None = None) -> str:
-    """The ledger's answer for ``arch`` (issue 27: Blackwell users must hear that it is compile-only).
+    """The ledger's answer for ``arch`` (a Blackwell user must hear that its evidence is compile-only).
 
     Without a project it says so; a project file that cannot be read raises (TableError, LedgerError)."""
     from . import lanes, project  # noqa: PLC0415 - only doctor needs the project's files
@@ -84,8 +84,8 @@ def arch_evidence(arch: int | None, constraints: str | None = None) -> str:
 
 
 def threshold_in_force(gpu_name: str | None, triton: str | None) -> dict:
-    """The ``sel_triton_min_L`` the dispatcher applies on this GPU with this Triton, and why (issue 26:
-    which thresholds entry, or the default, and where it comes from)."""
+    """The ``sel_triton_min_L`` the dispatcher applies on this GPU with this Triton, and why: which
+    thresholds entry, or the default, and where it comes from."""
     if not triton:
         return {"value": None, "why": "Triton is not installed: every call takes the packed-SDPA path"}
     if not gpu_name:

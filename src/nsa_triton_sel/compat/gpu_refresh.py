@@ -1,4 +1,4 @@
-"""The GPU evidence of every Triton release in one go, on one GPU machine (issue 36).
+"""The GPU evidence of every Triton release in one go, on one GPU machine.
 
 ``python -m nsa_triton_sel.compat.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
 

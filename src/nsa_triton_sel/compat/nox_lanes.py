@@ -4,11 +4,11 @@ The noxfile only declares sessions (options, the table, a loop); every session b
 as a plain function of a nox session object, so a test drives it with a fake one.  Standard
 library and ``packaging`` only at import, like the rest of the toolkit.
 
-Isolation (issue 14): a lane imports its own Triton and numpy, never the invoking
+Isolation: a lane imports its own Triton and numpy, never the invoking
 environment's.  Every process the lane starts reports what it imported; a record whose process
 imported another Triton, or a numpy outside the lane's range, becomes an ``error`` and fails the lane.
 
-Torch (issue 36): a CPU parity lane installs the torch its Triton pairs with (``lanes.toml``, the
+Torch: a CPU parity lane installs the torch its Triton pairs with (``lanes.toml``, the
 first of ``torch``: the CUDA build PyPI serves, which runs on a CPU too), so the interpreter parity,
 the backward, the custom op's ``opcheck`` and the ``torch.compile`` smoke run under the pair a user
 installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a download
@@ -415,7 +415,7 @@ def constraints(session, m: Matrix) -> None:
 
 def check_upgrade(session) -> None:
     """Body of ``nox -s check-upgrade -- VERSION``."""
-    from . import upgrade  # noqa: PLC0415 - only this session needs it
+    from . import upgrade  # noqa: PLC0415 - only this nox session needs it
 
     rc = upgrade.main(list(session.posargs))
     if rc:

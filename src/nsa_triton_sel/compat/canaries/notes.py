@@ -1,8 +1,9 @@
 """Notes on GPU canaries that fired without hitting this project's kernels (``notes.toml`` beside this file).
 
-A fired canary needs one of two answers (issue 21 item 3): a known-bad window that covers the release's
-GPU parity (our kernels are hit; the window carries a reproducer), or a note saying why our kernels are
-not hit.  :func:`answer` finds it; MATRIX.md prints it beside the canary and flags a canary with neither.
+A fired canary needs one of two answers, so that none is left unexplained: a known-bad window that covers
+the release's GPU parity (our kernels are hit; the window carries a reproducer), or a note saying why our
+kernels are not hit.  :func:`answer` finds it; MATRIX.md prints it beside the canary and flags a canary with
+neither.
 """
 
 from __future__ import annotations

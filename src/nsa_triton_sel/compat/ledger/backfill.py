@@ -6,7 +6,7 @@
 - a clean commit (``git_commit`` a sha known to this repository): both hashes of the package's files at
   that commit (``git ls-tree`` + ``git cat-file``, the rules of :mod:`nsa_triton_sel.provenance`),
   ``hashes_from: "git <sha>"``.  A record that also carries the older ``kernel_hash`` (the hash of
-  ``kernels/*.py`` alone, issue 21) is checked against it: where the commit's kernels hash otherwise,
+  ``kernels/*.py`` alone) is checked against it: where the commit's kernels hash otherwise,
   the run had uncommitted kernel edits, and its hashes stay unknown;
 - a ``-dirty`` commit, no commit (a run from a copy without ``.git``) or one this clone lacks: left
   unknown (both hashes null, ``hashes_from`` saying why).  Unknown counts as stale for GPU use: the
@@ -24,7 +24,7 @@ from ... import provenance
 from ..atomic import atomic_write_text
 from .store import dump_ledger, load_ledger
 
-LEGACY_FIELD = "kernel_hash"  # issue 21's hash: kernels/*.py by base name
+LEGACY_FIELD = "kernel_hash"  # the older records' hash: kernels/*.py by base name
 
 
 def files_at_commit(commit: str, repo: Path) -> dict[str, bytes] | None:
@@ -56,7 +56,7 @@ def files_at_commit(commit: str, repo: Path) -> dict[str, bytes] | None:
 
 
 def legacy_kernel_hash(files: dict[str, bytes]) -> str | None:
-    """Issue 21's ``kernel_hash`` of the same files: ``kernels/*.py`` (no subfolder) by base name."""
+    """The older records' ``kernel_hash`` of the same files: ``kernels/*.py`` (no subfolder) by base name."""
     kernels = {n.split("/", 1)[1]: b for n, b in files.items()
                if n.startswith("kernels/") and n.count("/") == 1 and n.endswith(".py")}
     return provenance.hash_sources(kernels) if kernels else None

@@ -81,7 +81,7 @@ def render_matrix(table, recs: list[dict], windows: list, verdicts: dict, ledger
         row.append(_gpu_use(verdicts[rel.triton]))
         out.append("| " + " | ".join(row) + " |")
     out += gpu_evidence(table, recs, windows, current, runtime)
-    out += matrix_section(table, recs)  # evidence per arch (issue 27)
+    out += matrix_section(table, recs)  # evidence per arch: each arch's own answer, and whether it is compile-only
     out += ["", "## Reasons for every non-pass", ""] + [n for n in notes if n]
     out += ["", "## Known-bad windows", ""]
     out += [f"- `{w.id}`: {w.describe()}" + (f" ({w.link})" if w.link else "") for w in windows] or ["- none"]

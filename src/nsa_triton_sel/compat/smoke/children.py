@@ -9,10 +9,9 @@ started for, never another one that happens to be on the parent's ``sys.path``:
   the caller's own ``PYTHONPATH`` is passed unchanged (the parent has it in the same place).  A
   directory of installed packages (named site-packages, holding ``*.dist-info``, or holding
   triton/numpy/torch) is never added there: on ``PYTHONPATH`` it would come *before* the child's
-  own site-packages and shadow its Triton.  (This was the bug of
-  issue 14: the lanes shared the invoking environment's torch through a ``.pth`` file, the
-  harness put that whole site-packages on the children's ``PYTHONPATH``, and lanes 3.0-3.8
-  compiled with Triton 3.9.)
+  own site-packages and shadow its Triton.  (A lane that borrows the invoking environment's
+  torch through a ``.pth`` file has that whole site-packages on its path; put on the children's
+  ``PYTHONPATH``, it made lanes 3.0-3.8 compile with Triton 3.9.)
 - what the child needs from such a directory (this package, when it is installed there) is
   appended *after* the child's own site-packages by a small bootstrap (:data:`BOOT`).
 - every child reports the versions it imported (:func:`..env.imported_versions`), so a leak
