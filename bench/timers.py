@@ -190,6 +190,17 @@ def cuda_kernels(fn: Callable[[], object]) -> str:
     return "+".join(names)
 
 
+def extra_peak_bytes(fn: Callable[[], object]) -> int:
+    """Device bytes one call of ``fn`` allocates at its peak above what was allocated before it (the GPU
+    synchronised around the call; warm ``fn`` up first, so compile and autotune scratch does not count)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def host_launch_us(fn: Callable[[], object], n: int = 5) -> float:
     """Median host time (us) to enqueue one eager call, GPU idle before each (what an
     eager caller pays before the GPU starts; a graph replay does not pay it)."""

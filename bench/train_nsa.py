@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bench import csvio
+from bench import csvio, timers
 from bench import train_contenders as TC
 
 COLUMNS = ["T", "sel", "contender", "fwd_ms", "fwdbwd_ms", "bwd_ms", "tflops", "pct_mm", "bwd_tflops",
@@ -133,12 +133,7 @@ def measure(c: TC.Contender, p: TC.Problem, bench, dry: bool) -> dict:
     for x in c.leaves:
         x.grad = None
     if not dry:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fwdbwd()
-        torch.cuda.synchronize()
-        row["extra_peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
+        row["extra_peak_gib"] = timers.extra_peak_bytes(fwdbwd) / 2**30
     for x in c.leaves:
         x.grad = None
     slow = c.name == "sdpa" and not dry

@@ -217,12 +217,9 @@ def test_train(benchmark, l2_flush, sel, T):
         step()
         next_round()
     if not DRY:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        torch.cuda.synchronize()
-        benchmark.extra_info["extra_peak_mib"] = (torch.cuda.max_memory_allocated() - before) / 2**20
+        from bench.timers import extra_peak_bytes
+
+        benchmark.extra_info["extra_peak_mib"] = extra_peak_bytes(step) / 2**20
         next_round()
     _gpu_rounds(benchmark, l2_flush, step, rounds=3 if DRY else (15 if TS[T] <= 8192 else 9), before=next_round)
     for xs in leaves:
