@@ -9,6 +9,7 @@ masked), differentiable: the reference for the output, the LSE and the gradients
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +23,31 @@ G, H_PER_G, D, BS, TOP = 2, 3, 64, 32, 4
 HQ = G * H_PER_G
 DEV = "cuda"
 DT = torch.bfloat16
+
+OUT_TOL, LSE_TOL, GRAD_TOL = 1e-2, 2e-3, 2e-2  # relative (norm) errors against float64, bf16 inputs
+
+
+def _torch_pins_triton() -> str | None:
+    for req in importlib.metadata.requires("torch") or ():
+        name = req.split(";")[0].strip()
+        if name.startswith("triton==") and ("platform_system" not in req or "Linux" in req):
+            return name.split("==", 1)[1]
+    return None
+
+
+def off_pair() -> str | None:
+    """Why Inductor runs an unpaired Triton here (None: the pair)."""
+    import triton
+
+    pinned = _torch_pins_triton()
+    if pinned is None or pinned == triton.__version__:
+        return None
+    return f"off-pair: torch {torch.__version__} pins triton {pinned}, this lane runs triton {triton.__version__}"
+
+
+def rel(a, b) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
 def causal_blocks(n_tok: int, positions, gen) -> torch.Tensor:
@@ -150,3 +176,163 @@ def build(name: str, seed: int = 0) -> Case:
 
 
 ENTRIES = ("ranges5", "blocks5", "decode", "packed", "bthd", "thd", "fla", "xunhaolai")
+
+
+# --- symbolic sizes: one call signature per entry point, every tensor an argument (nothing closed over, so
+# the compiled graph sees the token and batch sizes as inputs) ---
+
+SYMBOLIC_ENTRIES = ("blocks5", "fla", "xunhaolai")
+SYMBOLIC_TOKENS = (160, 224, 288, 352)
+# Batch rows (5-D) or packed sequences, taken in turn: never 0 or 1 (Dynamo specialises them), and never the size
+# of another dimension (G, h, HQ, Dk, the slots; cu_seqlens has one more), which Dynamo's duck sizing would tie
+# them to, so that the next size recompiles.
+SYMBOLIC_BATCH = {"blocks5": (5, 7), "fla": (7, 9), "xunhaolai": (7, 9)}
+
+
+def symbolic_sizes(entry: str, tokens=SYMBOLIC_TOKENS, batch=None) -> list:
+    """``[(batch or sequences, tokens), ...]`` for ``entry``, one per token count."""
+    batch = batch or SYMBOLIC_BATCH[entry]
+    return [(batch[i % len(batch)], T) for i, T in enumerate(tokens)]
+
+
+@dataclass
+class Sized:
+    """One entry point at one size: ``fn(*args)`` returns its output (and the LSE where it has one),
+    ``dims`` maps an argument's position to its (tokens, batch) dimensions, ``native``/``ranges`` as in
+    :class:`Case` for the float64 oracle."""
+
+    fn: Callable
+    args: tuple
+    dims: dict
+    native: Callable
+    ranges: torch.Tensor
+    out5: Callable
+
+
+def _blocks5(q, k, v, blocks):
+    return selection_attention(q, k, v, block_indices=blocks, block_size=BS, return_lse=True)
+
+
+def _fla(q, k, v, blocks, cu):
+    from nsa_triton_sel.interop.fla import parallel_nsa
+
+    return parallel_nsa(q, k, v, blocks, block_size=BS, cu_seqlens=cu)
+
+
+def _xunhaolai(q, k, v, topk, cu):
+    from nsa_triton_sel.interop.xunhaolai import topk_sparse_attention
+
+    return topk_sparse_attention(q, k, v, topk, BS, cu)
+
+
+def sized(entry: str, n: int, T: int, *, device=DEV, dtype=DT, seed: int = 0, d: int = D, g: int = G,
+          h: int = H_PER_G) -> Sized:
+    """``entry`` with ``n`` batch rows (5-D) or packed sequences (the drop-ins), ``T`` tokens each (5-D) or in
+    all (packed), ``g`` groups of ``h`` query heads."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    def pick(n_tok, positions):
+        return causal_blocks(n_tok, positions, gen)[:, :1].expand(n_tok, g, TOP).contiguous() if g != G else \
+            causal_blocks(n_tok, positions, gen)
+
+    if entry == "blocks5":
+        blocks = torch.stack([pick(T, torch.arange(T)) for _ in range(n)]).to(device)
+        args = (rand(n, T, g, h, d), rand(n, g, T, d), rand(n, g, T, d), blocks)
+        return Sized(_blocks5, args, {0: (1, 0), 1: (2, 0), 2: (2, 0), 3: (1, 0)}, lambda q, k, v: (q, k, v),
+                     block_indices_to_ranges(blocks, BS, T), lambda o: o)
+    lens = [T // n + (i < T % n) for i in range(n)]
+    starts = [sum(lens[:i]) for i in range(n)]
+    local = torch.cat([torch.arange(m) for m in lens])
+    blocks = pick(T, local).to(device)  # [T, g, TOP], sequence-local
+    cu = torch.tensor(starts + [T], device=device, dtype=torch.int32)
+    bos = torch.cat([torch.full((m,), s) for m, s in zip(lens, starts)]).to(device)
+    start = (blocks * BS + bos[:, None, None]).clamp_min(0)
+    end = torch.minimum(start + BS, (bos + local.to(device) + 1)[:, None, None])
+    rng = torch.where((blocks >= 0)[..., None], torch.stack([start, end], -1), 0)[None]  # [1, T, g, n, 2]
+    q, k, v = rand(T, g * h, d), rand(T, g, d), rand(T, g, d)
+    native3 = lambda q, k, v: (q[None].unflatten(2, (g, h)), k[None].permute(0, 2, 1, 3),  # noqa: E731
+                               v[None].permute(0, 2, 1, 3))
+    out3 = lambda o: o[None].unflatten(2, (g, h))  # noqa: E731
+    if entry == "fla":
+        return Sized(_fla, (q[None], k[None], v[None], blocks[None], cu), {0: (1,), 1: (1,), 2: (1,), 3: (1,), 4: (0,)},
+                     lambda q, k, v: native3(q[0], k[0], v[0]), rng, lambda o: out3(o[0]))
+    if entry == "xunhaolai":
+        return Sized(_xunhaolai, (q, k, v, blocks.permute(1, 0, 2).contiguous(), cu),
+                     {0: (0,), 1: (0,), 2: (0,), 3: (1,), 4: (0,)}, native3, rng, out3)
+    raise ValueError(entry)
+
+
+COMPILES = {"dynamic": 1, "mark_dynamic": 1, "automatic": 2}  # compiles for every size (automatic dynamic
+# shapes: the first compile is static, the second makes the changed sizes symbolic)
+
+
+def graphs() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def compile_at_sizes(entry, mode, sizes, make, backend, check) -> int:
+    """Compile ``entry``'s call once in ``mode`` and run it at every size: ``make(entry, n, T, seed)`` builds
+    the case, ``check(compiled, case)`` runs and judges it.  Returns the number of graphs Dynamo compiled."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = None
+    for i, (n, T) in enumerate(sizes):
+        case = make(entry, n, T, i)
+        if compiled is None:
+            kw = {"dynamic": True} if mode == "dynamic" else {}
+            compiled = torch.compile(case.fn, fullgraph=True, backend=backend, **kw)
+        if mode == "mark_dynamic":
+            for pos, dims in case.dims.items():
+                for dim in dims:
+                    torch._dynamo.mark_dynamic(case.args[pos], dim)
+        check(compiled, case)
+    return graphs()
+
+
+class Prefill(torch.nn.Module):
+    """A module a user exports: prefill with block indices."""
+
+    def forward(self, q, k, v, blocks):
+        return selection_attention(q, k, v, block_indices=blocks, block_size=BS, return_lse=True)
+
+
+class Decode(torch.nn.Module):
+    """A module a user exports: decode with ranges."""
+
+    def forward(self, q, k, v, ranges):
+        return selection_attention(q, k, v, ranges, return_lse=True)
+
+
+def decode_inputs(n: int, T: int, seed: int, *, device=DEV, dtype=DT, d: int = D, g: int = G) -> tuple:
+    """``(q, k, v, ranges)`` of ``B = n`` decode rows at the last position of ``T`` keys."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = torch.stack([causal_blocks(1, torch.tensor([T - 1]), gen)[:, :g] for _ in range(n)]).to(device)
+    ranges = block_indices_to_ranges(blocks, BS, T, torch.full((n, 1), T - 1, device=device))
+    rand = lambda *s: torch.randn(*s, generator=gen).to(device=device, dtype=dtype)  # noqa: E731
+    return rand(n, 1, g, H_PER_G, d), rand(n, g, T, d), rand(n, g, T, d), ranges
+
+
+def export_checked(which: str, sizes, check, *, device=DEV, dtype=DT, d: int = D, g: int = G):
+    """Export ``which`` ("prefill" or "decode") once, non-strict, with the token and batch sizes dynamic, check
+    that the program calls the library's operator and reads nothing back to the host, and run it at every size
+    of ``sizes``: ``check(got, want)`` against eager.  Returns the exported program."""
+    from torch.export import Dim, export
+
+    T, B = Dim("T", min=BS + 1, max=1 << 16), Dim("B", min=2, max=64)
+    if which == "prefill":
+        make = lambda n, t, s: sized("blocks5", n, t, seed=s, device=device, dtype=dtype, d=d, g=g).args  # noqa: E731
+        module, shapes = Prefill(), ({0: B, 1: T}, {0: B, 2: T}, {0: B, 2: T}, {0: B, 1: T})
+    else:
+        make = lambda n, t, s: decode_inputs(n, t, s, device=device, dtype=dtype, d=d, g=g)  # noqa: E731
+        module, shapes = Decode(), ({0: B}, {0: B, 2: T}, {0: B, 2: T}, {0: B})
+    program = export(module, make(*sizes[0], 0), dynamic_shapes=shapes, strict=False)
+    code = program.graph_module.code
+    assert "torch.ops.nsa_triton_sel.sel_fwd" in code, code
+    assert "_local_scalar_dense" not in code and ".item()" not in code, f"a host read in the program:\n{code}"
+    for i, (n, t) in enumerate(sizes):
+        args = make(n, t, i)
+        check(program.module()(*args), module(*args))
+    return program

@@ -14,40 +14,15 @@ lane) is recorded as an xfail with the error and the reason, never skipped; on t
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import pytest
 import torch
 
 import contract_cases as C
+from contract_cases import GRAD_TOL, LSE_TOL, OUT_TOL, off_pair, rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.contract]
 
 MODES = ("eager", "warm", "compile", "fullgraph", "reduce-overhead", "graph")
-OUT_TOL, LSE_TOL, GRAD_TOL = 1e-2, 2e-3, 2e-2  # relative (norm) errors against float64, bf16 inputs
-
-
-def _torch_pins_triton() -> str | None:
-    for req in importlib.metadata.requires("torch") or ():
-        name = req.split(";")[0].strip()
-        if name.startswith("triton==") and ("platform_system" not in req or "Linux" in req):
-            return name.split("==", 1)[1]
-    return None
-
-
-def off_pair() -> str | None:
-    """Why Inductor runs an unpaired Triton here (None: the pair)."""
-    import triton
-
-    pinned = _torch_pins_triton()
-    if pinned is None or pinned == triton.__version__:
-        return None
-    return f"off-pair: torch {torch.__version__} pins triton {pinned}, this lane runs triton {triton.__version__}"
-
-
-def rel(a, b) -> float:
-    a, b = a.detach().double(), b.detach().double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
 def _loss_weights(case, out, lse, gen):

@@ -4,7 +4,7 @@
 #   bash bench/ab/gpu_check.sh OUT STAGES [BASE_SRC:NAME ...]
 #
 # STAGES, comma separated:
-#   contract  the GPU contract suite (tests/test_contract_gpu.py)          -> OUT/contract.log
+#   contract  the GPU contract suite (tests/test_contract_gpu*.py)         -> OUT/contract.log
 #   backward  the GPU backward suite (tests/test_backward_gpu.py)          -> OUT/backward.log
 #   ab        python -m bench.ab.run against each BASE_SRC (a src/ folder) -> OUT/ab-NAME.md, OUT/ab-NAME.log
 #   host      python -m bench.ab.host_profile on this tree and each base   -> OUT/host-NAME.log
@@ -28,7 +28,7 @@ rc=0
 stage() { case ",$STAGES," in *",$1,"*) return 0 ;; esac; return 1; }
 if stage contract; then
     echo "=== [$(date -u +%T)] contract"
-    PYTHONPATH="$HEAD_PATH" timeout -k 10 300 $PY -m pytest -p no:cacheprovider -q -m gpu tests/test_contract_gpu.py \
+    PYTHONPATH="$HEAD_PATH" timeout -k 10 300 $PY -m pytest -p no:cacheprovider -q -m gpu --durations=15 tests/test_contract_gpu.py tests/test_contract_gpu_shapes.py \
         > "$OUT/contract.log" 2>&1 || rc=1
     tail -3 "$OUT/contract.log"
 fi

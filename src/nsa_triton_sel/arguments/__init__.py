@@ -20,6 +20,7 @@ scale, the planner's knobs) and how to give the output back in the caller's layo
 from __future__ import annotations
 
 import contextlib
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -205,7 +206,11 @@ def _structure(q5, k5, v5, ranges, block_indices, block_size, positions, q_in, p
     elif kind == "eager":
         route = routes.route(backend, q5.device, q5.dtype, dims.h, dims.Dk, dims.Dv, flags)
     else:
-        route = routes.traced(backend, q5.device, q5.dtype, int(dims.h), int(dims.Dk), int(dims.Dv))
+        # h, Dk and Dv are kernel constants: operator.index specialises a symbolic size (dynamic=True,
+        # mark_dynamic) to its value behind a guard, where int() would hand Dynamo a symbol it cannot fold.
+        # The token, batch and packed sizes stay symbolic: one compile serves every length.
+        route = routes.traced(backend, q5.device, q5.dtype, operator.index(dims.h), operator.index(dims.Dk),
+                              operator.index(dims.Dv))
     return dims, block_size, route, flags, resolve_scale(None, dims.Dk)
 
 
