@@ -194,9 +194,14 @@ def global_ranges(spans: torch.Tensor, r: Rows, block_size: int | None) -> torch
     index is clamped to ``hi`` first, so ``index * block_size`` cannot overflow.
     """
     lo, hi = r.bos[:, None, None, None], r.hi[:, None, None, None]
+    # Contiguous whatever the spans' layout (XunhaoLai's [H, total, k] arrives permuted, and the ranges would
+    # follow it, groups outermost): the ranges are saved for the backward, and a compiled backward with a
+    # symbolic token count checked such a token-dependent stride against its value at trace time (Inductor,
+    # torch 2.11).  Contiguous, only the size-1 batch dimension's stride depends on the token count.
+    local = spans[0].contiguous().to(torch.int64)  # (to() of the same dtype would keep the layout)
     if block_size is None:
-        out = spans[0].to(torch.int64).clamp(-(1 << 62), 1 << 62) + lo
+        out = local.clamp(-(1 << 62), 1 << 62) + lo
     else:
-        idx = spans[0].to(torch.int64).clamp(-1, (1 << 62) // max(block_size, 1))
+        idx = local.clamp(-1, (1 << 62) // max(block_size, 1))
         out = torch.add(r.base2[:, None, None, :], idx[..., None], alpha=block_size)
     return torch.clamp(out, min=lo, max=hi)[None]
