@@ -9,7 +9,8 @@ import itertools
 import pytest
 
 from nsa_triton_sel import device, known_bad, plan
-from nsa_triton_sel.compat.specs import SPECS, backward_specs, derive_signature, load_object, uncovered_kernels
+from nsa_triton_sel.compat.compile_spec import derive_signature, load_object
+from nsa_triton_sel.compat.specs import SPECS, backward_specs, uncovered_kernels
 from nsa_triton_sel.compat.variants import (BACKWARD_MODULE, _features, _sweep, _tile_class, backward_variants,
                                             smoke_cases)
 from nsa_triton_sel.plan import tiles as M

@@ -34,7 +34,7 @@ import time
 import traceback
 
 from .env import imported_versions
-from .specs import derive_signature, load_object
+from .compile_spec import derive_signature, load_object
 from .verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
@@ -81,12 +81,16 @@ def make_source(ASTSource, family: str, fn, types: dict, constexprs: dict, align
     """The ``ASTSource`` for ``fn`` in the argument family this Triton accepts.
 
     ``types`` maps every runtime argument to a type string, ``constexprs`` every constexpr
-    one to its value; ``aligned`` names pointer arguments to mark 16-byte aligned
-    (default: all of them).
+    one to its value; ``aligned`` names the arguments Triton marks divisible by 16 (a pointer's
+    address, an integer's value).  By default: the types that end in ``:16`` (a captured spec
+    says it for each argument), or else every pointer.
     """
     names = list(fn.arg_names)
-    if aligned is None:
+    if aligned is None and any(t.endswith(":16") for t in types.values()):
+        aligned = [n for n, t in types.items() if t.endswith(":16")]  # as a captured run saw them
+    elif aligned is None:
         aligned = [n for n, t in types.items() if t.startswith("*")]
+    types = {n: t.removesuffix(":16") for n, t in types.items()}
     aligned_idx = [names.index(n) for n in aligned]
     if family == FAMILY_CONSTEXPRS:
         signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
@@ -131,6 +135,8 @@ def _load_kernel(ref: str):
         if (e.name or "").startswith("triton"):
             raise Unsupported(f"importing {ref}: {e}") from e
         raise
+    while not hasattr(fn, "params") and hasattr(getattr(fn, "fn", None), "arg_names"):
+        fn = fn.fn  # @triton.autotune / @triton.heuristics wrap the JIT function: its configs are the spec's
     if not hasattr(fn, "arg_names") or not hasattr(fn, "params"):
         raise TypeError(f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel "
                         "(is TRITON_INTERPRET set in the environment?)")

@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..atomic import FileProblem, atomic_write_text, check_output
 from ..cli import Parser, fail, seconds
-from ..specs import CompileSpec, check_unique, spec_from_dict
+from ..compile_spec import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE
 from .run import DEFAULT_ARCHS, parse_archs, run_smoke
@@ -154,16 +154,16 @@ def check_interpreter(python: str, timeout: float) -> None:
 
 def _check_spec_file(ref: str) -> None:
     """A ``--specs`` reference is ``module[:ATTR]`` or ``path/file.py[:ATTR]`` (ATTR defaults to SPECS, as
-    :func:`..specs.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
+    :func:`..compile_spec.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
     until --timeout): checked here, before a child is started for it."""
     if ref == "builtin":
         return
     target, _, attr = (ref if ":" in ref else ref + ":SPECS").rpartition(":")
     if not target or not attr:
         raise UsageError(f"--specs {ref!r}: expected module:ATTR or path/file.py:ATTR (ATTR defaults to SPECS)")
-    if not (target.endswith(".py") or os.sep in target or os.path.isdir(target)):
-        return  # a module name: the child imports it
-    path = os.path.join(target, "__init__.py") if os.path.isdir(target) else target
+    if not (target.endswith(".py") or os.sep in target):
+        return  # a module name (or a folder of that name): the child resolves it, a module first
+    path = target
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -176,7 +176,7 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSp
     """The specs of a user's module, imported in a child under ``timeout`` (it may hang or crash)."""
     with tempfile.TemporaryDirectory(prefix="nsa-smoke-specs-") as tmp:
         out = Path(tmp) / "specs.json"
-        rc, seconds = run_module("nsa_triton_sel.compat.specs", [ref, str(out)], Path(tmp), timeout, python)
+        rc, seconds = run_module("nsa_triton_sel.compat.compile_spec", [ref, str(out)], Path(tmp), timeout, python)
         if rc is None:
             raise UsageError(f"--specs {ref}: importing it did not finish in {timeout:g} s (does the module hang "
                              "at import? raise --timeout if it is only slow)")
@@ -186,6 +186,7 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSp
         doc = json.loads(out.read_text())
     if "error" in doc:
         raise UsageError(f"--specs {ref}: {doc['error']}")
+    print(f"--specs {ref}: {len(doc['specs'])} spec(s) from the {doc.get('source', '?')}", file=sys.stderr)
     try:
         return [spec_from_dict(raw, f"{ref}[{i}]") for i, raw in enumerate(doc["specs"])]
     except (TypeError, ValueError) as exc:
