@@ -172,8 +172,9 @@ def _check_spec_file(ref: str) -> None:
         raise UsageError(f"--specs {ref}: {path} is not a regular file")
 
 
-def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSpec]:
-    """The specs of a user's module, imported in a child under ``timeout`` (it may hang or crash)."""
+def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[CompileSpec], str]:
+    """The specs of a user's module, imported in a child under ``timeout`` (it may hang or crash), and where the
+    child found them (``module <file>`` or ``file <path>``)."""
     with tempfile.TemporaryDirectory(prefix="nsa-smoke-specs-") as tmp:
         out = Path(tmp) / "specs.json"
         rc, seconds = run_module("nsa_triton_sel.compat.compile_spec", [ref, str(out)], Path(tmp), timeout, python)
@@ -186,22 +187,24 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> list[CompileSp
         doc = json.loads(out.read_text())
     if "error" in doc:
         raise UsageError(f"--specs {ref}: {doc['error']}")
-    print(f"--specs {ref}: {len(doc['specs'])} spec(s) from the {doc.get('source', '?')}", file=sys.stderr)
     try:
-        return [spec_from_dict(raw, f"{ref}[{i}]") for i, raw in enumerate(doc["specs"])]
+        specs = [spec_from_dict(raw, f"{ref}[{i}]") for i, raw in enumerate(doc["specs"])]
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--specs {ref}: {exc}") from None
+    return specs, doc.get("source", "?")
 
 
 def collect_specs(args) -> list[CompileSpec]:
     from ..specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
 
-    specs = []
+    specs, found = [], []
     for ref in args.specs or ["builtin"]:
         if ref == "builtin":
             specs += list(SPECS)
         else:
-            specs += load_specs_in_child(ref, args.python or sys.executable, args.timeout)
+            loaded, source = load_specs_in_child(ref, args.python or sys.executable, args.timeout)
+            specs += loaded
+            found.append(f"--specs {ref}: {len(loaded)} spec(s) from the {source}")
     if args.canaries:
         from ..canaries import SPECS as CANARIES  # noqa: PLC0415
 
@@ -212,6 +215,8 @@ def collect_specs(args) -> list[CompileSpec]:
         raise UsageError(str(exc)) from None
     if not specs:  # a run of nothing would report success
         raise UsageError(f"--specs {' '.join(args.specs or [])}: no compile specs to run (an empty list)")
+    for line in found:  # which module or file each reference named (a module comes before a folder)
+        print(line, file=sys.stderr)
     return specs
 
 
