@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import contract_cases as C
-from contract_cases import LSE_TOL, OUT_TOL, off_pair, rel
+from contract_cases import LSE_TOL, OUT_TOL, rel
 
 pytestmark = [pytest.mark.gpu, pytest.mark.contract]
 
@@ -68,19 +68,6 @@ def _checked(compiled, case, what: str, seed: int) -> None:
         assert rel(got[1][fin], rl[fin]) <= LSE_TOL  # (the 5-D entry: native layout), f"{what}: LSE against float64"
 
 
-def _recorded_off_pair(run):
-    """``run()``; a compile error off-pair becomes an xfail with the error (on the pair it is raised)."""
-    try:
-        return run()
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a compile that fails off-pair is a recorded result
-        why = off_pair()
-        if why:
-            pytest.xfail(f"{why}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-        raise
-
-
 @pytest.mark.parametrize("mode", sorted(C.COMPILES))
 @pytest.mark.parametrize("entry", C.SYMBOLIC_ENTRIES)
 def test_one_compile_serves_every_length(entry, mode):
@@ -89,7 +76,7 @@ def test_one_compile_serves_every_length(entry, mode):
     def check(compiled, case):
         _checked(compiled, case, f"{entry} {mode} {tuple(case.args[0].shape)}", seed=case.args[0].shape[1])
 
-    graphs = _recorded_off_pair(lambda: C.compile_at_sizes(
+    graphs = C.recorded_off_pair(lambda: C.compile_at_sizes(
         entry, mode, sizes, lambda e, n, T, seed: _leaves(C.sized(e, n, T, seed=seed)), "inductor", check))
     print(f"{entry} {mode}: {graphs} compile(s) for sizes {sizes}")
     assert graphs == C.COMPILES[mode], f"{entry} {mode}: {graphs} compiles for {len(sizes)} lengths ({sizes})"
@@ -105,4 +92,4 @@ def _close(got, want):
 @pytest.mark.parametrize("which", ["prefill", "decode"])
 def test_export_runs_the_operator_at_every_length(which):
     sizes = C.symbolic_sizes("blocks5")
-    _recorded_off_pair(lambda: C.export_checked(which, sizes, _close))
+    C.recorded_off_pair(lambda: C.export_checked(which, sizes, _close))

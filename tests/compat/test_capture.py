@@ -77,11 +77,11 @@ def test_the_record_of_one_launch():
         def data_ptr(self):
             return self.ptr
 
-    assert capture.arg_type(Tensor(4096)) == ("*bf16:16", "")
-    assert capture.arg_type(Tensor(4098)) == ("*bf16", "")
-    assert capture.arg_type(48) == ("i32:16", "") and capture.arg_type(1) == ("i32", "1")
-    assert capture.arg_type(1 << 40) == ("i64:16", "") and capture.arg_type(0.5) == ("fp32", "")
-    assert capture.arg_type(None) == ("i32", "None")
+    assert capture.type_of(Tensor(4096)) == ("*bf16:16", "")
+    assert capture.type_of(Tensor(4098)) == ("*bf16", "")
+    assert capture.type_of(48) == ("i32:16", "") and capture.type_of(1) == ("i32", "1")
+    assert capture.type_of(1 << 40) == ("i64:16", "") and capture.type_of(0.5) == ("fp32", "")
+    assert capture.type_of(None) == ("i32", "None")
 
 
 def test_captured_specs_compile_as_the_rule_types_them(captured):

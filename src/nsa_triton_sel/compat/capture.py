@@ -41,7 +41,7 @@ _SEEN: Counter = Counter()  # this process's specialisations -> launches
 
 # ---------------------------------------------------------------- the recorder (inside the command's processes)
 
-def arg_type(value) -> tuple[str, str]:
+def type_of(value) -> tuple[str, str]:
     """``(Triton type with ":16" where Triton marks it, what a spec cannot say or "")`` of one runtime argument."""
     if value is None:
         return "i32", "None"
@@ -79,7 +79,7 @@ def describe(kernel, args: tuple, kwargs: dict) -> dict:
         if is_constexpr:
             constexprs[name] = constexpr_value(value)
             continue
-        types[name], why = arg_type(value)
+        types[name], why = type_of(value)
         if why:
             special[name] = why
         device = getattr(value, "device", None)

@@ -163,13 +163,12 @@ def _check_spec_file(ref: str) -> None:
         raise UsageError(f"--specs {ref!r}: expected module:ATTR or path/file.py:ATTR (ATTR defaults to SPECS)")
     if not (target.endswith(".py") or os.sep in target):
         return  # a module name (or a folder of that name): the child resolves it, a module first
-    path = target
     try:
-        st = os.stat(path)
+        st = os.stat(target)
     except OSError as exc:
-        raise UsageError(f"--specs {ref}: {path}: {exc.strerror.lower()}") from None
+        raise UsageError(f"--specs {ref}: {target}: {exc.strerror.lower()}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"--specs {ref}: {path} is not a regular file")
+        raise UsageError(f"--specs {ref}: {target} is not a regular file")
 
 
 def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[CompileSpec], str]:
