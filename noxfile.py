@@ -4,6 +4,8 @@
   nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -t compile parity   every CPU lane
   nox -s compile-3.3.0               a patch release of lane 3.3   nox -s constraints      regenerate triton-X.txt
   nox -s check-upgrade -- 3.10.0     pre-upgrade check (add --admit to record a SAFE one)
+  nox -t compile -- --specs M --results DIR   your own kernels (a spec module) on every release's compile lane,
+                                     then `nsa-sel matrix --results DIR` (never this project's ledger)
   nox -s pin                         maintainers: merge run files into the tracked ledger, MATRIX.md, known-good.txt
 
 compile-X: AOT compile smoke (nsa-sel smoke, no GPU needed) for this machine's GPU's arch, else sm_90;

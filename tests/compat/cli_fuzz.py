@@ -54,7 +54,7 @@ TIMEOUT_S = float(os.environ.get("NSA_SEL_CLI_FUZZ_TIMEOUT", "60"))  # per case:
 # What a command that succeeds may change (relative to the case's root), besides the files its options name
 # (OUTPUTS); exit 2 may change nothing.
 MAY_WRITE = {"pin": ("constraints/",), "check-upgrade": ("constraints/",)}
-OUTPUTS = ("--json", "--ledger", "--matrix", "--known-good")
+OUTPUTS = ("--json", "--ledger", "--matrix", "--known-good", "--output")
 
 from cli_fuzz_cases import CAND_VERSION, EXIT_CODES, RAW, Case, all_cases, sample  # noqa: E402
 
@@ -431,7 +431,7 @@ def scratch_dir() -> Path:
 
 def prepare() -> None:
     """Import what the commands import and compute the cached fingerprint once, before any fork."""
-    from nsa_triton_sel.compat import cli, doctor, env, ledger, releases, standing, upgrade  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat import cli, doctor, env, ledger, releases, standing, team_matrix, upgrade  # noqa: F401, PLC0415
     from nsa_triton_sel.compat.smoke import cli as smoke_cli  # noqa: F401, PLC0415
 
     env.fingerprint()

@@ -19,6 +19,7 @@ EXIT_CODES = {
     "releases": {0, 1, 2},         # 1: --fail-on-new and something is new
     "check-upgrade": {0, 1, 2, 3},  # 1 blocked, 3 environment
     "smoke": {0, 1, 2, 3, 4},
+    "matrix": {0, 1, 2},           # 1: a kernel of the spec module does not compile on a release run
 }
 CAND_VERSION = "3.10.0"
 RAW = object()  # marks a value spliced into JSON text as is (NaN, 1e400, nesting, a 5000-digit number)
@@ -211,7 +212,9 @@ def _argument_cases() -> list[Case]:
             Case(f"check-upgrade:--ledger={label}",
                  ("check-upgrade", CAND_VERSION, *C, "--ledger", p, "--from-results", "cand", "--skip-index-check"),
                  dmg),
+            Case(f"matrix:--results={label}", ("matrix", "--results", p), dmg, rc=frozenset({2})),
         ]
+    out += _team_cases()
     out += _smoke_path_cases()
     for url in ("ftp://example.invalid/x", "gopher://x", "data:,{}", "not a url", "file:///dev/zero",
                 "file://other-host/x", "http://", "http://[::1", "file:///proc/self/status", "", "file:relative"):
@@ -271,6 +274,16 @@ def _argument_cases() -> list[Case]:
         for kind in ("garbage", "directory", "fifo"):
             out.append(Case(f"admit:{target}:{kind}", ADMIT[0], ((target, kind),), rc=frozenset({2})))
     return out
+
+
+def _team_cases() -> list[Case]:
+    """The verdict table of a user's spec module: ``matrix`` refuses what it cannot use."""
+    return [Case("matrix:project results", ("matrix", "--results", "results"), rc=frozenset({2}),
+                 err="no run of a spec module"),
+            Case("matrix:--output directory", ("matrix", "--results", "results", "--output", "outside"),
+                 rc=frozenset({2}), err="--output"),
+            Case("matrix:no --results", ("matrix",), rc=frozenset({2})),
+            Case("matrix:unknown option", ("matrix", "--frobnicate"), rc=frozenset({2}))]
 
 
 def _smoke_path_cases() -> list[Case]:

@@ -46,7 +46,7 @@ def test_the_template_came_through_unchanged(project):
 def test_the_sample_covers_every_command_and_kind_of_damage():
     names = " ".join(c.name for c in CASES)
     assert len(CASES) >= 480
-    for command in ("doctor", "pin", "releases", "check-upgrade", "smoke"):
+    for command in ("doctor", "pin", "releases", "check-upgrade", "smoke", "matrix"):
         assert f"{command}:" in names
     for kind in T.GENERIC:
         assert f":{kind}" in names

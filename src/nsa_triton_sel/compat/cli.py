@@ -27,13 +27,16 @@ COMMANDS = {
     "capture": ("nsa_triton_sel.compat.capture", "run a command and write the Triton kernel launches it made as compile specs"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
     "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one"),
+    "matrix": ("nsa_triton_sel.compat.team_matrix", "the verdict table of the compile lanes run over your spec module "
+               "(-- --specs M --results DIR)"),
     "releases": ("nsa_triton_sel.compat.releases", "Triton releases and torch pins on the index that lanes.toml lacks"),
 }
 
 EXIT_STATUS = """exit status (every command):
   0  done; the answer is yes
   1  the answer is no: smoke, a variant is not ok; pin --check, the files are not one generation;
-     check-upgrade, BLOCKED; releases --fail-on-new, something is new
+     check-upgrade, BLOCKED; releases --fail-on-new, something is new; matrix, a kernel does not compile
+     on a release run
   2  bad usage or an input that cannot be used: one line on stderr names it and what was expected,
      and nothing is written
   3  check-upgrade: ENVIRONMENT (no verdict); smoke: only a canary differs from its expectation

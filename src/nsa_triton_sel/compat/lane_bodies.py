@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, lanes, ledger
+from . import bench_store, lanes, ledger, team
 from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -73,21 +73,30 @@ def compile_body(session, lane, base, results, rest, m):
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)
     choice = m.archs or lanes.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
-    rest = f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- --all-archs)"
+    again = f" --specs {m.team.ref} --results {m.team.results}" if m.team else ""
+    rest = (f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- "
+            f"--all-archs{again})")
     session.log(f"{session.name}: compiling for {choice.label} ({choice.why}){rest if choice.rest else ''}")
     # The smoke's own default is one compile per usable core (smoke.run.default_jobs); NSA_SEL_JOBS overrides.
     extra = ["--jobs", jobs_override()] if os.environ.get("NSA_SEL_JOBS") else []
     # Canaries (deliberately broken kernels) prove the harness still tells failure classes apart
-    # on this Triton; they are reported in their own column and never block the lane.
-    extra += [] if os.environ.get("NSA_SEL_CANARIES") == "0" else ["--canaries"]
+    # on this Triton; they are reported in their own column and never block the lane.  A user's spec
+    # module (m.team) is compiled instead of the registry, without them, from where the user typed it.
+    if m.team:
+        extra += team.smoke_args(m.team)
+    elif os.environ.get("NSA_SEL_CANARIES") != "0":
+        extra += ["--canaries"]
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
-                "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines", "--expect-triton", lane.triton, *extra)
+                "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines",
+                "--expect-triton", lane.triton, *extra, env=team.smoke_env(m.team, session.env))
     if not report_path.exists():
         rec = ledger.record(base, kernel="(smoke harness)", verdict=CRASH, imported={},
                             message=f"nsa-sel smoke wrote no report (exit status {rc})")
         return [rec], "the smoke harness crashed before writing its report"
     report = json.loads(report_path.read_text())
-    records = ledger.records_from_smoke(report, base)
+    # Known-bad windows describe this project's kernels: a team's failure stays a failure.
+    records = ledger.records_from_smoke(report, base, windows=[] if m.team else None)
+    records = team.tag(records, report) if m.team else records
     session.log(f"compile-{lane.name}: the compile children imported triton "
                 f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {summary(records)}")
     bad = [r for r in records if r["check"] in ("compile", "backward") and r["verdict"] in BAD]

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from . import ledger
+from .team import summary_line as team_line
 
 CHECK_ORDER = ("compile", "backward", "parity", "bench", "compile-canary", "compile-static")
 
@@ -77,6 +78,9 @@ def summary_lines(session_name: str, base: dict, records: list[dict], run_path: 
     results = run_path.parent
     status = "PASSED" if not problem else "SKIPPED" if problem == "skip" else f"FAILED: {problem}"
     archs = arch_lines(session_name, records, run_path, seconds, table.archs if table else ())
+    if base.get(ledger.SPECS_FIELD):  # the rest of a team's sweep is over the same module, into the same results
+        archs = [line.replace("-- --all-archs", f"-- --all-archs --specs {base[ledger.SPECS_FIELD]} --results {results}")
+                 for line in archs]
     partial = any(line.startswith("next:") for line in archs)
     return [
         f"== {session_name}: {status} ({seconds:.0f} s) ==",
@@ -85,6 +89,7 @@ def summary_lines(session_name: str, base: dict, records: list[dict], run_path: 
         f"versions: {versions_line(base, records)}",
         f"results:  {run_path} (raw outputs: {results / 'raw'}/{session_name}.*)",
         *[line for line in archs if line.startswith("next:")],
+        team_line(results) if base.get(ledger.SPECS_FIELD) else
         f"ledger:   maintainers only: nox -s pin -- --results {results}   (rewrites the tracked "
         "constraints/ledger.jsonl, MATRIX.md and known-good.txt, to be committed together; a user's checkout needs "
         "none of it" + ("; pin a full sweep only: a compile of fewer archs replaces the ledger's records of the "

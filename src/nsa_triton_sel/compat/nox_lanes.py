@@ -36,10 +36,11 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import lanes, ledger
+from . import lanes, ledger, team
 from .lane_bodies import BODIES, bench_skip, jobs_override, raw_path
 from .lanes import gpu_mode  # re-exported: the noxfile asks it
 from .lane_summary import summary_lines
+from .team import TeamRun
 from .verdicts import ERROR
 
 KINDS = ("compile", "parity", "bench")
@@ -93,12 +94,14 @@ print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
 class Matrix:
     """What every lane session needs besides its lane: the table, the project root, the flavour, and
     (once a session has read its options) the archs its compile covers (None: decide from the
-    environment, :func:`.lanes.compile_archs`)."""
+    environment, :func:`.lanes.compile_archs`) and the user's spec module it compiles instead of the
+    registry (``--specs``)."""
 
     table: lanes.Table
     root: Path
     gpu: bool
     archs: lanes.ArchChoice | None = None
+    team: TeamRun | None = None  # a compile lane over a user's spec module (:mod:`.team`)
 
 
 def options(session) -> tuple[argparse.Namespace, list[str]]:
@@ -114,6 +117,8 @@ def options(session) -> tuple[argparse.Namespace, list[str]]:
     # the table's full sweep.  Every session of one nox call gets the same posargs, so parity accepts them too.
     p.add_argument("--archs", dest="archs", default=os.environ.get("NSA_SEL_ARCHS"))
     p.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL)
+    # A user's spec module compiled instead of the registry, its records kept in the user's --results (team.py).
+    p.add_argument("--specs", action="append", metavar="MODULE[:ATTR]")
     return p.parse_known_args(session.posargs)
 
 
@@ -139,15 +144,22 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
                                                  what="--archs" if any(a.startswith("--archs") for a in session.posargs) else "NSA_SEL_ARCHS"))
         if os.environ.get("NSA_SEL_JOBS"):
             jobs_override()
+        if len(opts.specs or ()) > 1:
+            raise ValueError(f"--specs given {len(opts.specs)} times: one spec module per run (a results "
+                             "directory holds one module's verdicts); put every spec in one module")
+        m = replace(m, team=team.lane_run((opts.specs or [None])[0], opts.results, kind, m.root,
+                                          getattr(session, "invoked_from", os.getcwd())))
     except ValueError as exc:
         session.error(str(exc))
-    results = Path(opts.results) if opts.results else m.root / "out" / "lanes"
+    results = m.team.results if m.team else Path(opts.results) if opts.results else m.root / "out" / "lanes"
     path = ledger.run_file(results, session.name)
     started = ledger.now_iso()
     mode = MODES[kind][0 if m.gpu else 1]
+    # A team's records name the module and the torch its release pairs with (what the team would install).
+    marks = {ledger.SPECS_FIELD: m.team.ref, "paired_torch": lane.paired_torch} if m.team else {}
     base = {"schema": ledger.SCHEMA, "lane": lane.label, "triton": lane.triton, "check": kind, "mode": mode,
             "session": session.name, "run_id": f"{session.name}@{started}", "machine": "cpu", "date": started,
-            "candidate": lane.candidate, **ledger.imported_fields(None)}
+            "candidate": lane.candidate, **ledger.imported_fields(None), **marks}
     ledger.write_run(path, base=base, status="running", started=started, records=[], stage=SETUP)
     stage = SETUP
     try:
@@ -161,7 +173,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
                 return
             base = ledger.base_record(lane, fp, check=kind, mode=mode, session=session.name,
                                       run_id=base["run_id"], knobs=dict(m.table.knobs))
-            base["date"] = started
+            base.update(date=started, **marks)
             stage = CHECKS
             ledger.write_run(path, base=base, status="running", started=started, records=[], stage=stage)
             records, problem = BODIES[kind](session, lane, base, results, rest, m)

@@ -14,14 +14,14 @@ from .known_good import known_good_specifier, render_known_good
 from .gpu_tables import gpu_evidence
 from .matrix import render_matrix
 from .pinning import PinError, main, pin, verify
-from .records import (IMPORTED_FIELDS, SCHEMA, base_record, enforce_isolation, imported_fields, imported_versions, isolation_problem,
+from .records import (IMPORTED_FIELDS, SCHEMA, SPECS_FIELD, base_record, enforce_isolation, imported_fields, imported_versions, isolation_problem,
                       now_iso, off_pair_reason, problems, record)
 from .reports import attach_benchmarks, records_from_junit, records_from_smoke, tidy_message
 from .runfiles import RunFileError, load_run_files, read_run_file, records_of_run, run_file, write_run
 from .store import LedgerError, digest, dump_ledger, load_ledger, merge, run_key, sort_records
 
 __all__ = [
-    "IMPORTED_FIELDS", "NOT_RUN", "SCHEMA", "LedgerError", "PinError", "RunFileError", "attach_benchmarks",
+    "IMPORTED_FIELDS", "NOT_RUN", "SCHEMA", "SPECS_FIELD", "LedgerError", "PinError", "RunFileError", "attach_benchmarks",
     "base_record", "by_release_check", "cell", "digest", "dump_ledger", "enforce_isolation", "first_line",
     "gpu_evidence", "imported_fields", "imported_versions", "isolation_problem", "known_good_specifier", "load_ledger", "load_run_files",
     "main", "merge", "now_iso", "off_pair_reason", "pin", "problems", "read_run_file", "reasons", "record",

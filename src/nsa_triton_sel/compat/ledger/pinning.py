@@ -15,7 +15,9 @@ What keeps the three files trustworthy:
 - a ledger that is missing or empty while MATRIX.md / known-good.txt came from one with records
   (a mistyped ``--ledger``) is refused unless ``--reset``; so is a pin that would leave no record;
 - a record whose process imported another Triton than the release it names becomes an
-  ``error`` naming both versions (:func:`.records.enforce_isolation`).
+  ``error`` naming both versions (:func:`.records.enforce_isolation`);
+- results of a compile lane run over a user's spec module (records with ``specs``) are refused
+  whole: they are about that module's kernels, not this project's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..cli import Parser, fail
 from .cells import release_verdicts
 from .known_good import render_known_good
 from .matrix import render_matrix
-from .records import enforce_isolation, isolation_problem, problems
+from .records import SPECS_FIELD, enforce_isolation, isolation_problem, problems
 from .runfiles import RunFileError, load_run_files
 from .store import LedgerError, digest, dump_ledger, load_ledger, merge
 
@@ -77,6 +79,11 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
             raise PinError(str(exc)) from None
         for note in notes:
             log(f"warning: {note}")
+        team = sorted({str(r[SPECS_FIELD]) for r in new if r.get(SPECS_FIELD)})
+        if team:
+            raise PinError(f"the results hold compile runs of a user's spec module (--specs {team[0]}): they judge "
+                           "that module's kernels, not this project's, and never enter the ledger (`nsa-sel matrix "
+                           "--results DIR` renders them); nothing written")
         new = [r for r in new if not r.get("candidate")] + list(admitted or [])  # candidates only via --admit
         bad = [p for r in new for p in problems(r)]
         if bad:

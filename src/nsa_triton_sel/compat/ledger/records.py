@@ -35,6 +35,9 @@ from ..verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
 
 SCHEMA = 3
 IMPORTED_FIELDS = ("triton_imported", "process")
+# Records of a compile lane run over a user's spec module (``nox -s compile-X -- --specs M``) carry the
+# module's reference here: they judge that team's kernels, never this project's, so no pin takes them.
+SPECS_FIELD = "specs"
 REQUIRED_FIELDS = ("schema", "lane", "triton", "check", "mode", "kernel", "verdict", "run_id") + IMPORTED_FIELDS
 
 
