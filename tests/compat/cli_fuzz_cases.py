@@ -213,6 +213,8 @@ def _argument_cases() -> list[Case]:
                  ("check-upgrade", CAND_VERSION, *C, "--ledger", p, "--from-results", "cand", "--skip-index-check"),
                  dmg),
             Case(f"matrix:--results={label}", ("matrix", "--results", p), dmg, rc=frozenset({2})),
+            Case(f"check-upgrade:--specs={label}", ("check-upgrade", CAND_VERSION, *C, "--specs", p, "--from-results",
+                                                    "cand", "--skip-index-check"), dmg, rc=frozenset({2})),
         ]
     out += _team_cases()
     out += _smoke_path_cases()
@@ -277,13 +279,31 @@ def _argument_cases() -> list[Case]:
 
 
 def _team_cases() -> list[Case]:
-    """The verdict table of a user's spec module: ``matrix`` refuses what it cannot use."""
-    return [Case("matrix:project results", ("matrix", "--results", "results"), rc=frozenset({2}),
+    """A user's spec module: ``check-upgrade --specs`` and ``matrix`` refuse what they cannot use, before any lane."""
+    spec = (("outside/s.py", "exec", "SPECS = []\n"),)
+    up = ("check-upgrade", CAND_VERSION, *C, "--from-results", "cand", "--skip-index-check", "--specs", "outside/s.py")
+    out = [Case(f"check-upgrade:--specs {label}", up + extra, spec, rc=frozenset({2}), err=err)
+           for label, extra, err in (("--admit", ("--admit",), "--admit with --specs"),
+                                     ("--ledger", ("--ledger", "constraints/ledger.jsonl"), "--ledger with --specs"),
+                                     ("--max-slowdown", ("--max-slowdown", "0.2"), "--max-slowdown with --specs"),
+                                     ("--baseline not listed", ("--baseline", "3.4.1"), "not a release of lanes.toml"),
+                                     ("--baseline junk", ("--baseline", "x" * 5000), "not a version"),
+                                     ("--archs junk", ("--archs", "sm_"), "--archs"),
+                                     ("no team run", (), "no run of --specs"))]
+    out += [Case("check-upgrade:--baseline without --specs", ("check-upgrade", CAND_VERSION, *C, "--from-results", "cand",
+                                                              "--skip-index-check", "--baseline", "3.5.1"),
+                 rc=frozenset({2}), err="only with --specs"),
+            Case("check-upgrade:--specs ref=':'", up[:-1] + (":",), rc=frozenset({2})),
+            Case("check-upgrade:--specs --baseline the candidate", ("check-upgrade", "3.9.0", *C, "--specs", "outside/s.py",
+                                                                    "--baseline", "3.9.0", "--from-results", "cand"),
+                 spec, rc=frozenset({2}), err="the candidate itself"),
+            Case("matrix:project results", ("matrix", "--results", "results"), rc=frozenset({2}),
                  err="no run of a spec module"),
             Case("matrix:--output directory", ("matrix", "--results", "results", "--output", "outside"),
                  rc=frozenset({2}), err="--output"),
             Case("matrix:no --results", ("matrix",), rc=frozenset({2})),
             Case("matrix:unknown option", ("matrix", "--frobnicate"), rc=frozenset({2}))]
+    return out
 
 
 def _smoke_path_cases() -> list[Case]:

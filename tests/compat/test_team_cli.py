@@ -1,4 +1,4 @@
-"""``--specs`` in the compile lanes and ``nsa-sel matrix``: what each refuses, before anything
+"""``--specs`` in the compile lanes, ``nsa-sel check-upgrade`` and ``nsa-sel matrix``: what each refuses, before anything
 is installed or compiled (one line, exit 2, nothing written), and the verdict table's cells from run files alone."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, team_matrix
-from test_team_specs import ROOT, TABLE, LaneFailed, LaneSession, write_team
+from nsa_triton_sel.compat import lanes, ledger, team_matrix, upgrade
+from test_team_specs import LEDGER_FILES, ROOT, TABLE, LaneFailed, LaneSession, _digest, write_team
 from nsa_triton_sel.compat import nox_lanes
 
 FP = {**F.CPU_FP, "date": F.DATE}
@@ -36,6 +36,45 @@ def test_a_lane_refuses_specs_it_cannot_use_before_installing_anything(tmp_path,
         nox_lanes.run_lane(session, TABLE.for_version("3.9.0"), name.partition("-")[0],
                            nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=False))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def team_dir(tmp_path, monkeypatch):
+    """The team's directory as the working directory; a candidate run must not start."""
+    monkeypatch.chdir(write_team(tmp_path / "work"))
+    (tmp_path / "work" / "broken.py").write_text("SPECS = [\n")
+    monkeypatch.setattr(upgrade, "run_candidate", lambda *a, **k: pytest.fail("the lanes ran after a refusal"))
+    return tmp_path / "work"
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--admit"], "--admit with --specs: a team's kernels are not this project's evidence"),
+    (["--ledger", "x.jsonl"], "--ledger with --specs: not used"),
+    (["--max-slowdown", "0.2"], "--max-slowdown with --specs: not used"),
+    (["--baseline", "3.4.1"], "--baseline 3.4.1: not a release of lanes.toml (3.0.0, "),
+    (["--baseline", "3.9.0"], "--baseline 3.9.0: the candidate itself"),
+    (["--baseline", "three"], "--baseline 'three': not a version"),
+    (["--archs", "7"], "--archs: bad arch '7'"),
+])
+def test_check_upgrade_with_specs_refuses_in_one_line(team_dir, capsys, extra, needle):
+    before = _digest(*LEDGER_FILES)
+    assert upgrade.main(["3.9.0", "--specs", "team_specs", *extra, "--constraints", str(ROOT / "constraints")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nsa-sel check-upgrade: ") and needle in err, err
+    assert _digest(*LEDGER_FILES) == before
+
+
+@pytest.mark.parametrize(("ref", "needle"), [("missing.py", "missing.py: no such file"),
+                                             ("broken", "SyntaxError"), ("team_specs:NOPE", "NOPE")])
+def test_a_spec_module_that_does_not_load_is_refused_before_the_lanes_run(team_dir, capsys, ref, needle):
+    assert upgrade.main(["3.9.0", "--specs", ref, "--constraints", str(ROOT / "constraints")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err, err
+
+
+def test_team_options_without_specs_are_refused(team_dir, capsys):
+    assert upgrade.main(["3.9.0", "--baseline", "3.6.0", "--constraints", str(ROOT / "constraints")]) == 2
+    assert "--baseline: only with --specs" in capsys.readouterr().err
 
 
 def team_runs(results, ref: str, verdicts: dict, table=TABLE) -> None:
@@ -83,3 +122,11 @@ def test_matrix_refuses_in_one_line(tmp_path, capsys, case):
     assert err.count("\n") == 1 and err.startswith("nsa-sel matrix: "), err
     assert {"missing": "no such directory", "project-runs": "no run of a spec module there",
             "two-modules": "runs of 2 spec modules", "output-is-a-directory": "--output"}[case] in err
+
+
+def test_project_run_files_are_not_judged_as_a_teams_and_the_reverse(tmp_path, capsys, monkeypatch):
+    team_runs(tmp_path, "team.py:SPECS", {"3.10.0": ["pass"]})
+    monkeypatch.setattr(upgrade, "run_candidate", lambda *a, **k: pytest.fail("--from-results runs no lane"))
+    args = ["3.10.0", "--from-results", str(tmp_path), "--skip-index-check", "--constraints", str(ROOT / "constraints")]
+    assert upgrade.main(args) == 2
+    assert "compile runs of a spec module; judge them with --specs team.py:SPECS" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """A team's own kernels through the matrix's compile lanes: ``nox -s compile-X -- --specs M --results DIR``, the
-verdict table (``nsa-sel matrix``), kept apart from this project's ledger.
+verdict table (``nsa-sel matrix``) and ``nsa-sel check-upgrade VERSION --specs M``, kept apart from this project's
+ledger.
 
 The kernels are those of capture_kernels.py (lowercase ``*_ptr`` arguments and ``cu_seqlens``, an autotuned kernel,
 the one-element tuple of pointers Triton 3.9 rejects) plus a block-pointer kernel (removed in 3.9: the static check
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, nox_lanes, project, team_matrix
+from nsa_triton_sel.compat import lanes, ledger, nox_lanes, project, team_matrix, upgrade
 
 HERE = Path(__file__).resolve().parent
 ROOT = project.project_root()
@@ -189,3 +190,49 @@ def test_pin_never_takes_a_teams_records(team_run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--specs team_specs:SPECS" in err and "never enter the ledger" in err
     assert _digest(*(cdir / p.name for p in LEDGER_FILES)) == before
+
+
+def test_check_upgrade_judges_the_teams_kernels_against_a_baseline(team_run, monkeypatch, capsys):
+    where, results, releases, _ = team_run
+    if "3.9.0" not in releases:
+        pytest.skip("needs the 3.9.0 lane's run")
+    monkeypatch.chdir(where)
+    ran = []
+
+    def fake_run(version, out, root, gpu, team=None):  # the plan: both compile lanes over the module, into `out`
+        ran.append((version, team.sessions, team.nox_posargs(out)))
+        for p in results.glob("*.json"):
+            shutil.copy(p, out / p.name)
+        return 0
+
+    monkeypatch.setattr(upgrade, "run_candidate", fake_run)
+    args = ["3.9.0", "--specs", "team_specs", "--baseline", "3.0.0", "--constraints", str(ROOT / "constraints")]
+    assert upgrade.main(args) == 1
+    out = capsys.readouterr().out
+    assert ran == [("3.9.0", ("compile-3.0", "compile-3.9"), ["--specs", "team_specs:SPECS", "--results", ran[0][2][3]])]
+    assert "--specs team_specs:SPECS: 4 spec(s) of 4 kernel(s) from the module" in out
+    assert "| 3.9.0 | 3.9 |" in out and "check-upgrade: triton 3.9.0 vs baseline 3.0.0: BLOCKED" in out
+    if "3.0.0" in releases:
+        assert "regression in compile: `tuple_store/01` [sm_90] passed on the baseline, fail now" in out
+        assert "block_kernels.py:block_copy` passed on the baseline, fail now: needs triton <3.9: line 8" in out
+        assert "lost: `block_copy/01` [sm_90] compiled on the baseline, unsupported now: NotImplementedError" in out
+    else:  # no baseline record: the candidate's own failures block
+        assert "compile-static: fail: `" in out and "needs triton <3.9" in out
+    assert "known-good" not in out and "no benchmark ran" not in out
+
+
+def test_check_upgrade_from_results_and_a_release_with_no_lane_below(team_run, monkeypatch, capsys):
+    where, results, releases, _ = team_run
+    if "3.0.0" not in releases:
+        pytest.skip(f"needs the 3.0.0 lane's venv ({OLD_VENV}: nox -s compile-3.0 makes it)")
+    monkeypatch.chdir(where)
+    monkeypatch.setattr(upgrade, "run_candidate", lambda *a, **k: pytest.fail("--from-results runs no lane"))
+    c = ["--constraints", str(ROOT / "constraints")]
+    assert upgrade.main(["3.0.0", "--specs", "team_specs.py", "--from-results", str(results), *c]) == 2  # another ref
+    assert "runs of --specs team_specs:SPECS, not of" in capsys.readouterr().err
+    assert upgrade.main(["3.0.0", "--specs", "team_specs", "--from-results", str(results), *c]) == 0
+    out = capsys.readouterr().out
+    assert "check-upgrade: triton 3.0.0 (no baseline): SAFE" in out
+    assert "no release of lanes.toml below 3.0.0: judged on its own" in out
+    assert upgrade.main(["3.9.0", "--specs", "team_specs", "--from-results", str(results), *c]) == 1  # baseline 3.8
+    assert "no record of the baseline 3.8.0: regressions cannot be named" in capsys.readouterr().out

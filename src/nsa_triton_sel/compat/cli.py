@@ -26,7 +26,8 @@ COMMANDS = {
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
     "capture": ("nsa_triton_sel.compat.capture", "run a command and write the Triton kernel launches it made as compile specs"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
-    "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one"),
+    "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one; "
+                      "--specs M: your own kernels instead"),
     "matrix": ("nsa_triton_sel.compat.team_matrix", "the verdict table of the compile lanes run over your spec module "
                "(-- --specs M --results DIR)"),
     "releases": ("nsa_triton_sel.compat.releases", "Triton releases and torch pins on the index that lanes.toml lacks"),

@@ -24,6 +24,10 @@ MATRIX.md and known-good.txt are re-rendered, all in one command.  Exit status: 
 blocked, 3 environment, 2 bad usage or unreadable files (one line, checked before the long run:
 a release below the table or not on the package index, a bad ``--max-slowdown``, a missing
 ``--from-results`` directory, a broken table or ledger).
+
+``--specs MODULE[:ATTR]`` asks the same of a user's own kernels (:mod:`.team_upgrade`): the compile
+lanes of the candidate and of ``--baseline`` over that spec module, a verdict table, the same exit
+statuses, and nothing written to constraints/.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ from .ledger.pinning import PinError, normalise_releases
 from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
 EXIT = {SAFE: 0, BLOCKED: 1, ENVIRONMENT: 3}
+MAX_SLOWDOWN = 0.10
+NO_BENCH = "no benchmark ran (no GPU): performance not compared"
+NO_BASELINE = "no known-good release in the ledger: verdicts judged on their own"
 
 
 @dataclass
@@ -61,6 +68,7 @@ class UpgradeReport:
     baseline: str | None
     reasons: list[str] = field(default_factory=list)  # why blocked, or why no verdict (environment)
     notes: list[str] = field(default_factory=list)  # worth reading, not blocking
+    against: str = "known-good"  # what the baseline is: the ledger's known-good release, or a team's own run
 
     @property
     def blocked(self) -> bool:
@@ -68,7 +76,8 @@ class UpgradeReport:
 
     def render(self) -> str:
         head = f"check-upgrade: triton {self.candidate}"
-        head += f" vs known-good {self.baseline}" if self.baseline else " (no known-good baseline in the ledger)"
+        missing = " (no known-good baseline in the ledger)" if self.against == "known-good" else " (no baseline)"
+        head += f" vs {self.against} {self.baseline}" if self.baseline else missing
         lines = [f"{head}: {self.verdict.upper()}"]
         label = "environment" if self.verdict == ENVIRONMENT else "blocked"
         lines += [f"  {label}: {r}" for r in self.reasons]
@@ -181,9 +190,9 @@ def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs
                   and r["verdict"] in BAD]
     d.notes += _metric_notes(cand_recs, base_recs)
     if not any(r["check"] == "bench" and r["verdict"] == PASS for r in cand_recs):
-        d.notes.append("no benchmark ran (no GPU): performance not compared")
+        d.notes.append(NO_BENCH)
     if baseline is None:
-        d.notes.append("no known-good release in the ledger: verdicts judged on their own")
+        d.notes.append(NO_BASELINE)
     if d.reasons:
         d.verdict = BLOCKED
     return d
@@ -210,28 +219,43 @@ def _nox_command() -> list[str]:
         return [exe]
 
 
-def run_candidate(version: str, results: Path, root: Path, gpu: bool) -> int:
+def run_candidate(version: str, results: Path, root: Path, gpu: bool, team=None) -> int:
     """Run the candidate lane's sessions through the project's noxfile; verdicts land in ``results``.
 
     ``-r`` reuses the candidate venvs of an earlier check (the install step still runs and pins the
-    candidate's Triton and numpy; the lane's import check catches anything left over).
+    candidate's Triton and numpy; the lane's import check catches anything left over).  ``team``
+    (a :class:`.team_upgrade.TeamPlan`): the compile lanes of the candidate and the baseline over a
+    user's spec module instead.
     """
     sessions = ["compile-candidate", "parity-candidate"] + (["bench-candidate"] if gpu else [])
     # --all-archs: a SAFE verdict (and --admit) speaks for every arch of the table, not this machine's alone.
-    cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-r", "-s", *sessions, "--no-stop-on-first-error",
-                            "--", "--results", str(results), "--all-archs"]
+    posargs = ["--results", str(results), "--all-archs"]
     env = dict(os.environ, NSA_SEL_CANDIDATE=version, NSA_SEL_GPU="1" if gpu else "0")
+    if team is not None:
+        sessions, posargs, env = list(team.sessions), team.nox_posargs(results), dict(os.environ, **team.env)
+    cmd = _nox_command() + ["-f", str(root / "noxfile.py"), "-r", "-s", *sessions, "--no-stop-on-first-error",
+                            "--", *posargs]
     print(f"check-upgrade: running {' '.join(sessions)} for triton {version}", flush=True)
     return subprocess.call(cmd, env=env)
 
 
-def _candidate_records(version: str, args, root: Path, gpu: bool) -> tuple[list[dict], Path | None]:
-    """Run (or read) the candidate lane; its records (markers included) and the kept results dir."""
+def _candidate_records(version: str, args, root: Path, gpu: bool, team=None) -> tuple[list[dict], Path | None]:
+    """Run (or read) the candidate lane; its records (markers included) and the kept results dir.  With ``team``
+    every record of the run (the baseline's too): :func:`.team_upgrade.split` sorts them."""
     if args.from_results:
         recs, _ = ledger.load_run_files([args.from_results])
+        if team is not None:
+            return recs, args.from_results
+        theirs = sorted({r[ledger.SPECS_FIELD] for r in recs if r.get(ledger.SPECS_FIELD)})
+        if theirs:
+            raise UsageError(f"--from-results {args.from_results}: compile runs of a spec module; judge them with "
+                             f"--specs {theirs[0]}")
         return [r for r in recs if r.get("candidate")], args.from_results
     tmp = Path(tempfile.mkdtemp(prefix=f"nsa-sel-upgrade-{version}-"))
-    run_candidate(version, tmp, root, gpu)
+    if team is None:
+        run_candidate(version, tmp, root, gpu)
+    else:
+        run_candidate(version, tmp, root, gpu, team=team)
     recs, notes = ledger.load_run_files([tmp])
     for note in notes:
         print(f"check-upgrade: {note}")
@@ -308,15 +332,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from-results", type=Path, help="judge existing candidate run files instead of running")
     p.add_argument("--keep", action="store_true", help="keep the temporary results directory")
     p.add_argument("--admit", action="store_true", help="if SAFE, add the release to the table, ledger and known-good")
-    p.add_argument("--max-slowdown", type=_slowdown, default=0.10,
-                   help="blocking benchmark slowdown, a finite positive fraction (0.10 = 10%%)")
+    p.add_argument("--max-slowdown", type=_slowdown, default=None,
+                   help=f"blocking benchmark slowdown, a finite positive fraction (default {MAX_SLOWDOWN} = 10%%)")
     p.add_argument("--skip-index-check", action="store_true",
                    help="do not ask the package index whether the release exists (a private wheel)")
+    team = p.add_argument_group("your own kernels: the compile lanes over a spec module, never "
+                                "this project's ledger")
+    team.add_argument("--specs", metavar="MODULE[:ATTR]",
+                      help="judge this spec module's kernels (nsa-sel capture writes one) on the candidate: its "
+                           "compile smoke and static findings there, against the same on --baseline")
+    team.add_argument("--baseline", metavar="VERSION",
+                      help="with --specs: the release you use now, one of lanes.toml (default: the newest lane "
+                           "below the candidate)")
+    team.add_argument("--archs", metavar="LIST", help="with --specs: compile for these archs (default: this "
+                                                     "machine's GPU, else sm_90)")
+    team.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL,
+                      help="with --specs: every arch of lanes.toml")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``nsa-sel check-upgrade VERSION [--admit] [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``."""
+    """``nsa-sel check-upgrade VERSION [--admit] [--ledger F] [--from-results DIR] [--max-slowdown 0.1]``, or
+    ``VERSION --specs M [--baseline V]`` (:mod:`.team_upgrade`)."""
     args = _parser().parse_args(argv)
     try:
         return _check_upgrade(args)
@@ -335,10 +372,18 @@ def _check_upgrade(args) -> int:
         raise UsageError(f"not a version: {args.version[:60]!r} (e.g. 3.10.0)") from None
     if args.from_results is not None and not args.from_results.is_dir():
         raise UsageError(f"--from-results {args.from_results}: no such directory")
+    if not args.specs:
+        given = [opt for opt, value in (("--baseline", args.baseline), ("--archs", args.archs)) if value is not None]
+        if given:
+            raise UsageError(f"{given[0]}: only with --specs (this project's own check judges against the nearest "
+                             "known-good release of its ledger, on every arch of lanes.toml)")
     cdir = project.constraints_dir(args.constraints)
     t0 = time.perf_counter()
     table, windows = lanes.load_table(cdir / project.TABLE_NAME), known_bad.load()
     _check_release(version, table, args)
+    if args.specs:
+        return _check_team(args, version, cdir, table, t0)
+    max_slowdown = MAX_SLOWDOWN if args.max_slowdown is None else args.max_slowdown
     # The noxfile beside the constraints directory, else the project's found from the cwd (a
     # --constraints copy elsewhere, e.g. to try --admit, still runs the project's lanes).
     root = None
@@ -354,10 +399,10 @@ def _check_upgrade(args) -> int:
     base_recs = [r for r in recs if base and r["triton"] == base.triton]
     gpu = gpu_mode()
     if gpu and not args.from_results:  # pytest-benchmark's own gate against the baseline's saved run
-        print(bench_store.arm_gate(base.triton if base else None, args.max_slowdown, project.results_dir()))
+        print(bench_store.arm_gate(base.triton if base else None, max_slowdown, project.results_dir()))
     cand_recs, results = _candidate_records(version, args, root, gpu)
     report = judge(version, cand_recs, base.triton if base else None, base_recs, table.required, windows,
-                   args.max_slowdown)
+                   max_slowdown)
     print(report.render())
     print(f"check-upgrade: {report.verdict.upper()} in {time.perf_counter() - t0:.0f} s")
     if args.admit:
@@ -365,6 +410,35 @@ def _check_upgrade(args) -> int:
             print("check-upgrade: --admit refused: only a SAFE candidate is admitted", file=sys.stderr)
             return EXIT[report.verdict]
         admit(version, cand_recs, cdir, ledger_path)
+    return EXIT[report.verdict]
+
+
+def _check_team(args, version: str, cdir: Path, table: lanes.Table, t0: float) -> int:
+    """``--specs``: the compile lanes of the candidate and the baseline over a user's spec module, judged, with the
+    verdict table first (:mod:`.team_upgrade`); nothing written to constraints/."""
+    from . import team_upgrade  # noqa: PLC0415 - only a check of a user's spec module needs it
+
+    try:
+        team = team_upgrade.plan(args, version, table, os.getcwd())
+        if not args.from_results:
+            print(team_upgrade.load_module(team), flush=True)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    base = team.baseline.triton if team.baseline else None
+    print(f"check-upgrade: your kernels on triton {version} against {base or 'no baseline'}")
+    root = None
+    if not args.from_results:  # the noxfile beside the constraints directory, else the project's found from the cwd
+        root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
+    recs, results = _candidate_records(version, args, root, gpu_mode(), team)
+    try:
+        cand, base_recs = team_upgrade.split(recs, team, str(results or "the run"), given=bool(args.from_results))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    report = judge(version, cand, base, base_recs, team_upgrade.REQUIRED, windows=[])
+    report = team_upgrade.finish(report, cand, base_recs, team, (NO_BENCH, NO_BASELINE))
+    print(team_upgrade.table_text(cand, base_recs, table))
+    print(report.render())
+    print(f"check-upgrade: {report.verdict.upper()} in {time.perf_counter() - t0:.0f} s")
     return EXIT[report.verdict]
 
 
