@@ -120,6 +120,20 @@ def test_the_compile_smoke_line_is_what_a_default_smoke_prints():
     assert f"`{line}` alike (`--canaries`, Triton {NEWEST.name})" in README
 
 
+def test_the_team_lanes_shown_are_a_run_the_results_keep():
+    """The README's commands for a team's spec module ran as written, and its excerpt is what they printed."""
+    log = (ROOT / "bench" / "results" / "2026-11-26-cpu-triton3.0-3.9-capture" / "team-lanes.log").read_text()
+    section = TEXT.split("The matrix's compile lanes take the module too")[1].split("## ")[0]
+    commands = [ln.strip().split("   #")[0].strip() for ln in section.splitlines() if ln.startswith("    ")]
+    assert len(commands) == 3
+    for command in commands:
+        assert f"$ {command}\n" in log, command
+    excerpt = section.split("```")[1].strip().splitlines()
+    assert len(excerpt) > 5
+    for line in excerpt:
+        assert line in log, line
+
+
 @pytest.mark.parametrize("pattern", [r"one compile per tile class and constexpr value the launchers can pick: "
                                      r"(\d+) of them, (\d+) forward and (\d+) backward, plus the (\d+)"])
 def test_the_registry_breakdown(pattern):
