@@ -40,6 +40,7 @@ import json, sys
 from nsa_triton_sel.compat import aot
 from nsa_triton_sel.compat.compile_spec import derive_signature
 from nsa_triton_sel.plan import backward as bm
+from nsa_triton_sel.compat import variants as cv
 kind, arch, cfg, ones, div16 = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
 cap = 32 if arch == 90 and tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 1) else 64
@@ -51,8 +52,8 @@ ce, w, st, name = {
     "dq_tok": (m.dq_tok_constexprs(), m.tok_warps, m.tok_stages, "sel_bwd_dq_tok_kernel"),
     "dkdv": (m.dkdv_constexprs(), m.kv_warps, m.kv_stages, "sel_bwd_dkdv_kernel"),
 }[kind]
-fn = aot._load_kernel(bm.BACKWARD_MODULE + ":" + name)
-types, constexprs = derive_signature(fn, {"name": kind, "dtype": "bf16", "types": bm.BACKWARD_TYPES,
+fn = aot._load_kernel(cv.BACKWARD_MODULE + ":" + name)
+types, constexprs = derive_signature(fn, {"name": kind, "dtype": "bf16", "types": cv.BACKWARD_TYPES,
                                           "constexprs": ce})
 ones = [n for n in ones if n in types]
 aligned = [n for n, t in types.items() if t.startswith("*") or n in div16]

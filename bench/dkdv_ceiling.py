@@ -7,8 +7,9 @@ The canonical NSA problem (``train_contenders.make_problem``), planned as the pu
 the reader list is built once and two kernels are timed on it (``triton.testing.do_bench``, median, L2 flushed):
 
 - ``sel_bwd_dkdv_kernel`` (with the reduction of split tiles), as the backward launches it;
-- ``gather_copy_kernel``: the same grid, chunks, warps and stages, walking the same (entry, head) pairs ``ROWS``
-  at a time and loading the same q and dO rows, with nothing but a sum to keep the loads alive.
+- ``gather_copy_kernel``: the same grid, chunks, warps and stages, walking the same (entry, head) pairs the same
+  way (``ROWS // KV_HP`` whole entries a step, the next step's entries loaded during a step) and loading the same
+  q and dO rows, with nothing but a sum to keep the loads alive.
 
 Both move at least ``pairs x (Dk + Dv) x 2`` bytes (each pair's q row and dO row); the table gives each kernel's
 rate over those bytes and the dk/dv kernel's rate as a fraction of the gather-copy rate (the ceiling of this
@@ -33,9 +34,10 @@ from bench import train_contenders as TC
 def gather_copy_kernel(
     Q, DO, ENTRIES, CHUNKS, OUT, h, Dk, Dv,
     sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, G, NT,
-    ROWS: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    ROWS: tl.constexpr, HP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
 ):
-    """Load the q and dO rows of one dk/dv chunk's (entry, head) pairs, ``ROWS`` per step, and store their sum."""
+    """Load the q and dO rows of one dk/dv chunk's (entry, head) pairs as the dk/dv kernel walks them (``ROWS //
+    HP`` whole entries a step, the next step's entries loaded during the step) and store their sum."""
     pid = tl.program_id(0)
     chunk = CHUNKS + pid.to(tl.int64) * 4
     tile_id = tl.load(chunk)
@@ -51,19 +53,22 @@ def gather_copy_kernel(
     offs_v = tl.arange(0, DV)
     acc_q = tl.zeros((ROWS, DK), tl.float32)
     acc_o = tl.zeros((ROWS, DV), tl.float32)
-    f_hi = e1 * h
-    for f0 in range(e0 * h, f_hi, ROWS):
-        f = f0 + r
-        ok = f < f_hi
-        ent = f // h
-        head = f % h
-        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)
+    r_ent = r // HP
+    head = r % HP
+    ok = (e0 + r_ent < e1) & (head < h)
+    tok = tl.load(ENTRIES + (e0 + r_ent) * 2, mask=ok, other=0)
+    for e in range(e0, e1, ROWS // HP):
         q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h
         do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h
-        acc_q += tl.load(Q + q_off[:, None] + offs_k[None, :] * sq_d, mask=ok[:, None] & (offs_k[None, :] < Dk),
-                         other=0.0).to(tl.float32)
-        acc_o += tl.load(DO + do_off[:, None] + offs_v[None, :] * sdo_d, mask=ok[:, None] & (offs_v[None, :] < Dv),
-                         other=0.0).to(tl.float32)
+        q = tl.load(Q + q_off[:, None] + offs_k[None, :] * sq_d, mask=ok[:, None] & (offs_k[None, :] < Dk), other=0.0)
+        o = tl.load(DO + do_off[:, None] + offs_v[None, :] * sdo_d, mask=ok[:, None] & (offs_v[None, :] < Dv),
+                    other=0.0)
+        ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)
+        tok_n = tl.load(ENTRIES + (e + ROWS // HP + r_ent) * 2, mask=ok_n, other=0)
+        acc_q += q.to(tl.float32)
+        acc_o += o.to(tl.float32)
+        tok = tok_n
+        ok = ok_n
     tl.store(OUT + pid, tl.sum(tl.sum(acc_q, 1), 0) + tl.sum(tl.sum(acc_o, 1), 0))
 
 
@@ -77,8 +82,8 @@ def measure(T: int, sel: str, rep_ms: int) -> dict:
     ranges = p.ranges
     pl = P.plan_call(q, k, v, p.blocks, None, per_head=False, tokens=0, span_len=TC.BS, packed=False)
     meta = pl.backward
-    if meta.DK2:
-        raise SystemExit("dkdv_ceiling: Dk must be a power of two here (DK2 == 0)")
+    if meta.DK2 or not meta.KV_HP:
+        raise SystemExit("dkdv_ceiling: Dk must be a power of two (DK2 == 0) and h <= ROWS (the whole-entry walk)")
     scale = q.shape[-1] ** -0.5
     out, lse = launch.forward(pl, q, k, v, p.blocks, None, scale=scale, block_size=TC.BS)
     B, S, G, h, Dk = q.shape
@@ -101,7 +106,7 @@ def measure(T: int, sel: str, rep_ms: int) -> dict:
     def gather():
         gather_copy_kernel[(ch.shape[0],)](
             q, go, readers.entries, ch, sink, h, Dk, Dv, *q.stride(), *go.stride(), G, readers.n_tiles,
-            ROWS=meta.ROWS, DK=meta.DK1, DV=meta.BLOCK_DV, num_warps=meta.kv_warps, num_stages=meta.kv_stages)
+            ROWS=meta.ROWS, HP=meta.KV_HP, DK=meta.DK1, DV=meta.BLOCK_DV, num_warps=meta.kv_warps, num_stages=meta.kv_stages)
 
     import triton.testing as tt
 

@@ -2,7 +2,7 @@
 
 Part of the CPU parity suite (``pytest -m interp``, run by ``nox -s parity-X``).  Tiny shapes,
 yet they cover: a span just past one key tile (65 keys), multi-span rows with empty rows,
-h = 3 and 16, Dk != Dv, Dk = 192, a partial last key tile (T = 150), strided inputs and
+h = 3, 5, 16 and 40 (whole entries per dk/dv step, and the flat walk), Dk != Dv, Dk = 192, a partial last key tile (T = 150), strided inputs and
 upstream gradients, hot keys read by every token (split over several programs and reduced),
 bit-for-bit determinism, the LSE's own gradient, and the reader list against a brute-force enumeration.
 The kernels are called directly (``kernels/direct.py``: forward, then ``sel_attn_backward`` with launch
@@ -109,6 +109,18 @@ def test_loaded_delta():
     # (LOAD_DELTA) instead of computing it from the stored output; gradients agree with the oracle.
     p = make_problem(B=1, S=3, G=2, h=5, Dk=64, Dv=32, T=100, n=3, seed=8, empty_frac=0.3)
     check(p, "delta=fp32", delta="fp32")
+
+
+@pytest.mark.parametrize("h, rows", [(5, 16), (40, 32)])
+def test_dkdv_walk_whole_entries_and_flat(h, rows):
+    # The dk/dv walk takes rows // next_pow2(h) whole entries per step (h = 5: 8 positions an entry, 3 of them
+    # padding), or, with more heads than pairs per step (h = 40 > 32), the flat entry * h + head list, whose
+    # steps straddle entries; chunk=3 ends chunks inside a step.
+    from nsa_triton_sel.plan.backward import backward_meta
+
+    assert backward_meta(h=h, Dk=16, Dv=24, rows=rows).KV_HP == (8 if h == 5 else 0)
+    p = make_problem(B=1, S=4, G=1, h=h, Dk=16, Dv=24, T=140, n=3, seed=h, empty_frac=0.2)
+    check(p, f"dk/dv walk h={h} rows={rows}", rows=rows, chunk=3)
 
 
 @pytest.mark.parametrize("chunk", [None, 3])

@@ -150,20 +150,21 @@ SMOKE_SUBSET = frozenset({
     "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
     "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
     "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
-    "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta",
+    "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_dkdv/bf16/dk128-dv128/h64",
 })
 
 
 def backward_variants(full: bool = False) -> list[dict]:
     """The configuration classes the backward launcher can pick, as compile-smoke specs.
 
-    ``full=False`` gives :data:`SMOKE_SUBSET` (13 variants), ``full=True`` every class (44).
+    ``full=False`` gives :data:`SMOKE_SUBSET` (14 variants), ``full=True`` every class (46).
 
     Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
     ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
     ``compat.specs.registry()`` turns it into the skips of the known-bad row caps (where the
     launcher, reading the same windows through ``plan``, caps M, the capped variants are listed
-    too).  The dk/dv and reduce kernels do not depend on h; the dq kernel's M does (h = 16, 64).
+    too).  The reduce kernel does not depend on h; the dq kernel's M does (h = 16, 64), and so does the dk/dv
+    kernel's walk (whole entries per step at h = 16, the flat walk at h = 64).
     """
     out = []
     head_dims = tuple((d.Dk, d.Dv) for d in M.HEAD_DIMS if d.backward)
@@ -188,6 +189,10 @@ def backward_variants(full: bool = False) -> list[dict]:
                                     m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
                                     m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, 0))
+            if (Dk, Dv) == (128, 128):  # more heads than pairs per step: the flat walk (KV_HP = 0)
+                m = backward_meta(h=64, Dk=Dk, Dv=Dv, n_spans=16)
+                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}/h64",
+                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
     for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
                                   ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
         m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))

@@ -405,66 +405,123 @@ def sel_bwd_dq_tok_kernel(
 
 
 @triton.jit
+def _readers(ENTRIES, ent, ok):
+    """``(tok, bnd) [ROWS]``: the token and key bounds ``lo | hi << 16`` of reader entries ``ent [ROWS]``."""
+    tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
+    bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
+    return tok, bnd
+
+
+@triton.jit
+def _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+               sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+               DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
+    """The gathered rows of (token, head) pairs ``[ROWS]``: ``q1 [ROWS, DK1]``, ``q2 [ROWS, DK2]`` (``q1`` as a
+    placeholder when ``DK2 == 0``), ``do [ROWS, BLOCK_DV]``, the log2 LSE and delta ``[ROWS]``."""
+    q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
+    do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
+    l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
+    q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
+    do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
+    lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
+    # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
+    delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
+    if DK2 > 0:
+        q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
+    else:
+        q2 = q1  # placeholder, never used
+    return q1, q2, do, lse2, delta
+
+
+@triton.jit
+def _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+               BLOCK_N: tl.constexpr, DK2: tl.constexpr, ISOLATE: tl.constexpr):
+    """Fold one step's (entry, head) pairs into ``dk1, dk2, dv``.  ``ISOLATE``: zero the q and dO of a pair whose
+    q or dO is not finite (and give it a NaN LSE), so only the keys it read get NaN."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    lo = bnd & 0xFFFF  # [ROWS]
+    hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
+    if ISOLATE:
+        # A pair whose q or dO is not finite is isolated: q = dO = 0 and LSE = NaN, so only the keys it
+        # read get NaN (as in exact arithmetic), not the tile's other keys (their P^T is 0, and 0 * inf is NaN).
+        finite = _finite_rows(q1) & _finite_rows(do)  # [ROWS]
+        if DK2 > 0:
+            finite = finite & _finite_rows(q2)
+            q2 = tl.where(finite[:, None], q2, tl.zeros_like(q2))
+        q1 = tl.where(finite[:, None], q1, tl.zeros_like(q1))
+        do = tl.where(finite[:, None], do, tl.zeros_like(do))
+        lse2 = tl.where(finite, lse2, float("nan"))
+
+    # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
+    st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
+    if DK2 > 0:
+        st += tl.dot(k2, tl.trans(q2))
+    inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
+    # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
+    pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
+    dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
+    dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
+    # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
+    dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
+    dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
+    if DK2 > 0:
+        dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+    return dk1, dk2, dv
+
+
+@triton.jit
 def _dkdv_pairs(
     Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
     sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
     k1, k2, v, dk1, dk2, dv,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DOT_F32: tl.constexpr, ISOLATE: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HP: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr, ISOLATE: tl.constexpr,
 ):
-    """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv``: pair f = entry * h +
-    head, ``ROWS`` per step.  ``ISOLATE``: zero the q and dO of a pair whose q or dO is not finite (and give it
-    a NaN LSE), so only the keys it read get NaN.  With ``DK2 == 0``, ``k2``/``dk2`` are placeholders."""
-    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    r = tl.arange(0, ROWS)  # [ROWS]
-    f_lo = e0 * h
-    f_hi = e1 * h
-    for f0 in range(f_lo, f_hi, ROWS):
-        f = f0 + r  # [ROWS]
-        ok = f < f_hi  # [ROWS]
-        ent = f // h  # [ROWS]
-        head = f % h  # [ROWS]
-        tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
-        bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]
-        lo = bnd & 0xFFFF  # [ROWS]
-        hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
-        q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
-        do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
-        l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
-        q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
-        do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
-        lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
-        # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
-        delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
-        if DK2 > 0:
-            q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
-        else:
-            q2 = q1  # placeholder, never used
-        if ISOLATE:
-            # A pair whose q or dO is not finite is isolated: q = dO = 0 and LSE = NaN, so only the keys it
-            # read get NaN (as in exact arithmetic), not the tile's other keys (their P^T is 0, and 0 * inf is NaN).
-            finite = _finite_rows(q1) & _finite_rows(do)  # [ROWS]
-            if DK2 > 0:
-                finite = finite & _finite_rows(q2)
-                q2 = tl.where(finite[:, None], q2, tl.zeros_like(q2))
-            q1 = tl.where(finite[:, None], q1, tl.zeros_like(q1))
-            do = tl.where(finite[:, None], do, tl.zeros_like(do))
-            lse2 = tl.where(finite, lse2, float("nan"))
+    """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv``, ``ROWS`` per step.
 
-        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
-        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
-        if DK2 > 0:
-            st += tl.dot(k2, tl.trans(q2))
-        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
-        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
-        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
-        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
-        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
-        # where, not pt * ...: a NaN row (delta) or a non-finite v of an unread key stays out of the others' dk
-        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
-        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
-        if DK2 > 0:
-            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+    ``HP > 0`` (a power of two >= h): a step is ``ROWS // HP`` whole entries, pair r its entry ``r // HP`` and
+    head ``r % HP``, fixed across steps (a division by the runtime h at every step cost more than the step's
+    MMAs).  ``HP == 0`` (h > ROWS): a step is ``ROWS`` pairs of the flat list ``entry * h + head``.  Either way
+    the next step's entries are loaded while a step computes, so a step's gathers never wait on a load of their
+    own step and the pipeliner can start them a step ahead.  With ``DK2 == 0``, ``k2``/``dk2`` are placeholders.
+    """
+    r = tl.arange(0, ROWS)  # [ROWS]
+    if HP > 0:
+        r_ent = r // HP  # [ROWS]
+        head = r % HP  # [ROWS]
+        ok = (e0 + r_ent < e1) & (head < h)  # [ROWS]
+        tok, bnd = _readers(ENTRIES, e0 + r_ent, ok)  # [ROWS] x 2
+        for e in range(e0, e1, ROWS // HP):
+            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+                                                 sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                                 sl_b, sl_s, sl_g, sl_h, DK1, DK2, BLOCK_DV, DOT_F32)
+            # -- the next step's readers, in flight while this step computes --
+            ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
+            tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
+            dk1, dk2, dv = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+                                      BLOCK_N, DK2, ISOLATE)
+            tok = tok_n
+            bnd = bnd_n
+            ok = ok_n
+    else:
+        f_hi = e1 * h
+        ok = e0 * h + r < f_hi  # [ROWS]
+        head = (e0 * h + r) % h  # [ROWS]
+        tok, bnd = _readers(ENTRIES, (e0 * h + r) // h, ok)  # [ROWS] x 2
+        for f0 in range(e0 * h, f_hi, ROWS):
+            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+                                                 sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                                 sl_b, sl_s, sl_g, sl_h, DK1, DK2, BLOCK_DV, DOT_F32)
+            # -- the next step's readers, in flight while this step computes --
+            ok_n = f0 + ROWS + r < f_hi  # [ROWS]
+            head_n = (f0 + ROWS + r) % h  # [ROWS]
+            tok_n, bnd_n = _readers(ENTRIES, (f0 + ROWS + r) // h, ok_n)  # [ROWS] x 2
+            dk1, dk2, dv = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+                                      BLOCK_N, DK2, ISOLATE)
+            tok = tok_n
+            bnd = bnd_n
+            head = head_n
+            ok = ok_n
     return dk1, dk2, dv
 
 
@@ -479,6 +536,7 @@ def sel_bwd_dkdv_kernel(
     sl_b, sl_s, sl_g, sl_h,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
+    HP: tl.constexpr,
     DK1: tl.constexpr,
     DK2: tl.constexpr,
     BLOCK_DV: tl.constexpr,
@@ -528,12 +586,12 @@ def sel_bwd_dkdv_kernel(
         dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
                                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
                                    sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
-                                   BLOCK_N, ROWS, DK1, DK2, BLOCK_DV, DOT_F32, False)
+                                   BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, False)
     else:
         dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
                                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
                                    sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
-                                   BLOCK_N, ROWS, DK1, DK2, BLOCK_DV, DOT_F32, True)
+                                   BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, True)
 
     # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
     offs_d1 = tl.arange(0, DK1)  # [DK1]

@@ -10,7 +10,8 @@ The defaults for h = 16, Dk = Dv <= 128 are the best of the backward's launch sw
 ``bench/results/2026-11-23-h100-triton3.6-fwd-bwd-tables-host-cost/train_sweep8k.log``,
 ``bench/results/2026-11-26-h100-triton3.6-train-ab-kernels-7ac47c92/sweep32k.log``): dq 16-key tiles,
 1 warp, 3 stages (against 32 keys / 2 warps, the reasoned default below); dk/dv 64-key tiles, 32
-(entry, head) pairs per step, 4 warps, 2 stages (against 64 pairs and 8 warps, or 3 stages);
+(entry, head) pairs per step, 4 warps, 3 stages (against 16 or 64 pairs, 8 warps, or 2 and 4 stages;
+``bench/dkdv_variants.py``, ``bench/results/2026-11-26-h100-triton3.6-dkdv-walk/variants.log``);
 multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned choices below:
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
@@ -22,13 +23,11 @@ multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned cho
   programs per SM (shared memory allows 5), so 2 warps is the default and 1 is in the sweep.
 - dk/dv kernel: M = BLOCK_N keys, N = ROWS (entry, head) pairs.  Its accumulators are
   ``BLOCK_N x (Dk + Dv)`` fp32 (64 KiB at 64 x 256), held by the program for its whole
-  loop: 8 warps keep them at 64 registers per thread; the K and V tiles stay in registers as
-  MMA operands, the gathered q/dO rows stream through shared memory.  Up to Dk + Dv = 256,
-  2 stages: with 3 the pipeliner also copies the entries asynchronously, two steps ahead (16
-  ``cp.async`` against 10 with 2 stages on Triton 3.6/3.9, 7 against 3 on 3.0;
-  ``bench/bwd_aot_report.py``), but the kernel with 2 was the faster at T = 32K on the H100
-  (``bench/results/2026-11-26-h100-triton3.6-train-ab-kernels-7ac47c92/sweep32k.log``); wider
-  heads keep 3 (not measured).
+  loop: at 4 warps the program sits at 255 registers (two programs per SM on the H100), so
+  nothing but its own pipelining hides a step's load latency.  The walk is shaped for that
+  (``kernels/backward.py``): a step's entries are loaded during the step before, so with 3 stages
+  the pipeliner has the gathered q/dO rows of the next step in flight while a step computes, and
+  a pair's entry and head are a shift and a mask of the walk position (``KV_HP``).
 - multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
   forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
   accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
@@ -95,13 +94,19 @@ class BackwardMeta:
                 "BLOCK_DV": self.BLOCK_DV, "BLOCK_S": self.BLOCK_S, "LOAD_DELTA": self.delta == "fp32",
                 "DOT_F32": self.DOT_F32}
 
+    @property
+    def KV_HP(self) -> int:
+        """The dk/dv walk's positions per entry: the padded head count where a step holds whole entries, else 0
+        (a flat ``entry * h + head`` walk, for h > ROWS)."""
+        return self.HP if self.HP <= self.ROWS else 0
+
     def chunk_for(self, entries: int, h: int, sm_count: int) -> int:
         """Entries per dk/dv program once the reader list's size is known: ``chunk``, or about
         ``programs_per_sm`` programs per SM (:func:`chunk_size`)."""
-        return self.chunk or chunk_size(entries, self.programs_per_sm * sm_count, self.ROWS, h)
+        return self.chunk or chunk_size(entries, self.programs_per_sm * sm_count, self.ROWS, self.KV_HP or h)
 
     def dkdv_constexprs(self) -> dict:
-        return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "DK1": self.DK1, "DK2": self.DK2,
+        return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "HP": self.KV_HP, "DK1": self.DK1, "DK2": self.DK2,
                 "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
 
     def reduce_constexprs(self) -> dict:
@@ -125,7 +130,7 @@ def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, in
     wide = dk + block_dv > 256
     bn = min(32 if wide else 64, max_rows)
     warps = 8 if bn * (dk + block_dv) > 64 * 256 else 4
-    return bn, 32, warps, 3 if wide else 2  # 32 pairs, 4 warps, 2 stages: measured best at D = 128 (module docstring)
+    return bn, 32, warps, 3  # 32 pairs, 4 warps, 3 stages: measured best at D = 128 (module docstring)
 
 
 def backward_meta(
@@ -197,10 +202,11 @@ def dq_tokens_per_program(h: int, max_rows: int = 64) -> int:
     return tok if tok >= 2 else 0
 
 
-def chunk_size(entries: int, programs: int, rows_per_step: int, h: int) -> int:
+def chunk_size(entries: int, programs: int, rows_per_step: int, width: int) -> int:
     """Entries per dk/dv program: about ``entries / programs``, within [CHUNK_MIN, CHUNK_MAX],
-    rounded up so a chunk is a whole number of ``rows_per_step`` steps when h divides it."""
+    rounded up so a chunk is a whole number of ``rows_per_step`` steps when an entry's ``width``
+    walk positions (``KV_HP``, or h) divide it."""
     c = -(-max(entries, 1) // max(programs, 1))
     c = min(CHUNK_MAX, max(CHUNK_MIN, c))
-    step = max(1, rows_per_step // h) if rows_per_step % h == 0 else 1
+    step = max(1, rows_per_step // width) if rows_per_step % width == 0 else 1
     return -(-c // step) * step
