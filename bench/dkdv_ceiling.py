@@ -93,7 +93,7 @@ def measure(T: int, sel: str, rep_ms: int) -> dict:
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)
     grad_lse = torch.zeros((), dtype=torch.float32, device=q.device).expand(B, S, G, h)
     launch._launch_dq(q, k, v, ranges, out, lse, go, grad_lse, dq, delta, nonfinite, meta, scale)
-    readers = reader_list(ranges, T, meta.KV_BLOCK_N, capacity=pl.reader_capacity, chunk=pl.reader_chunk)
+    readers = reader_list(ranges, T, meta, per_row=pl.reader_per_row, chunk=pl.reader_chunk)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     ch = readers.chunks
     live = ch[:, 0] >= 0

@@ -48,13 +48,15 @@ def _fmt(x) -> str:
 def _readers(ranges, T: int, bn: int, h: int, rows: int, programs: int):
     """The backward's reader list for ``ranges`` with tiles of ``bn`` keys, about ``programs`` dk/dv programs."""
     from nsa_triton_sel.plan import entries_per_row
-    from nsa_triton_sel.plan.backward import chunk_size
+    from nsa_triton_sel.plan.backward import backward_meta, chunk_size
 
     from nsa_triton_sel.kernels import readers
 
     B, S, G, n, _ = ranges.shape
-    capacity = B * S * G * entries_per_row(n, T, bn, 0, aligned=False)
-    return readers.reader_list(ranges, T, bn, capacity=capacity, chunk=chunk_size(capacity, programs, rows, h))
+    per_row = entries_per_row(n, T, bn, 0, aligned=False)
+    meta = backward_meta(h=h, Dk=16, Dv=16, n_spans=n, kv_block_n=bn)  # the reader kernels read only tiles, spans
+    return readers.reader_list(ranges, T, meta, per_row=per_row,
+                               chunk=chunk_size(B * S * G * per_row, programs, rows, h))
 
 
 def sweep_tok(p, bench, log) -> dict:

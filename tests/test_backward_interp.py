@@ -43,6 +43,13 @@ def run(p, grad_out=None, scale=None, ranges=None, **tune):
                                     **tune)
 
 
+def tiles(block_n: int, n: int):
+    """A backward plan with ``block_n``-key tiles for rows of ``n`` spans (what the reader list reads of it)."""
+    from nsa_triton_sel.plan.backward import backward_meta
+
+    return backward_meta(h=1, Dk=16, Dv=16, n_spans=n, kv_block_n=block_n)
+
+
 def check(p, what, scale=None, **tune):
     got, go = run(p, scale=scale, **tune)
     return grad_checks.check_grads(got, p.q, p.k, p.v, p.ranges, go, scale=scale, factor=factor(p.q.dtype), what=what)
@@ -137,7 +144,8 @@ def test_hot_keys_split_and_deterministic(chunk):
     if chunk is not None:
         from nsa_triton_sel.plan import entries_per_row
 
-        lists = readers.reader_list(p.ranges, 200, 64, capacity=8 * entries_per_row(3, 200, 64, 0, False), chunk=chunk)
+        lists = readers.reader_list(p.ranges, 200, tiles(64, 3), per_row=entries_per_row(3, 200, 64, 0, False),
+                                    chunk=chunk)
         assert lists.slots > 0 and int((lists.tile_slots[:, 1] > 1).sum()) >= 1, "the hot tile was not split"
     check(p, f"hot keys chunk={chunk}", **tune)
     first, go = run(p, **tune)
@@ -178,13 +186,21 @@ def test_the_lse_gradient_is_folded_into_the_backward():
         assert err < 5e-3, f"d{name}: relative error {err:.2e}"
 
 
-def test_reader_list_matches_brute_force():
+@pytest.mark.parametrize("dtype, strided, int64_keys", [(torch.int32, False, False), (torch.int64, True, True)])
+def test_reader_list_matches_brute_force(dtype, strided, int64_keys, monkeypatch):
     from nsa_triton_sel.plan import entries_per_row
+
+    if int64_keys:  # the sort keys of selections too large for int32 keys
+        monkeypatch.setattr(readers, "INT32_KEYS_BELOW", 0)
 
     p = make_problem(B=2, S=5, G=2, h=1, T=100, n=4, seed=9, empty_frac=0.2)
     bn, chunk = 16, 2
-    capacity = 2 * 5 * 2 * entries_per_row(4, 100, bn, 0, aligned=False)
-    lists = readers.reader_list(p.ranges, 100, bn, capacity=capacity, chunk=chunk)
+    per_row = entries_per_row(4, 100, bn, 0, aligned=False)
+    capacity = 2 * 5 * 2 * per_row
+    ranges = p.ranges.to(dtype)
+    if strided:  # the spans as a view with no unit stride: every stride is read from the tensor
+        ranges = torch.zeros((2, 5, 2, 4, 2, 3), dtype=dtype)[..., 1].copy_(ranges)
+    lists = readers.reader_list(ranges, 100, tiles(bn, 4), per_row=per_row, chunk=chunk)
     nt = lists.n_tiles
     want = {}
     for b in range(2):
@@ -210,12 +226,14 @@ def test_reader_list_matches_brute_force():
 
 
 def test_overlapping_spans_cannot_overrun_the_reader_list():
-    """Spans that break the contract (overlapping: validate=False) can exceed the bound: the list is cut at its
-    capacity, so no kernel reads past it (the gradients of such input are not defined)."""
+    """Spans that break the contract (overlapping: validate=False) can exceed the bound: each row's list is cut at
+    its ``per_row`` slots, so no kernel reads past it (the gradients of such input are not defined)."""
     p = make_problem(B=1, S=4, G=1, h=2, Dk=16, Dv=16, T=128, n=3, seed=2)
     p.ranges[:] = torch.tensor([0, 128], dtype=p.ranges.dtype)  # three copies of all keys per row
-    lists = readers.reader_list(p.ranges, 128, 16, capacity=10, chunk=4)
-    assert int(lists.chunks[:, 2].max()) <= 10 and lists.entries.shape[0] == 10
+    lists = readers.reader_list(p.ranges, 128, tiles(16, 3), per_row=3, chunk=4)  # each row has 24 entries, cut at 3
+    live = lists.chunks[lists.chunks[:, 0] >= 0]  # padding programs (tile -1) return before reading
+    assert int(live[:, 2].max()) <= 12 and lists.entries.shape[0] == 12
+    assert int((live[:, 2] - live[:, 1]).sum()) == 12
     got, _ = run(p)  # the real bound, from shapes: runs, whatever it computes
     assert all(g.shape == x.shape for g, x in zip(got, (p.q, p.k, p.v)))
 

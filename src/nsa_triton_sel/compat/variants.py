@@ -16,7 +16,8 @@ from .. import plan
 from ..device import ROWS, Device
 from ..plan import tiles as M
 from ..plan import tokens
-from ..plan.backward import REDUCE_WARPS, backward_meta, dq_tokens_per_program
+from ..plan.backward import (READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, REDUCE_WARPS, backward_meta,
+                             dq_tokens_per_program)
 
 @dataclass(frozen=True)
 class SmokeCase:
@@ -129,7 +130,7 @@ BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
 # Pointer arguments whose element type is not the data dtype, and UPPERCASE sizes.
 BACKWARD_TYPES = {
     "LSE": "*fp32", "DLSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
-    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64", "NONFINITE": "*i32",
+    "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64", "NONFINITE": "*i32", "KEYS": "*i64",
     "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
 }
 def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:
@@ -151,13 +152,14 @@ SMOKE_SUBSET = frozenset({
     "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
     "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
     "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_dkdv/bf16/dk128-dv128/h64",
+    "sel_bwd_reader_keys/n16/e16/bn64/i32", "sel_bwd_reader_entries/bn64/i32",
 })
 
 
 def backward_variants(full: bool = False) -> list[dict]:
     """The configuration classes the backward launcher can pick, as compile-smoke specs.
 
-    ``full=False`` gives :data:`SMOKE_SUBSET` (14 variants), ``full=True`` every class (46).
+    ``full=False`` gives :data:`SMOKE_SUBSET` (16 variants), ``full=True`` every class (54).
 
     Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
     ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
@@ -203,4 +205,17 @@ def backward_variants(full: bool = False) -> list[dict]:
     for dtype in ("fp16", "bf16"):
         out.append(_variant("sel_bwd_dq_kernel", f"sel_bwd_dq/{dtype}/dk128-dv128/h16+load_delta",
                             m.dq_constexprs(), m.dq_warps, m.dq_stages, dtype, m.BLOCK_H))
+    # The reader list's kernels read only spans and integer keys: one dtype; 16 entries a row (block indices)
+    # and the 64-slot loop of unbounded ranges; the 32-key tiles of the row-capped planner.
+    for cap in (64, 32):
+        m = backward_meta(h=16, Dk=128, Dv=128, n_spans=16, max_rows=cap)
+        for per_row, keys in ((16, "i32"), (528, "i64")):  # int32 keys where they fit (readers.reader_list)
+            ce = m.reader_keys_constexprs(per_row)
+            out.append(_variant("sel_bwd_reader_keys_kernel",
+                                f"sel_bwd_reader_keys/n16/e{ce['BLOCK_E']}/bn{m.KV_BLOCK_N}/{keys}",
+                                ce, READER_KEYS_WARPS, 1, "fp16", 0))
+            out[-1]["types"]["KEYS"] = "*" + keys
+            out.append(_variant("sel_bwd_reader_entries_kernel", f"sel_bwd_reader_entries/bn{m.KV_BLOCK_N}/{keys}",
+                                {"BLOCK_N": m.KV_BLOCK_N, "BLOCK": READER_BLOCK}, READER_ENTRIES_WARPS, 1, "fp16", 0))
+            out[-1]["types"]["KEYS"] = "*" + keys
     return out if full else [d for d in out if d["name"] in SMOKE_SUBSET]

@@ -20,6 +20,9 @@ Launched in this order by ``launch.backward``:
   the dO it reads anyway), so there is no separate preprocessing pass.  With ``LOAD_DELTA``
   (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.  It
   subtracts ``dlse`` (loaded per row, a stride-0 zero when the LSE has no gradient) either way.
+- :func:`sel_bwd_reader_keys_kernel`, :func:`sel_bwd_reader_entries_kernel`: the reader list of the dk/dv
+  kernel (``readers.py``): each row's (span, key tile) pairs as unique int64 keys, sorted by torch, then
+  decoded into the entries below.
 - :func:`sel_bwd_dkdv_kernel`, key-centric: the launcher inverts the selection into a CSR
   (for each ``BLOCK_N``-key tile of each ``(b, g)``, the sorted list of reader entries
   ``(token, [lo, hi) within the tile)``, one per (row, span) intersecting the tile) and cuts
@@ -60,7 +63,7 @@ dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head
 import triton
 import triton.language as tl
 
-from .common import LOG2E, _gather_rows, _group_heads, _load_q, _prefix_sum, _tile_bounds, _token_rows
+from .common import LOG2E, _clamp_spans, _gather_rows, _group_heads, _load_q, _prefix_sum, _tile_bounds, _token_rows
 
 
 @triton.jit
@@ -669,3 +672,73 @@ def sel_bwd_reduce_kernel(
     tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
              dv.to(DV.dtype.element_ty),
              mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
+
+
+@triton.jit
+def sel_bwd_reader_keys_kernel(
+    SPANS, KEYS, S, G, n, T, NT, n_tiles, per_row,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    BLOCK_N: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+):
+    """The reader entries of one row ``(b, s, g)`` as sort keys: ``KEYS [rows, per_row]`` (int32 where the
+    padding key fits, else int64; the keys are computed in int64 and stored in KEYS's type).
+
+    Entry k of the row is its k-th (span, key tile) pair, spans in slot order: the key
+    ``((tile_id * S + s) * n + slot)`` with ``tile_id = (b * G + g) * NT + tile``, so that sorting the keys
+    orders the entries by tile, then token, then span slot; past the row's count (or ``per_row``, which
+    spans that break the contract can pass: they are cut there) the padding key ``n_tiles * S * n`` sorts
+    last.  Spans are clamped into ``[0, T]`` as the other kernels clamp them.
+    """
+    # -- the row's spans, their tile counts and where each one's entries start --
+    row = tl.program_id(0).to(tl.int64)  # (b * S + s) * G + g
+    g = row % G
+    s = (row // G) % S
+    b = row // (G * S)
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    s_ok = offs_s < n  # [BLOCK_S]
+    span = SPANS + b * sr_b + s * sr_s + g * sr_g + offs_s.to(tl.int64) * sr_n  # [BLOCK_S]
+    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
+    t_lo = start // BLOCK_N  # [BLOCK_S]
+    count = tl.where(end > start, (end - 1) // BLOCK_N - t_lo + 1, 0)  # [BLOCK_S] tiles each span touches
+    cum = _prefix_sum(count, BLOCK_S)  # [BLOCK_S] inclusive
+    first = cum - count  # [BLOCK_S]
+    total = tl.sum(count, 0)  # scalar
+    tile0 = (b * G + g) * NT  # scalar: global id of the row's tile 0
+    pad = n_tiles.to(tl.int64) * S * n  # scalar
+    # -- entry k falls in the span whose [first, cum) holds it --
+    for k0 in range(0, per_row, BLOCK_E):
+        k = k0 + tl.arange(0, BLOCK_E)  # [BLOCK_E]
+        sel = (k[:, None] >= first[None, :]) & (k[:, None] < cum[None, :])  # [BLOCK_E, BLOCK_S] one-hot
+        slot = tl.sum(tl.where(sel, offs_s[None, :], 0), 1)  # [BLOCK_E]
+        tile = tl.sum(tl.where(sel, t_lo[None, :] + k[:, None] - first[None, :], 0), 1)  # [BLOCK_E]
+        key = ((tile0 + tile.to(tl.int64)) * S + s) * n + slot  # [BLOCK_E]
+        tl.store(KEYS + row * per_row + k, tl.where(k < total, key, pad), mask=k < per_row)
+
+
+@triton.jit
+def sel_bwd_reader_entries_kernel(
+    SPANS, KEYS, ENTRIES, n_entries, S, G, n, T, NT, n_tiles,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    BLOCK_N: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Decode sorted reader keys (``sel_bwd_reader_keys_kernel``) into ``ENTRIES [n_entries, 2]`` int32 rows
+    ``(token, lo | hi << 16)``: the keys ``[lo, hi)`` of its tile that the entry's span covers.  Padding keys
+    give ``(0, 0)`` (no key); no chunk refers to them."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = offs < n_entries  # [BLOCK]
+    key = tl.load(KEYS + offs, mask=ok, other=0).to(tl.int64)  # [BLOCK]
+    slot = key % n  # [BLOCK]
+    s = (key // n) % S  # [BLOCK]
+    tile_id = key // n // S  # [BLOCK]
+    live = ok & (tile_id < n_tiles)  # [BLOCK]
+    bg = tile_id // NT  # [BLOCK]
+    k0 = (tile_id % NT) * BLOCK_N  # [BLOCK]
+    span = SPANS + (bg // G) * sr_b + s * sr_s + (bg % G) * sr_g + slot * sr_n  # [BLOCK]
+    start, end = _clamp_spans(tl.load(span, mask=live, other=0), tl.load(span + sr_e, mask=live, other=0), T)
+    lo = tl.minimum(tl.maximum(start - k0, 0), BLOCK_N)  # [BLOCK]
+    hi = tl.minimum(tl.maximum(end - k0, 0), BLOCK_N)  # [BLOCK]
+    tl.store(ENTRIES + offs * 2, tl.where(live, s, 0).to(tl.int32), mask=ok)
+    tl.store(ENTRIES + offs * 2 + 1, tl.where(live, lo | (hi << 16), 0).to(tl.int32), mask=ok)

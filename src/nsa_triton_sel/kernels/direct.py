@@ -158,12 +158,12 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, grad_l
     dev = device_of(q.device)
     tune.setdefault("max_rows", dev.max_rows)
     meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype, dev), **tune)
-    capacity = B * S * G * P.entries_per_row(n, T, meta.KV_BLOCK_N, 0, aligned=False)
+    per_row = P.entries_per_row(n, T, meta.KV_BLOCK_N, 0, aligned=False)
     delta_forward = None
     if meta.delta == "fp32":
         delta_forward = P.selection(B, S, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, decode=False,
                                     dot_f32=_interpreter_dot_f32(q.dtype, dev))
-    p = P.Plan(None, meta, 1, False, capacity, meta.chunk_for(capacity, h, dev.sm_count), delta_forward)
+    p = P.Plan(None, meta, 1, False, per_row, meta.chunk_for(B * S * G * per_row, h, dev.sm_count), delta_forward)
     return backward(p, q, k, v, clamp_ranges(ranges, T), out, lse, grad_out, grad_lse, scale=resolve_scale(scale, Dk))
 
 

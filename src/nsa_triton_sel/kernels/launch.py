@@ -189,7 +189,7 @@ def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale:
         torch.sum(grad_out.float() * o32, dim=-1, out=delta)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # raised by the dq kernel, read by dk/dv
     _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
-    readers = reader_list(ranges, T, meta.KV_BLOCK_N, capacity=p.reader_capacity, chunk=p.reader_chunk)
+    readers = reader_list(ranges, T, meta, per_row=p.reader_per_row, chunk=p.reader_chunk)
     _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers, meta, scale)
     return dq, dk, dv
 

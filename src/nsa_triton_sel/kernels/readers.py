@@ -1,16 +1,20 @@
 """The backward's reader list: the selection inverted per key tile, built on the device with no host read.
 
 For every ``block_n``-key tile of every ``(b, g)``, the (row, span) entries that read it, with the keys
-``[lo, hi)`` of the tile each one reads, stable-sorted so that within a tile they follow (token, span
-slot): the order, and with it every sum the dk/dv kernel makes, is fixed (bit-reproducible gradients).
-Each tile's entries are cut into chunks of at most ``chunk`` entries, one dk/dv program each, longest
-first, so the hot tiles' chunks do not trail at the end of the launch.
+``[lo, hi)`` of the tile each one reads, ordered within a tile by (token, span slot): the order, and with it
+every sum the dk/dv kernel makes, is fixed (bit-reproducible gradients).  Each tile's entries are cut into
+chunks of at most ``chunk`` entries, one dk/dv program each, longest first, so the hot tiles' chunks do not
+trail at the end of the launch.
 
-No size is read back to the host: the arrays are sized by a bound from the shapes (``capacity``:
-``plan.Plan.entries_per_row`` times the rows), entries past the real count are padding that sorts last
-and that no chunk refers to.  So a training step can be captured in a CUDA graph, and an eager step does
-not stall the host.  The count is clamped to the capacity, so even spans that break the contract
-(overlapping, with ``validate=False``) cannot make a kernel read past the arrays.
+Three steps: ``sel_bwd_reader_keys_kernel`` writes each row's entries as unique integer sort keys (tile,
+token, span slot; int32 where they fit), one sort puts them in order, and ``sel_bwd_reader_entries_kernel`` decodes them into
+the dk/dv kernel's entries; the tile boundaries are a ``searchsorted`` of the sorted keys.
+
+No size is read back to the host: each row gets ``per_row`` slots (``plan.entries_per_row``, a bound from
+the shapes), and the slots a row does not use hold a padding key that sorts last and that no chunk refers
+to.  So a training step can be captured in a CUDA graph, and an eager step does not stall the host.  A row
+is cut at its ``per_row`` slots, so even spans that break the contract (overlapping, with ``validate=False``)
+cannot make a kernel read past the arrays.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from ..plan.backward import READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, BackwardMeta
+from . import backward as bwd_kernels
+
+
+INT32_KEYS_BELOW = 2**31 - 1  # the padding key (the largest) must be below it for int32 keys
 
 
 @dataclass
@@ -38,49 +48,33 @@ class ReaderList:
     chunk: int
 
 
-def reader_list(ranges: torch.Tensor, T: int, block_n: int, *, capacity: int, chunk: int) -> ReaderList:
-    """Invert ``ranges [B, S, G, n, 2]`` (clamped into ``[0, T]``) into the readers of each ``block_n``-key tile.
+def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: int, chunk: int) -> ReaderList:
+    """Invert ``ranges [B, S, G, n, 2]`` (clamped into ``[0, T]``) into the readers of each ``meta.KV_BLOCK_N``-key
+    tile (``meta.BLOCK_S`` must hold the n spans).
 
-    ``capacity`` bounds the number of (tile, span) entries (a proof from the shapes, ``plan.entries_per_row``);
-    ``chunk`` the entries per dk/dv program.  Device ops only; at least one span (``B * S * G * n > 0``)."""
+    ``per_row`` bounds the (tile, span) entries of one row (a proof from the shapes, ``plan.entries_per_row``);
+    ``chunk`` the entries per dk/dv program.  Device work only; at least one span (``B * S * G * n > 0``)."""
     B, S, G, n, _ = ranges.shape
     dev = ranges.device
+    block_n = meta.KV_BLOCK_N
+    rows = B * S * G
+    capacity = rows * per_row
     nt = -(-T // block_n)
     n_tiles = B * G * nt
-    r = ranges.to(torch.int64)
-    start, end = r[..., 0].reshape(-1), r[..., 1].reshape(-1)  # per span, in (b, s, g, slot) order
-    count = torch.where(end > start, torch.div(end - 1, block_n, rounding_mode="floor")
-                        - torch.div(start, block_n, rounding_mode="floor") + 1, torch.zeros_like(start))
-    t_lo = torch.div(start, block_n, rounding_mode="floor")
-    bg = (torch.arange(B, device=dev).view(B, 1, 1, 1) * G + torch.arange(G, device=dev).view(1, 1, G, 1))
-    base = (bg * nt).expand(B, S, G, n).reshape(-1)  # global id of tile 0 of the span's (b, g)
-
-    # Entry p of the capacity belongs to the span whose cumulative count first exceeds p.
-    cum = torch.cumsum(count, 0)
-    p = torch.arange(capacity, device=dev)
-    span = torch.searchsorted(cum, p, right=True).clamp_max(count.numel() - 1)
-    live = p < cum[-1:]
-    tile = t_lo[span] + (p - (cum - count)[span])
-    key = torch.where(live, base[span] + tile, torch.full_like(p, n_tiles))
-    key = key.to(torch.int32) if n_tiles < 2**31 - 1 else key
-    order = torch.sort(key, stable=True).indices  # padding (key n_tiles) sorts last
-    span, tile = span[order], tile[order]
-    tok = torch.div(span, G * n, rounding_mode="floor") % S
-    k0 = tile * block_n
-    lo = (start[span] - k0).clamp(0, block_n)
-    hi = (end[span] - k0).clamp(0, block_n)
-    entries = torch.stack([tok, lo | (hi << 16)], dim=-1).to(torch.int32)
-
-    # Entries per tile (a difference array over the spans' tile ranges), clamped to the capacity.
-    diff = torch.zeros(n_tiles + 1, dtype=torch.int64, device=dev)
-    live_s = count > 0
-    spill = torch.full_like(base, n_tiles)
-    diff.index_add_(0, torch.where(live_s, base + t_lo, spill), live_s.to(torch.int64))
-    diff.index_add_(0, torch.where(live_s, base + t_lo + count, spill), -live_s.to(torch.int64))
-    per_tile = diff.cumsum(0)[:n_tiles]
-    offsets = torch.zeros(n_tiles + 1, dtype=torch.int64, device=dev)
-    torch.cumsum(per_tile, 0, out=offsets[1:])
-    offsets = offsets.clamp_max(capacity)
+    # int32 keys where the largest (the padding key) fits: the radix sort makes half the passes of int64's
+    key_dtype = torch.int32 if n_tiles * S * n < INT32_KEYS_BELOW else torch.int64
+    keys = torch.empty(capacity, dtype=key_dtype, device=dev)
+    bwd_kernels.sel_bwd_reader_keys_kernel[(rows,)](
+        ranges, keys, S, G, n, T, nt, n_tiles, per_row, *ranges.stride(), num_warps=READER_KEYS_WARPS,
+        num_stages=1, **meta.reader_keys_constexprs(per_row))
+    keys = torch.sort(keys).values  # unique keys but the padding: the order is the same on every run
+    entries = torch.empty((capacity, 2), dtype=torch.int32, device=dev)
+    bwd_kernels.sel_bwd_reader_entries_kernel[(-(-capacity // READER_BLOCK),)](
+        ranges, keys, entries, capacity, S, G, n, T, nt, n_tiles, *ranges.stride(),
+        BLOCK_N=block_n, BLOCK=READER_BLOCK, num_warps=READER_ENTRIES_WARPS, num_stages=1)
+    # Tile t's entries start at the first key of tile t (padding keys, tile n_tiles, mark the end).
+    first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * (S * n)
+    offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
     per_tile = offsets[1:] - offsets[:-1]
     chunks, tile_slots, slots = _chunk_table(per_tile, offsets, capacity, chunk)
     return ReaderList(entries, chunks, tile_slots, slots, nt, chunk)

@@ -48,6 +48,9 @@ CHUNK_PROGRAMS_PER_SM = 8
 CHUNK_MIN = 64
 CHUNK_MAX = 8192
 REDUCE_WARPS = 4
+READER_BLOCK = 1024  # sorted reader keys decoded per program (sel_bwd_reader_entries_kernel)
+READER_KEYS_WARPS = 1
+READER_ENTRIES_WARPS = 4
 MAX_BLOCK_N = 128  # entry bounds are packed as lo | hi << 16 (any BLOCK_N < 2^15 would do)
 # delta = rowsum(dO * O): "output" reads the stored output, like FlashAttention; "fp32" recomputes O in
 # fp32 first (one more forward pass): the stored bf16 output's rounding, times dO, is of the size of
@@ -104,6 +107,12 @@ class BackwardMeta:
         """Entries per dk/dv program once the reader list's size is known: ``chunk``, or about
         ``programs_per_sm`` programs per SM (:func:`chunk_size`)."""
         return self.chunk or chunk_size(entries, self.programs_per_sm * sm_count, self.ROWS, self.KV_HP or h)
+
+    def reader_keys_constexprs(self, per_row: int) -> dict:
+        """The reader-key kernel's: one program per row, its spans as one vector (``BLOCK_S``), its ``per_row``
+        entry slots at most 64 at a time; a row's work is small (launched with ``READER_KEYS_WARPS``)."""
+        block_e = 1 << max(per_row - 1, 0).bit_length()  # the next power of two
+        return {"BLOCK_N": self.KV_BLOCK_N, "BLOCK_S": self.BLOCK_S, "BLOCK_E": min(64, max(MIN_DOT, block_e))}
 
     def dkdv_constexprs(self) -> dict:
         return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "HP": self.KV_HP, "DK1": self.DK1, "DK2": self.DK2,

@@ -32,7 +32,7 @@ class Plan:
     backward: BackwardMeta
     tokens: int  # tokens per program of the forward (1: single-token or decode)
     rows_as_batch: bool  # a packed batch's few rows launched as a batch of one query each (split-L decode)
-    reader_capacity: int  # the backward's reader list: at most this many entries (rows x entries_per_row)
+    reader_per_row: int  # the backward's reader list: at most this many entries per row (entries_per_row)
     reader_chunk: int  # entries per dk/dv program
     delta_forward: Launch | None = None  # backward delta="fp32": the forward that recomputes O in fp32
 
@@ -115,9 +115,10 @@ def _build(sig: _Signature, tok: int) -> Plan:
     bwd = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=dot_f32, max_rows=dev.max_rows,
                         dq_tokens=(dq_tokens_per_program(h, dev.max_rows) or None) if tok > 1 else None)
     B0, S0 = sig.args[0][:2]  # the backward runs on the call's own shape
-    capacity = B0 * S0 * G * entries_per_row(n, T, bwd.KV_BLOCK_N, span_len, aligned=blocks and not packed)
+    per_row = entries_per_row(n, T, bwd.KV_BLOCK_N, span_len, aligned=blocks and not packed)
     delta_forward = None
     if bwd.delta == "fp32":
         delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
                                   dot_f32=dot_f32)
-    return Plan(fwd, bwd, tok, rows_as_batch, capacity, bwd.chunk_for(capacity, h, dev.sm_count), delta_forward)
+    return Plan(fwd, bwd, tok, rows_as_batch, per_row, bwd.chunk_for(B0 * S0 * G * per_row, h, dev.sm_count),
+                delta_forward)
