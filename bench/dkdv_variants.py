@@ -3,10 +3,11 @@
     python -m bench.dkdv_variants [--T 8192,32768,65536] [--sel random,local] [--json out.json]
     python -m bench.dkdv_variants --aot [--python OTHER_VENV_PYTHON]   # registers/spills/smem, no GPU
 
-The shipped ``sel_bwd_dkdv_kernel`` walks a key tile's (entry, head) pairs ``ROWS`` at a time; each step loads
-the step's entries, then gathers their q and dO rows, then runs four small MMAs.  At 255 registers a program
-(two per SM) nothing else hides the latency of that chain.  The variant kernel here keeps the shipped kernel's
-arithmetic and summation order and changes only how the walk is fed:
+``sel_bwd_dkdv_kernel`` walks a key tile's (entry, head) pairs ``ROWS`` at a time; each step gathers the q and
+dO rows of its pairs, then runs four small MMAs.  At 255 registers a program (two per SM) nothing but its own
+pipelining hides the latency of that chain.  The variant kernel here keeps the kernel's arithmetic and
+summation order and changes only how the walk is fed (``shipped-walk``: the flat walk with a division by h and
+the entries loaded in their own step, which the kernel had until ``hp-pf1-s3`` measured best and became it):
 
 - ``HP > 0``: pairs are laid out ``[ROWS // HP entries, HP heads]`` (``HP`` = next power of two of h, a
   constexpr), so a pair's entry and head are a shift and a mask instead of a division by the runtime h;
