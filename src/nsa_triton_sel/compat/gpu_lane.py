@@ -64,17 +64,23 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def stage_limits(text: str | None) -> dict[str, float]:
-    out = dict(LIMITS)
+def parse_stage_seconds(text: str | None, source: str, stages) -> dict[str, float]:
+    """``STAGE=SECONDS,...`` as a dict; ``ValueError`` naming ``source`` (where the text came from) on an unknown
+    stage or a value that is not a number."""
+    out = {}
     for part in filter(None, (text or "").split(",")):
         name, _, value = part.partition("=")
-        if name not in LIMITS:
-            raise ValueError(f"NSA_SEL_STAGE_LIMITS: unknown stage {name!r}; accepted: {', '.join(LIMITS)}")
+        if name not in stages:
+            raise ValueError(f"{source}: unknown stage {name!r}; accepted: {', '.join(stages)}")
         try:
             out[name] = float(value)
         except ValueError:
-            raise ValueError(f"NSA_SEL_STAGE_LIMITS: {part!r} is not STAGE=SECONDS") from None
+            raise ValueError(f"{source}: {part!r} is not STAGE=SECONDS") from None
     return out
+
+
+def stage_limits(text: str | None) -> dict[str, float]:
+    return {**LIMITS, **parse_stage_seconds(text, "NSA_SEL_STAGE_LIMITS", LIMITS)}
 
 
 class LocalSession:

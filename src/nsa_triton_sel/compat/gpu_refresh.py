@@ -315,16 +315,10 @@ def expected(text: str, table: lanes.Table) -> list[str]:
 
 
 def parse_limits(text: str | None) -> dict[str, float]:
-    out = {}
-    for part in filter(None, (text or "").split(",")):
-        name, _, value = part.partition("=")
-        if name not in LIMITS:
-            raise SystemExit(f"gpu_refresh: --limits: unknown stage {name!r}; accepted: {', '.join(LIMITS)}")
-        try:
-            out[name] = float(value)
-        except ValueError:
-            raise SystemExit(f"gpu_refresh: --limits: {part!r} is not STAGE=SECONDS") from None
-    return out
+    try:
+        return gpu_lane.parse_stage_seconds(text, "gpu_refresh: --limits", LIMITS)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
