@@ -1,10 +1,10 @@
 """The backward kernels against float64 autograd, under the Triton interpreter (CPU).
 
-Part of the CPU parity suite (``pytest -m interp``, run by ``nox -s parity-X``).  Tiny shapes,
-yet they cover: a span just past one key tile (65 keys), multi-span rows with empty rows,
-h = 3, 5, 16 and 40 (whole entries per dk/dv step, and the flat walk), Dk != Dv, Dk = 192, a partial last key tile (T = 150), strided inputs and
-upstream gradients, hot keys read by every token (split over several programs and reduced),
-bit-for-bit determinism, the LSE's own gradient, and the reader list against a brute-force enumeration.
+Part of the CPU parity suite (``pytest -m interp``, run by ``nox -s parity-X``). Tiny shapes, yet they cover: a
+span just past one key tile (65 keys), multi-span rows with empty rows, h = 3, 5, 16 and 40 (whole entries per
+dk/dv step, and the flat walk), Dk != Dv, Dk = 192, a partial last key tile (T = 150), strided inputs and
+upstream gradients, hot keys read by every token (split over several programs and reduced), bit-for-bit
+determinism, the LSE's own gradient, and the reader list against a brute-force enumeration.
 The kernels are called directly (``kernels/direct.py``: forward, then ``sel_attn_backward`` with launch
 overrides); the operator's autograd is tested in ``test_op.py`` / ``test_api.py``.
 """
