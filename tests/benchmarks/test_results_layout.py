@@ -24,7 +24,7 @@ CITING = [ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "bench" / "pl
 def test_a_results_folder_says_what_it_holds(folder):
     assert (folder / "README.md").is_file(), f"{folder.name} has no README.md saying what it holds"
     # date-machine-triton...-what (plots/ is drawn, not measured: named by what it holds)
-    assert folder.name == "plots" or re.fullmatch(r"\d{4}-\d\d-\d\d-(h100|cpu)-triton\d\.\d[\w.-]*-[a-z][\w.-]+",
+    assert folder.name == "plots" or re.fullmatch(r"\d{4}-\d\d-\d\d-(h100|h200|cpu)-triton\d\.\d[\w.-]*-[a-z][\w.-]+",
                                                   folder.name), folder.name
 
 
