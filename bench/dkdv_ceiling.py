@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -72,47 +73,79 @@ def gather_copy_kernel(
     tl.store(OUT + pid, tl.sum(tl.sum(acc_q, 1), 0) + tl.sum(tl.sum(acc_o, 1), 0))
 
 
-def measure(T: int, sel: str, rep_ms: int) -> dict:
+@dataclass
+class DkdvInputs:
+    """Everything the dk/dv kernel reads for the canonical problem at ``T``, after the forward and the dq kernel (which
+    give the LSE, delta and the non-finite flag), with the reader list built once; ``pairs`` (entry, head) pairs move
+    at least ``nbytes`` of q and dO rows."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    go: torch.Tensor
+    lse: torch.Tensor
+    delta: torch.Tensor
+    nonfinite: torch.Tensor
+    meta: object
+    readers: object
+    scale: float
+    pairs: int
+    nbytes: int
+
+    def dkdv(self, dk, dv):
+        from nsa_triton_sel.kernels import launch
+
+        launch._launch_dkdv(self.q, self.k, self.v, self.lse, self.go, self.delta, self.nonfinite, dk, dv,
+                            self.readers, self.meta, self.scale)
+
+    def gather(self, sink):
+        m, ch = self.meta, self.readers.chunks
+        _, _, G, h, Dk = self.q.shape
+        gather_copy_kernel[(ch.shape[0],)](
+            self.q, self.go, self.readers.entries, ch, sink, h, Dk, self.v.shape[3], *self.q.stride(),
+            *self.go.stride(), G, self.readers.n_tiles,
+            ROWS=m.ROWS, HP=m.KV_HP, DK=m.DK1, DV=m.BLOCK_DV, num_warps=m.kv_warps, num_stages=m.kv_stages)
+
+
+def dkdv_inputs(T: int, sel: str, **problem) -> DkdvInputs:
+    """The canonical NSA problem (``train_contenders.make_problem``, ``problem`` its keywords), planned as the public
+    call plans it (block indices, ``plan.plan_call``), up to the dk/dv kernel's inputs."""
     from nsa_triton_sel import plan as P
     from nsa_triton_sel.kernels import launch
     from nsa_triton_sel.kernels.readers import reader_list
 
-    p = TC.make_problem(T, sel)
-    q, k, v, go = p.q, p.k, p.v, p.grad_out
-    ranges = p.ranges
+    p = TC.make_problem(T, sel, **problem)
+    q, k, v, go, ranges = p.q, p.k, p.v, p.grad_out, p.ranges
     pl = P.plan_call(q, k, v, p.blocks, None, per_head=False, tokens=0, span_len=TC.BS, packed=False)
     meta = pl.backward
-    if meta.DK2 or not meta.KV_HP:
-        raise SystemExit("dkdv_ceiling: Dk must be a power of two (DK2 == 0) and h <= ROWS (the whole-entry walk)")
     scale = q.shape[-1] ** -0.5
     out, lse = launch.forward(pl, q, k, v, p.blocks, None, scale=scale, block_size=TC.BS)
     B, S, G, h, Dk = q.shape
-    Dv = v.shape[3]
     dq = torch.empty_like(q)
     delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)
     grad_lse = torch.zeros((), dtype=torch.float32, device=q.device).expand(B, S, G, h)
     launch._launch_dq(q, k, v, ranges, out, lse, go, grad_lse, dq, delta, nonfinite, meta, scale)
     readers = reader_list(ranges, T, meta, per_row=pl.reader_per_row, chunk=pl.reader_chunk)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
     ch = readers.chunks
-    live = ch[:, 0] >= 0
-    pairs = int((ch[live, 2] - ch[live, 1]).sum()) * h
-    sink = torch.empty(ch.shape[0], dtype=torch.float32, device=q.device)
+    pairs = int((ch[ch[:, 0] >= 0, 2] - ch[ch[:, 0] >= 0, 1]).sum()) * h
+    return DkdvInputs(q, k, v, go, lse, delta, nonfinite, meta, readers, scale, pairs,
+                      pairs * (Dk + v.shape[3]) * q.element_size())
 
-    def dkdv():
-        launch._launch_dkdv(q, k, v, lse, go, delta, nonfinite, dk, dv, readers, meta, scale)
 
-    def gather():
-        gather_copy_kernel[(ch.shape[0],)](
-            q, go, readers.entries, ch, sink, h, Dk, Dv, *q.stride(), *go.stride(), G, readers.n_tiles,
-            ROWS=meta.ROWS, HP=meta.KV_HP, DK=meta.DK1, DV=meta.BLOCK_DV, num_warps=meta.kv_warps, num_stages=meta.kv_stages)
+def measure(T: int, sel: str, rep_ms: int) -> dict:
+    x = dkdv_inputs(T, sel)
+    meta, readers = x.meta, x.readers
+    if meta.DK2 or not meta.KV_HP:
+        raise SystemExit("dkdv_ceiling: Dk must be a power of two (DK2 == 0) and h <= ROWS (the whole-entry walk)")
+    dk, dv = torch.empty_like(x.k), torch.empty_like(x.v)
+    sink = torch.empty(readers.chunks.shape[0], dtype=torch.float32, device=x.q.device)
 
     import triton.testing as tt
 
-    t_dkdv = tt.do_bench(dkdv, rep=rep_ms, return_mode="median")
-    t_gather = tt.do_bench(gather, rep=rep_ms, return_mode="median")
-    nbytes = pairs * (Dk + Dv) * q.element_size()
+    t_dkdv = tt.do_bench(lambda: x.dkdv(dk, dv), rep=rep_ms, return_mode="median")
+    t_gather = tt.do_bench(lambda: x.gather(sink), rep=rep_ms, return_mode="median")
+    pairs, nbytes = x.pairs, x.nbytes
     return {"T": T, "sel": sel, "pairs": pairs, "bytes": nbytes, "dkdv_ms": t_dkdv, "gather_ms": t_gather,
             "dkdv_gbs": nbytes / t_dkdv / 1e6, "gather_gbs": nbytes / t_gather / 1e6, "fraction": t_gather / t_dkdv,
             "rows": meta.ROWS, "warps": meta.kv_warps, "stages": meta.kv_stages, "chunk": readers.chunk}

@@ -283,33 +283,14 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
     import torch
     import triton.testing as tt
 
-    from bench import train_contenders as TC
-    from bench.dkdv_ceiling import gather_copy_kernel
-    from nsa_triton_sel import plan as P
-    from nsa_triton_sel.kernels import launch
-    from nsa_triton_sel.kernels.readers import reader_list
+    from bench.dkdv_ceiling import dkdv_inputs
 
-    p = TC.make_problem(T, sel)
-    q, k, v, go, ranges = p.q, p.k, p.v, p.grad_out, p.ranges
-    pl = P.plan_call(q, k, v, p.blocks, None, per_head=False, tokens=0, span_len=TC.BS, packed=False)
-    meta = pl.backward
-    scale = q.shape[-1] ** -0.5
-    out, lse = launch.forward(pl, q, k, v, p.blocks, None, scale=scale, block_size=TC.BS)
-    B, S, G, h, Dk = q.shape
-    Dv = v.shape[3]
-    dq = torch.empty_like(q)
-    delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
-    nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)
-    grad_lse = torch.zeros((), dtype=torch.float32, device=q.device).expand(B, S, G, h)
-    launch._launch_dq(q, k, v, ranges, out, lse, go, grad_lse, dq, delta, nonfinite, meta, scale)
-    readers = reader_list(ranges, T, meta, per_row=pl.reader_per_row, chunk=pl.reader_chunk)
-    ch = readers.chunks
-    live = ch[:, 0] >= 0
-    pairs = int((ch[live, 2] - ch[live, 1]).sum()) * h
-    nbytes = pairs * (Dk + Dv) * q.element_size()
+    x = dkdv_inputs(T, sel)
+    q, k, v, go, lse, delta, meta, readers, scale = x.q, x.k, x.v, x.go, x.lse, x.delta, x.meta, x.readers, x.scale
+    nbytes = x.nbytes
     dk0, dv0 = torch.empty_like(k), torch.empty_like(v)
-    launch._launch_dkdv(q, k, v, lse, go, delta, nonfinite, dk0, dv0, readers, meta, scale)
-    sink = torch.empty(ch.shape[0], dtype=torch.float32, device=q.device)
+    x.dkdv(dk0, dv0)
+    sink = torch.empty(readers.chunks.shape[0], dtype=torch.float32, device=q.device)
     rows = []
 
     def row(name, fn, extra):
@@ -318,11 +299,9 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
         print(f"{T:>6} {sel:>7} {name:>16} {ms:8.3f} ms {nbytes / ms / 1e6:6.0f} GB/s "
               + " ".join(f"{a}={b}" for a, b in extra.items()), flush=True)
 
-    row("shipped", lambda: launch._launch_dkdv(q, k, v, lse, go, delta, nonfinite, dk0, dv0, readers, meta, scale),
+    row("shipped", lambda: x.dkdv(dk0, dv0),
         {"rows": meta.ROWS, "warps": meta.kv_warps, "stages": meta.kv_stages, "chunk": readers.chunk})
-    row("gather-ceiling", lambda: gather_copy_kernel[(ch.shape[0],)](
-        q, go, readers.entries, ch, sink, h, Dk, Dv, *q.stride(), *go.stride(), G, readers.n_tiles,
-        ROWS=meta.ROWS, HP=meta.KV_HP, DK=meta.DK1, DV=meta.BLOCK_DV, num_warps=meta.kv_warps, num_stages=meta.kv_stages), {})
+    row("gather-ceiling", lambda: x.gather(sink), {})
     for name, hp, pf, r, w, s in VARIANTS:
         if names and name not in names:
             continue
