@@ -85,8 +85,11 @@ def _chunk_table(per_tile, offsets, capacity: int, chunk: int):
 
     Every tile gets at least one program (a tile nobody reads still stores zeros).  A tile with several
     chunks gets consecutive workspace slots.  With at most ``capacity`` entries, the programs number at
-    most ``tiles + capacity // chunk`` and the slots at most ``2 * capacity // chunk`` (a split tile has
-    more than ``chunk`` entries), so nothing here waits for the GPU.
+    most ``tiles + capacity // chunk``.  A split tile of ``e > chunk`` entries takes ``ceil(e / chunk) <= (e - 1)
+    // chunk + 1`` slots, so the slots number at most ``capacity // chunk`` plus the split tiles, of which there
+    are at most ``min(tiles, capacity // chunk)``: nothing here waits for the GPU.  (Against ``2 * capacity //
+    chunk`` this bound is smaller where tiles are fewer than chunks, as at short T, where the workspace is
+    the backward's largest temporary.)
     """
     dev = per_tile.device
     n_tiles = per_tile.numel()
@@ -110,4 +113,4 @@ def _chunk_table(per_tile, offsets, capacity: int, chunk: int):
     size = chunks[:, 2] - chunks[:, 1]
     chunks = chunks[torch.sort(-size, stable=True).indices].contiguous()
     tile_slots = torch.stack([first_slot, slots_per_tile], dim=-1).contiguous()
-    return chunks, tile_slots, 2 * capacity // chunk
+    return chunks, tile_slots, capacity // chunk + min(n_tiles, capacity // chunk)
