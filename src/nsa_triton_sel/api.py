@@ -26,7 +26,7 @@ import torch
 
 from . import arguments, failures, known_bad, op, reference
 from .arguments import Call, Route
-from .contract import as_ranges, clamp_ranges
+from .contract import as_ranges
 
 log = logging.getLogger("nsa_triton_sel")
 
@@ -75,7 +75,7 @@ def _reference(path: str, c: Call):
     """A reference path on the spans as the kernels read them (clamped into [0, T]: with validate=False no
     value can make it index out of bounds or wrap around)."""
     T = c.k.shape[2]
-    ranges = clamp_ranges(as_ranges(c.spans, c.positions, c.block_size, T), T)
+    ranges = as_ranges(c.spans, c.positions, c.block_size, T)
     q, k, v = c.q, c.k, c.v
     if path == "reference":
         out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), ranges, scale=c.scale, return_lse=True,

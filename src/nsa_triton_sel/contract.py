@@ -341,11 +341,19 @@ def block_indices_to_ranges(
     start = idx.clamp(max=T) * bs
     end = torch.minimum(start + bs, limit)
     valid = (idx >= 0) & (end > start)
-    zero = torch.zeros((), dtype=torch.int64, device=dev)
-    return torch.stack([torch.where(valid, start, zero), torch.where(valid, end, zero)], dim=-1).to(torch.int32)
+    # Both columns written straight into the int32 result (no int64 stack and second cast): the backward
+    # converts once per training step, over every (row, slot).
+    out = torch.empty((*idx.shape, 2), dtype=torch.int32, device=dev)
+    out[..., 0] = start.masked_fill_(~valid, 0)
+    out[..., 1] = end.masked_fill_(~valid, 0)
+    return out
 
 
 def as_ranges(spans: torch.Tensor, positions, block_size: int, T: int) -> torch.Tensor:
-    """``spans`` as ranges: ranges ``[B, S, G, n, 2]`` as they are, block indices ``[B, S, G, n]`` converted
-    (already checked: no value validation here)."""
-    return spans if spans.dim() == 5 else block_indices_to_ranges(spans, block_size, T, positions, validate=False)
+    """``spans`` as the kernels read them: int32 ranges ``[B, S, G, n, 2]`` within ``[0, T]``.  Ranges are
+    clamped (:func:`clamp_ranges`); block indices ``[B, S, G, n]`` are converted, which already gives spans in
+    ``[0, T]`` with ``end >= start`` (a block out of range or in the future is the empty span ``[0, 0)``).
+    Already checked: no value validation here."""
+    if spans.dim() == 5:
+        return clamp_ranges(spans, T)
+    return block_indices_to_ranges(spans, block_size, T, positions, validate=False)

@@ -38,7 +38,7 @@ import torch
 from packaging.version import Version
 
 from . import failures, plan, reference
-from .contract import as_ranges, clamp_ranges
+from .contract import as_ranges
 from .device import device_of
 
 try:
@@ -88,7 +88,7 @@ def backward(q, k, v, spans, positions, block_size: int, span_len: int, per_head
     """``(dq, dk, dv)``: the Triton backward kernels with plan ``p`` (planned here if not given: inside a
     compiled graph), or the reference gradients where the kernels cannot run or failed."""
     T = k.shape[2]
-    ranges = clamp_ranges(as_ranges(spans, positions, block_size, T), T)  # as the forward kernels read them
+    ranges = as_ranges(spans, positions, block_size, T)  # as the forward kernels read them
     if grad_out is None:  # only the LSE was used
         grad_out = torch.zeros((), dtype=v.dtype, device=v.device).expand(out.shape)
     if launch is None or not _runs_kernels(q.device) or failures.blocker(
