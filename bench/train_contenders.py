@@ -140,11 +140,12 @@ class KernelsOnly(torch.autograd.Function):
         return (*direct.sel_attn_backward(q, k, v, ranges, out, lse, grad_out, **ctx.tune), None, None, None)
 
 
-def ours(p: Problem, tune: dict | None = None, name: str = "ours") -> Contender:
+def ours(p: Problem, tune: dict | None = None, name: str = "ours", forward: str | None = None) -> Contender:
     """The forward kernel the dispatcher picks for this selection (multi-token for local ones,
-    where neighbouring tokens share their blocks) and the backward kernels."""
+    where neighbouring tokens share their blocks; ``forward`` "ranges" or "tokens" forces one) and the
+    backward kernels."""
     q, k, v = _leaf(p.q), _leaf(p.k), _leaf(p.v)
-    forward = "tokens" if p.sel == "local" else "ranges"
+    forward = forward or ("tokens" if p.sel == "local" else "ranges")
     tune = dict(tune or {})
     return Contender(name, [q, k, v], lambda: KernelsOnly.apply(q, k, v, p.ranges, forward, tune), p.grad_out,
                      note=" ".join(f"{a}={b}" for a, b in sorted({"forward": forward, **tune}.items())))
