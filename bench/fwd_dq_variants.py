@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import sys
 
 import torch
@@ -26,6 +25,7 @@ import triton
 import triton.language as tl
 
 from bench import train_contenders as TC
+from bench.train_nsa import slow_bench
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -44,6 +44,18 @@ def _kv_tile(K, KD, g, pos, sk_g, sk_t, BN: tl.constexpr, D: tl.constexpr, TMA: 
 
 
 @triton.jit
+def _selected_tile(blk_row, j, s, K, V, KD, VD, g, sk_g, sk_t, sv_g, sv_t,
+                   BS: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr):
+    """Flattened tile ``j`` of the row's selected blocks: its K and V tiles ``[BN, D]`` and which keys count
+    (the block exists and the key is not after query ``s``)."""
+    SUB: tl.constexpr = BS // BN
+    blk = tl.load(blk_row + j // SUB)
+    pos = blk * BS + (j % SUB) * BN
+    ok = (blk >= 0) & ((pos + tl.arange(0, BN)) <= s)  # [BN]
+    return (_kv_tile(K, KD, g, pos, sk_g, sk_t, BN, D, TMA), _kv_tile(V, VD, g, pos, sv_g, sv_t, BN, D, TMA), ok)
+
+
+@triton.jit
 def probe_fwd(Q, K, V, KD, VD, O, LSE, BLK, S, n_sel, qk_scale,
               sq_s, sq_g, sq_h, sk_g, sk_t, sv_g, sv_t, so_s, so_g, so_h, sb_s, sb_g,
               H: tl.constexpr, BS: tl.constexpr, BN: tl.constexpr, D: tl.constexpr, TMA: tl.constexpr,
@@ -52,7 +64,6 @@ def probe_fwd(Q, K, V, KD, VD, O, LSE, BLK, S, n_sel, qk_scale,
     g = tl.program_id(1)
     offs_h = tl.arange(0, H)
     offs_d = tl.arange(0, D)
-    offs_n = tl.arange(0, BN)
     q = tl.load(Q + s.to(tl.int64) * sq_s + g * sq_g + offs_h[:, None] * sq_h + offs_d[None, :])
     m_i = tl.full((H,), float("-inf"), tl.float32)
     l_i = tl.zeros((H,), tl.float32)
@@ -60,11 +71,7 @@ def probe_fwd(Q, K, V, KD, VD, O, LSE, BLK, S, n_sel, qk_scale,
     SUB: tl.constexpr = BS // BN
     blk_row = BLK + s.to(tl.int64) * sb_s + g * sb_g
     for j in range(0, n_sel * SUB):
-        blk = tl.load(blk_row + j // SUB)
-        pos = blk * BS + (j % SUB) * BN
-        ok = (blk >= 0) & ((pos + offs_n) <= s)  # [BN]
-        k = _kv_tile(K, KD, g, pos, sk_g, sk_t, BN, D, TMA)
-        v = _kv_tile(V, VD, g, pos, sv_g, sv_t, BN, D, TMA)
+        k, v, ok = _selected_tile(blk_row, j, s, K, V, KD, VD, g, sk_g, sk_t, sv_g, sv_t, BS, BN, D, TMA)
         if ZERO_V:
             v = tl.where(ok[:, None], v, 0.0)
         qk = tl.where(ok[None, :], tl.dot(q, tl.trans(k)) * qk_scale, float("-inf"))
@@ -90,7 +97,6 @@ def probe_dq(Q, K, V, KD, VD, DO, LSE, DELTA, DQ, BLK, S, n_sel, qk_scale, scale
     g = tl.program_id(1)
     offs_h = tl.arange(0, H)
     offs_d = tl.arange(0, D)
-    offs_n = tl.arange(0, BN)
     row = s.to(tl.int64) * sq_s + g * sq_g + offs_h[:, None] * sq_h + offs_d[None, :]
     q = tl.load(Q + row)
     do = tl.load(DO + row)
@@ -101,30 +107,12 @@ def probe_dq(Q, K, V, KD, VD, DO, LSE, DELTA, DQ, BLK, S, n_sel, qk_scale, scale
     SUB: tl.constexpr = BS // BN
     blk_row = BLK + s.to(tl.int64) * sb_s + g * sb_g
     for j in range(0, n_sel * SUB):
-        blk = tl.load(blk_row + j // SUB)
-        pos = blk * BS + (j % SUB) * BN
-        ok = (blk >= 0) & ((pos + offs_n) <= s)  # [BN]
-        k = _kv_tile(K, KD, g, pos, sk_g, sk_t, BN, D, TMA)
-        v = _kv_tile(V, VD, g, pos, sv_g, sv_t, BN, D, TMA)
+        k, v, ok = _selected_tile(blk_row, j, s, K, V, KD, VD, g, sk_g, sk_t, sv_g, sv_t, BS, BN, D, TMA)
         p = tl.where(ok[None, :], tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v))
         ds = (p * (dp - delta[:, None])).to(k.dtype)
         dq += tl.dot(ds, k)
     tl.store(DQ + row, (dq * scale).to(DQ.dtype.element_ty))
-
-
-def _median_ms(fn, reps=15):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -160,7 +148,7 @@ def main(argv=None) -> int:
         lib_dq = lambda: L._launch_dq(q, k, v, ranges, o_ref, lse_ref, do, glse, dq_ref, delta,  # noqa: E731
                                       nonfinite, meta, scale)
         lib_dq()
-        t_fwd, t_dq = _median_ms(out_lib), _median_ms(lib_dq)
+        t_fwd, t_dq = slow_bench(out_lib, 15), slow_bench(lib_dq, 15)
         if a.tokens:
             for forward in ("ranges", "tokens"):
                 c = TC.ours(p, name=forward, forward=forward)
@@ -170,7 +158,7 @@ def main(argv=None) -> int:
                     c.forward().backward(c.grad_out)
                     for x in c.leaves:
                         x.grad = None
-                print(f"T={T} {a.sel}: fwd + bwd with the {forward} forward ({c.note}): {_median_ms(step, 7):.3f} ms",
+                print(f"T={T} {a.sel}: fwd + bwd with the {forward} forward ({c.note}): {slow_bench(step, 7):.3f} ms",
                       flush=True)
             continue
         print(f"T={T} {a.sel}: library sel_fwd (API of direct, incl. host) {t_fwd:.3f} ms, "
@@ -201,7 +189,7 @@ def main(argv=None) -> int:
                         torch.cuda.synchronize()
                         err = (o.float() - o_ref.float()).abs().max().item()
                         errl = (lse - lse_ref).abs().max().item()
-                        t = _median_ms(fwd)
+                        t = slow_bench(fwd, 15)
                         print(f"  fwd tma={int(tma)} bn={bn:>2} warps={nw} stages={ns} zero_v={int(zero_v)}: "
                               f"{t:7.3f} ms ({t / t_fwd:.3f}x lib)  err o {err:.1e} lse {errl:.1e}", flush=True)
                     except Exception as e:  # noqa: BLE001
@@ -216,7 +204,7 @@ def main(argv=None) -> int:
                     dqf()
                     torch.cuda.synchronize()
                     err = (dq.float() - dq_ref.float()).abs().max().item() / max(dq_ref.float().abs().max().item(), 1e-9)
-                    t = _median_ms(dqf)
+                    t = slow_bench(dqf, 15)
                     print(f"  dq  tma={int(tma)} bn={bn:>2} warps={nw} stages={ns}:           "
                           f"{t:7.3f} ms ({t / t_dq:.3f}x lib)  rel err {err:.1e}", flush=True)
                 except Exception as e:  # noqa: BLE001
