@@ -7,7 +7,7 @@
 ranges-native kernel without copies) or :func:`run_tokens`.  The backward: the dq kernel, the reader list
 (``readers.py``), the dk/dv kernel and the reduction of split tiles (kernels: ``backward.py``).
 The kernel-level entry points with explicit choices (tests, benchmarks, the seeds' APIs) live in
-``direct.py``.
+``direct.py``.  Every launch names its arguments (``params.packer``: the kernel's signature orders them).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
-from . import bind, forward as fwd_kernels
+from . import bind, forward as fwd_kernels, params
 from .readers import ReaderList, reader_list
 
 NO_STRIDES = (0, 0, 0, 0)
@@ -68,19 +68,23 @@ def run(plan: P.Launch, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_
     def fwd_kwargs():
         return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs())
 
-    if plan.num_splits == 1 and not meta.SPLIT:
-        _go(fwd_kernels.sel_fwd_kernel, wrap, plan, plan.grid,
-            (q, k, v, o, lse_or, spans, pos_or, dummy, dummy, S, G, h, Dk, Dv, n, T, block_size, 1, qk_scale,
-             *sq, *sk, *sv, *so, *sl, *sr, *sp), fwd_kwargs)
+    split = plan.num_splits > 1 or meta.SPLIT
+    if split:  # (token, group, split) partial results, merged below
+        rows = plan.merge_grid[0] * G * plan.num_splits
+        op = torch.empty((rows, h, Dv), device=q.device, dtype=torch.float32)
+        lp = torch.empty((rows, h), device=q.device, dtype=torch.float32)
+    else:
+        op = lp = dummy
+    args = params.packer(fwd_kernels.sel_fwd_kernel)(
+        Q=q, K=k, V=v, O=o, LSE=dummy if split else lse_or, SPANS=spans, POS=pos_or, OP=op, LP=lp, S=S, G=G, h=h,
+        Dk=Dk, Dv=Dv, n_spans=n, seq_len=T, block_size=block_size, num_splits=plan.num_splits,
+        qk_scale=qk_scale, sq=sq, sk=sk, sv=sv, so=so, sl=sl, sr=sr, sp=sp)
+    _go(fwd_kernels.sel_fwd_kernel, wrap, plan, plan.grid, args, fwd_kwargs)
+    if not split:
         return
-    rows = plan.merge_grid[0] * G * plan.num_splits  # (token, group, split) partial results
-    op = torch.empty((rows, h, Dv), device=q.device, dtype=torch.float32)
-    lp = torch.empty((rows, h), device=q.device, dtype=torch.float32)
-    _go(fwd_kernels.sel_fwd_kernel, wrap, plan, plan.grid,
-        (q, k, v, o, dummy, spans, pos_or, op, lp, S, G, h, Dk, Dv, n, T, block_size, plan.num_splits, qk_scale,
-         *sq, *sk, *sv, *so, *sl, *sr, *sp), fwd_kwargs)
     _go(fwd_kernels.merge_splits_kernel, wrap, plan, plan.merge_grid,
-        (op, lp, o, lse_or, S, G, h, Dv, plan.num_splits, *so, *sl),
+        params.packer(fwd_kernels.merge_splits_kernel)(OP=op, LP=lp, O=o, LSE=lse_or, S=S, G=G, h=h, Dv=Dv,
+                                                         num_splits=plan.num_splits, so=so, sl=sl),
         lambda: dict(BLOCK_H=meta.BLOCK_H, BLOCK_DV=meta.BLOCK_DV, HAS_LSE=meta.HAS_LSE, num_warps=4))
 
 
@@ -89,10 +93,11 @@ def run_tokens(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, wrap
     meta = plan.meta
     S, G, h, Dk = q.shape[1:]
     sl = lse.stride() if lse is not None else NO_STRIDES
-    _go(fwd_kernels.sel_fwd_tok_kernel, wrap, plan, plan.grid,
-        (q, k, v, o, lse if lse is not None else o, ranges,
-         S, G, h, Dk, v.shape[3], ranges.shape[3], k.shape[2], qk_scale,
-         *q.stride(), *k.stride(), *v.stride(), *o.stride(), *sl, *ranges.stride()),
+    args = params.packer(fwd_kernels.sel_fwd_tok_kernel)(
+        Q=q, K=k, V=v, O=o, LSE=lse if lse is not None else o, SPANS=ranges, S=S, G=G, h=h, Dk=Dk, Dv=v.shape[3],
+        n_spans=ranges.shape[3], seq_len=k.shape[2], qk_scale=qk_scale, sq=q.stride(), sk=k.stride(),
+        sv=v.stride(), so=o.stride(), sl=sl, sr=ranges.stride())
+    _go(fwd_kernels.sel_fwd_tok_kernel, wrap, plan, plan.grid, args,
         lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs()))
 
 
@@ -198,16 +203,16 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
     """The dq kernel; it also stores delta (minus dlse) for the dk/dv kernel and sets ``nonfinite`` to 1 when a
     row's q or dO is not finite (the dk/dv kernel then isolates such rows)."""
     B, S, G, h, Dk = q.shape
-    args = (q, k, v, out, grad_out, lse, grad_lse, delta, dq, ranges, nonfinite,
-            S, G, h, Dk, v.shape[3], ranges.shape[3], sc * LOG2E, sc,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *grad_out.stride(), *lse.stride(),
-            *grad_lse.stride(), *ranges.stride())
+    named = dict(Q=q, K=k, V=v, O=out, DO=grad_out, LSE=lse, DLSE=grad_lse, DELTA=delta, DQ=dq, SPANS=ranges,
+                 NONFINITE=nonfinite, S=S, G=G, h=h, Dk=Dk, Dv=v.shape[3], n_spans=ranges.shape[3],
+                 qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), so=out.stride(),
+                 sdo=grad_out.stride(), sl=lse.stride(), sdl=grad_lse.stride(), sr=ranges.stride())
     if meta.TOK:
         bwd_kernels.sel_bwd_dq_tok_kernel[(B * -(-S // meta.TOK), G)](
-            *args, num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
+            *params.packer(bwd_kernels.sel_bwd_dq_tok_kernel)(**named), num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
         return
     bwd_kernels.sel_bwd_dq_kernel[(B * S, G * -(-h // meta.BLOCK_H))](
-        *args, num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
+        *params.packer(bwd_kernels.sel_bwd_dq_kernel)(**named), num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: ReaderList, meta: BackwardMeta,
@@ -217,13 +222,16 @@ def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: Read
     width = meta.DK1 + meta.DK2 + meta.BLOCK_DV
     ws = torch.empty((max(readers.slots, 1), meta.KV_BLOCK_N, width), dtype=torch.float32, device=q.device)
     bwd_kernels.sel_bwd_dkdv_kernel[(readers.chunks.shape[0],)](
-        q, k, v, grad_out, lse, delta, dk, dv, ws, readers.entries, readers.chunks, nonfinite,
-        S, G, h, Dk, Dv, T, readers.n_tiles, sc * LOG2E, sc,
-        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *lse.stride(),
+        *params.packer(bwd_kernels.sel_bwd_dkdv_kernel)(
+            Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, WS=ws, ENTRIES=readers.entries,
+            CHUNKS=readers.chunks, NONFINITE=nonfinite, S=S, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
+            qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(),
+            sl=lse.stride()),
         num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs(),
     )
     if readers.slots:
         bwd_kernels.sel_bwd_reduce_kernel[(readers.tile_slots.shape[0],)](
-            ws, readers.tile_slots, dk, dv, T, readers.n_tiles, Dk, Dv,
+            *params.packer(bwd_kernels.sel_bwd_reduce_kernel)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, T=T,
+                                                               NT=readers.n_tiles, Dk=Dk, Dv=Dv),
             num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs(),
         )

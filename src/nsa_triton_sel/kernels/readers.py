@@ -25,6 +25,7 @@ import torch
 
 from ..plan.backward import READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, BackwardMeta
 from . import backward as bwd_kernels
+from .params import packer
 
 
 INT32_KEYS_BELOW = 2**31 - 1  # the padding key (the largest) must be below it for int32 keys
@@ -65,12 +66,16 @@ def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: in
     key_dtype = torch.int32 if n_tiles * S * n < INT32_KEYS_BELOW else torch.int64
     keys = torch.empty(capacity, dtype=key_dtype, device=dev)
     bwd_kernels.sel_bwd_reader_keys_kernel[(rows,)](
-        ranges, keys, S, G, n, T, nt, n_tiles, per_row, *ranges.stride(), num_warps=READER_KEYS_WARPS,
+        *packer(bwd_kernels.sel_bwd_reader_keys_kernel)(
+            SPANS=ranges, KEYS=keys, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
+            sr=ranges.stride()), num_warps=READER_KEYS_WARPS,
         num_stages=1, **meta.reader_keys_constexprs(per_row))
     keys = torch.sort(keys).values  # unique keys but the padding: the order is the same on every run
     entries = torch.empty((capacity, 2), dtype=torch.int32, device=dev)
     bwd_kernels.sel_bwd_reader_entries_kernel[(-(-capacity // READER_BLOCK),)](
-        ranges, keys, entries, capacity, S, G, n, T, nt, n_tiles, *ranges.stride(),
+        *packer(bwd_kernels.sel_bwd_reader_entries_kernel)(
+            SPANS=ranges, KEYS=keys, ENTRIES=entries, n_entries=capacity, S=S, G=G, n=n, T=T, NT=nt,
+            n_tiles=n_tiles, sr=ranges.stride()),
         BLOCK_N=block_n, BLOCK=READER_BLOCK, num_warps=READER_ENTRIES_WARPS, num_stages=1)
     # Tile t's entries start at the first key of tile t (padding keys, tile n_tiles, mark the end).
     first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * (S * n)
