@@ -152,6 +152,13 @@ def test_the_plan_is_made_once_and_carried_to_the_backward(monkeypatch, host_syn
     (out.float().sum() + lse.sum()).backward()
     assert asked == [1] and host_syncs == []
     assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert len(op._PLAN_OF) == 0  # the autograd context took the plan: nothing stays behind
+
+
+def test_a_call_nobody_differentiates_carries_no_plan():
+    d, blocks, pos = decode_problem()
+    out = op.sel_fwd(d.q, d.k, d.v, blocks, pos, 0.3, 64, 64, False, 0, False)
+    assert out[0].grad_fn is None and len(op._PLAN_OF) == 0
 
 
 def test_cpu_without_the_interpreter_runs_the_reference(monkeypatch):

@@ -11,7 +11,8 @@ packed)`` returns ``(out, lse)``; ``sel_bwd`` is its backward.  ``spans`` is ``r
   and ``torch.compile`` propagate shapes; ``torch.library.opcheck`` passes.
 - Autograd, one formula for both registrations below: gradients flow to q, k and v, **through the LSE
   too** (``dlse`` is folded into the backward's ``delta``: ``dS = P * (dO V^T - (rowsum(dO * O) - dlse))``).
-  In an eager call the plan of the forward travels in the autograd context to the backward; inside a
+  In an eager call the plan of the forward travels in the autograd context to the backward (the forward
+  leaves it keyed by its LSE output, which ``setup_context`` receives); inside a
   compiled graph the backward operator plans for itself at run time.  The backward reads nothing back to
   the host (its reader list is sized by ``Plan.entries_per_row``), so a whole training step captures in a
   CUDA graph.  A backward kernel failure is reported once, remembered (``failures.BACKWARD``) and answered
@@ -23,19 +24,19 @@ packed)`` returns ``(out, lse)``; ``sel_bwd`` is its backward.  ``spans`` is ``r
 Registration: ``custom_op`` (torch >= 2.4) makes the op opaque to ``torch.compile``: Inductor calls it and
 its Python implementation runs at run time.  From torch 2.6, ``triton_op`` + ``wrap_triton`` registers
 ``sel_fwd_traced``, whose kernels Inductor sees and launches itself (CUDA only).  ``NSA_SEL_OP=triton``
-picks it under ``torch.compile``; the default stays ``custom`` (H100: host us per compiled decode call 176
-vs 168 default mode, 101 vs 105 under "reduce-overhead"; ``custom`` works from torch 2.4).  Eager calls
-that need no autograd skip the operator layer (17-26 us per call through ``torch.ops`` on this project's
-CPU box, 6 us calling the same Python directly) and call :func:`forward` directly.
+picks it under ``torch.compile``; the default stays ``custom`` (the host cost per compiled call is about the
+same, and ``custom`` works from torch 2.4).  Eager calls that need no autograd skip the operator layer
+(``torch.ops`` dispatch costs the host several times the Python it reaches) and call :func:`forward`
+directly.
 """
 
 # No ``from __future__ import annotations`` here: torch.library reads the operator's schema from the
 # annotations, and older torch releases (2.4) do not resolve annotations given as strings.
-import threading
 from typing import Optional
 
 import torch
 from packaging.version import Version
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from . import failures, plan, reference
 from .contract import as_ranges
@@ -49,7 +50,10 @@ except ImportError:  # no Triton: the dispatcher routes around the kernels
 NAMESPACE = "nsa_triton_sel"
 TORCH = Version(torch.__version__.split("+")[0])
 HAS_TRITON_OP = TORCH >= Version("2.6") and hasattr(torch.library, "triton_op")
-_PLANNED = threading.local()  # the plan of the forward that just ran, for its autograd context
+# The plan that produced an eager forward's LSE output, until the autograd context takes it (setup_context
+# receives the very output tensors the implementation returned).  Weak: an output nobody differentiates takes
+# its entry with it.
+_PLAN_OF = WeakTensorKeyDictionary()
 
 
 def _runs_kernels(device) -> bool:
@@ -63,16 +67,18 @@ def forward(q, k, v, spans, positions, scale: float, block_size: int, span_len: 
     if not _runs_kernels(q.device):
         out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), as_ranges(spans, positions, block_size,
                                          k.shape[2]), scale=scale, return_lse=True, validate=False)
-        _PLANNED.plan = None
         return out.to(v.dtype), lse
     p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
                        packed=packed, traced=wrap is not None)
-    _PLANNED.plan = p if wrap is None else None  # a traced launch (triton_op under torch.compile) carries none
-    return launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
+    out, lse = launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
+    # Only an eager call that autograd will differentiate carries its plan: a traced launch (triton_op under
+    # torch.compile) and a compiled graph's run-time call (detached inputs) have no eager backward to carry it to.
+    if wrap is None and (q.requires_grad or k.requires_grad or v.requires_grad):
+        _PLAN_OF[lse] = p
+    return out, lse
 
 
 def _fake_forward(q, k, v, spans, positions, scale, block_size, span_len, per_head, tokens, packed):
-    _PLANNED.plan = None
     B, S, G, h, _ = q.shape
     return q.new_empty((B, S, G, h, v.shape[3]), dtype=v.dtype), q.new_empty((B, S, G, h), dtype=torch.float32)
 
@@ -118,9 +124,8 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, spans, positions, out, lse)
     ctx.options = (block_size, span_len, per_head, tokens, packed)
     ctx.scale = scale
-    # The plan of the forward that just ran (eager); None inside a trace, whose backward plans at run time.
-    ctx.plan = getattr(_PLANNED, "plan", None)
-    _PLANNED.plan = None
+    # The plan of this forward (eager); None inside a trace, whose backward plans at run time.
+    ctx.plan = _PLAN_OF.pop(lse, None)
 
 
 def _autograd_backward(ctx, grad_out, grad_lse):
