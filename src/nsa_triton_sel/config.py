@@ -17,7 +17,7 @@ measurement for exactly this GPU (its name) and this Triton release (``"3.6.0"``
 (``bench/sel_threshold_from_csv.py --write-config``).  No other GPU's or release's numbers
 ever apply: the measured H100 crossover is L = 1, and packed SDPA loses by orders of magnitude
 at NSA's shapes, so guessing a threshold where nobody measured would send every NSA call
-to the slow path (issue 26: 400-600x slower on Triton 3.7.1).  An entry may only raise the
+to the slow path, orders of magnitude slower.  An entry may only raise the
 threshold where SDPA was measured faster (its ``margin`` is at most 1.0); ``null`` ("keep
 Triton off") only where SDPA was faster at every measured L.
 """

@@ -20,9 +20,10 @@ list of files, so it survives files moving between subpackages.  Matching is :mo
 first kind whose rules match a path wins; compat/ (the toolkit, checked by CI on every change) and this
 module are neither kind, except the two registry modules named in :data:`COMPILER_FACING`.
 
-Standard library only, so the toolkit (and a lane that has no torch) can compute it; the toolkit
-applies the same rules to the files of a git commit (:func:`hashes_of`) for records that predate the
-fields.  :func:`kernel_source_hash` is kept as the name of the compiler-facing hash.
+Standard library only (and the pure-Python cache registry, ``caches``), so the toolkit (and a lane that
+has no torch) can compute it; the toolkit applies the same rules to the files of a git commit
+(:func:`hashes_of`) for records that predate the fields.  :func:`kernel_source_hash` is kept as the name
+of the compiler-facing hash.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import functools
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
+
+from . import caches
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGE_PATH = "src/nsa_triton_sel"  # the package directory, relative to the repository root
@@ -112,6 +115,9 @@ def hashes_of(files: Mapping[str, bytes]) -> dict[str, str | None]:
 @functools.lru_cache(maxsize=4)
 def _hashes(root: Path | None) -> tuple[tuple[str, str | None], ...]:
     return tuple(hashes_of(package_files(root)).items())
+
+
+caches.register("source_hashes", clear=_hashes.cache_clear, size=lambda: _hashes.cache_info().currsize)
 
 
 def hashes(root: Path | None = None) -> dict[str, str | None]:

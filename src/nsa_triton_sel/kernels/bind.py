@@ -1,9 +1,8 @@
-"""Launch a compiled Triton kernel through its launcher, without ``JITFunction.run`` (issue 22).
+"""Launch a compiled Triton kernel through its launcher, without ``JITFunction.run``.
 
-``kernel[grid](*args, **constexprs)`` binds and specialises every argument on every call: on the
-H100 with Triton 3.6 a launch of a kernel with 62 arguments costs 51 us of host time, one with 2
-arguments 15.5 us.  A decode step launches ``sel_fwd_kernel`` with about 50 arguments, so that
-binding was most of its host time.  :class:`Bound` skips it for a call shape seen before:
+``kernel[grid](*args, **constexprs)`` binds and specialises every argument on every call, at a host
+cost that grows with the argument count (``bench/host_cost.py`` measures it).  A decode step launches
+``sel_fwd_kernel`` with about 50 arguments, so that binding is most of its host time.  :class:`Bound` skips it for a call shape seen before:
 
 1. first call of a shape: the plain Triton launch; it compiles (or finds) the kernel and returns the
    ``CompiledKernel``;

@@ -35,8 +35,8 @@ Design (group-centric; this docstring is where the kernel design is written down
   and keys only other tokens selected are handled in a second phase, so any selection is exact
   (the planner takes it where neighbouring tokens share most span starts, as real NSA selections do);
 - decode (one query position, few rows): split-L over programs, merged by LSE (flash-decoding);
-- Dv is covered by two slices too (H100, HQ = 64 in 2 groups, D = 192, T = 16K local: 3.06 ->
-  1.62 ms with the multi-token kernel against one padded tile);
+- Dv is covered by two slices too (a padded 256-wide tile at D = 192 is much slower in the multi-token
+  kernel);
 - every span is clamped into ``[0, T)`` in the kernel (``common._clamp_spans``), so no input value
   can make it read out of bounds: the dispatcher may enqueue it before the value checks answer;
 - portable to Triton 3.0-3.9: raw pointers, masks built at the exact tile shape, explicit

@@ -25,12 +25,10 @@ from .. import caches
 from ..device import ROWS, Device
 from . import tiles as M
 
-# Each extra split adds one partial result that the merge kernel reads in a serial loop
-# (about 0.4 us per split on the H100), while a decode row selects only L keys (16 blocks of
-# 64 in NSA), which the host does not know without a sync.  Measured on seed-002 shapes
-# (bench/decode_splits.py, H100): the best split count is 1-8, and the default this cap
-# gives is within 1.6 us of the best on every shape from 4 to 256 rows, where the old cap
-# (128: 66 splits for 4 rows) took 27 us instead of 9-13 us.
+# Each extra split adds one partial result that the merge kernel reads in a serial loop, while a decode
+# row selects only L keys (16 blocks of 64 in NSA), which the host does not know without a sync.  On the
+# seeds' decode shapes the best split count is 1-8 (H100 sweep under bench/results/), so a small cap
+# stays near the best on every shape from 4 to 256 rows, where a large one makes the merge dominate.
 MAX_DECODE_SPLITS = 4
 
 

@@ -1,8 +1,7 @@
 """Do neighbouring tokens share their selections?  The multi-token kernel's switch, without a host sync.
 
 Real NSA selections keep a block for many consecutive tokens, random ones do not, and the
-multi-token kernel pays only for the former (H100, T = 8K, 4 x 16 heads: local selections 1.07 ms
-against 1.73 ms for the single-token kernel; random ones 0.76-0.86x fla-core, slower than the
+multi-token kernel pays only for the former (on random selections it is slower than the
 single-token kernel).  The switch: at least :data:`SHARE_MIN` of the (token, group) rows select
 the same span starts (or block indices, slot by slot) as the token before.
 

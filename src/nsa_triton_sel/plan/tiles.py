@@ -108,12 +108,11 @@ def head_block(h: int, per_head: bool = False, max_rows: int = 64) -> int:
     return min(max_rows, max(MIN_DOT, next_pow2(h)))
 
 
-# Launch defaults, measured on an H100 with Triton 3.6 (bench/results/issue7-notes.md):
-# the canonical NSA shape (h = 16, D = 128, one program per token) runs best with ONE warp,
-# 32-key tiles and 3 pipeline stages (1.73 ms against 2.14 ms for 4 warps / 64 keys at T = 8K):
-# a program's work is one 16-row MMA chain, and more, smaller programs keep more loads in
-# flight.  Few programs with many keys each (decode) want 4 warps and 64-key tiles
-# (63 us = 72% of copy bandwidth at B = 64, T = 32K); rows of at most 64 keys want 16-key tiles.
+# Launch defaults, chosen from the launch sweeps under bench/results/ (H100, Triton 3.6): the canonical
+# NSA shape (h = 16, D = 128, one program per token) runs best with ONE warp, 32-key tiles and 3 pipeline
+# stages: a program's work is one 16-row MMA chain, and more, smaller programs keep more loads in flight.
+# Few programs with many keys each (decode) want 4 warps and 64-key tiles, which keep the copy bandwidth
+# busy; rows of at most 64 keys want 16-key tiles.
 FEW_PROGRAMS = 1024
 
 
@@ -244,10 +243,6 @@ def tok_meta(
 
 
 def _tok_block_n(base: KernelMeta) -> int:
-    """Key tile of the multi-token kernel: 64 keys, 32 for head dims over 128.
-
-    Measured on the H100 (Triton 3.6, bf16, T = 16K local, h = 32 in 2 groups, Dk = Dv = 192,
-    top-8, two tokens per program, 4 warps, 2 stages): 32-key tiles 1.62 ms, 64-key tiles 2.22 ms
-    (the [64, 128 + 64] accumulators and K/V tiles of 64 keys spill).
-    """
+    """Key tile of the multi-token kernel: 64 keys, 32 for head dims over 128, where the [64, 128 + 64]
+    accumulators and K/V tiles of 64 keys spill registers (slower than 32-key tiles on the H100)."""
     return 32 if max(base.DK1 + base.DK2, base.DV1 + base.DV2) > 128 else 64
