@@ -104,6 +104,15 @@ def test_the_readmes_minutes_are_the_measured_ones():
             f"({tt['counts']})") in README
 
 
+def test_the_readmes_totals_are_the_measured_ones():
+    """The main job in all (set-up + nox), and CI (`bash .ci/run`) on a fresh clone."""
+    _, t = _timing()
+    m = t["main_job"]
+    assert f"{duration(m['setup_s'] + m['nox_s'])} in all" in README
+    ci = re.search(r"`bash \.ci/run` \(what CI runs\).*?: ([\d.]+ (?:minutes|s)) on a fresh clone", README)
+    assert ci and ci.group(1) == duration(t["ci"]["total_s"]), ci and ci.group(1)
+
+
 def sweep_line(s: dict) -> str:
     return duration(s["compile_s"])
 
