@@ -1,6 +1,6 @@
 """Gradient precision at the extremes, against float64 autograd, under the interpreter.
 
-What the README's "Precision at the extremes" states, as bounds (relative error ``||g - ref|| / ||ref||``):
+What docs/api.md's "Precision at the extremes" states, as bounds (relative error ``||g - ref|| / ||ref||``):
 
 - bf16 with a saturated softmax (scale 3.5-4, logits ~ 30): dq and dk carry the rounding of the bf16
   output through ``delta = rowsum(dO * O)`` (as in FlashAttention); 2-25 % depending on the data (here

@@ -1,6 +1,6 @@
-"""The README's usage example runs as written on a CPU (a reader without a GPU can try it), at smaller sizes.
+"""The usage example of docs/api.md runs as written on a CPU (a reader without a GPU can try it), at smaller sizes.
 
-The first ``python`` block under ``## Use`` is executed with only its sizes line replaced
+The first ``python`` block under its ``## Use`` is executed with only its sizes line replaced
 (``S = 128``, ``T = 1024``, fewer heads): through ``backend="auto"`` (the packed-SDPA path on a CPU) and
 ``backend="oracle"`` (float64), which must agree.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "api.md"  # the README points there
 SIZES = "B, S, G, h, D, T = 1, 4096, 4, 16, 128, 4096"
 CALL = "return_lse=True)"
 
@@ -26,7 +26,7 @@ def usage_block() -> str:
 
 def run(code: str) -> dict:
     scope: dict = {}
-    exec(compile(code, str(README), "exec"), scope)  # noqa: S102 - the README's own example
+    exec(compile(code, str(README), "exec"), scope)  # noqa: S102 - the docs' own example
     return scope
 
 
@@ -36,7 +36,7 @@ def test_readme_example_runs_on_a_cpu(monkeypatch):
     monkeypatch.setenv("NSA_USE_TRITON_SEL", "0")  # the conftest's interpreter would otherwise take auto's route
     config.refresh()
     code = usage_block()
-    assert SIZES in code and code.count(CALL) == 1, "the README's usage example changed: update this test"
+    assert SIZES in code and code.count(CALL) == 1, "docs/api.md's usage example changed: update this test"
     assert '"cuda" if torch.cuda.is_available() else "cpu"' in code
     small = code.replace(SIZES, "B, S, G, h, D, T = 1, 128, 1, 2, 16, 1024")
     torch.manual_seed(0)

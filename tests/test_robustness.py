@@ -133,7 +133,7 @@ def test_triton_backward_keeps_a_nonfinite_q_or_do_row_to_its_own_keys(where, ev
 
 
 @needs_interp
-@pytest.mark.xfail(strict=True, reason="documented limit (README, Non-finite values): the multi-token forward kernel "
+@pytest.mark.xfail(strict=True, reason="documented limit (docs/api.md, Non-finite values): the multi-token forward kernel "
                    "multiplies one v tile for all the tokens of a program")
 def test_multi_token_kernel_keeps_an_inf_value_to_its_readers():
     from nsa_triton_sel.kernels import direct

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-# The exit statuses each command documents (`nsa-sel --help`, and the README beside `nsa-sel releases`).
+# The exit statuses each command documents (`nsa-sel --help`, and docs/matrix.md's "Exit statuses and bad input").
 EXIT_CODES = {
     "": {0, 2},                    # nsa-sel itself: --help, or a usage error
     "doctor": {0, 2},
