@@ -49,12 +49,11 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 import torch
 
 from bench import accounting, csvio, guards, timers
-from bench.sel_case import mode_of, timed_case
+from bench.sel_case import Args, mode_of, timed_case
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -98,33 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="CPU: interpreter + modelled clock, to check the machinery (numbers are fake)")
     return p
-
-
-@dataclass
-class Args:
-    """Validated arguments: lists already parsed."""
-
-    Ns: list
-    Hs: list
-    dims: list
-    Ls: list
-    dists: list
-    streams: list
-    iters: int
-    warmup: int
-    csv: str | None
-    decode: bool
-    l_sel: int
-    T: int
-    dtype: str
-    mae_rows: int
-    extra: bool
-    timer: str
-    rep_ms: int
-    seed: int
-    dry_run: bool
-    budget_s: float = 0.0
-    retries: int = 2
 
 
 def parse_args(argv=None) -> Args:

@@ -1,18 +1,42 @@
 """One comparison of the selection sweep (``python -m bench.bench_sel_triton``): identical inputs for
-both sides, the callables to time, the oracle MAE, and the timed CSV row (retried while noisy).
+both sides, the callables to time, the oracle MAE, and the timed CSV row (retried while noisy); and the sweep's
+validated arguments (:class:`Args`), so the sweep imports this module and nothing here imports the sweep.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from bench import accounting, csvio, guards, problems, timers
 
-if TYPE_CHECKING:
-    from bench.bench_sel_triton import Args
+
+@dataclass
+class Args:
+    """The sweep's validated arguments, lists already parsed (``bench_sel_triton.parse_args`` builds them)."""
+
+    Ns: list
+    Hs: list
+    dims: list
+    Ls: list
+    dists: list
+    streams: list
+    iters: int
+    warmup: int
+    csv: str | None
+    decode: bool
+    l_sel: int
+    T: int
+    dtype: str
+    mae_rows: int
+    extra: bool
+    timer: str
+    rep_ms: int
+    seed: int
+    dry_run: bool
+    budget_s: float = 0.0
+    retries: int = 2
 
 
 def mode_of(dist: str) -> str:
