@@ -2,7 +2,7 @@
 
 Scripts: ``bench_sel_triton`` (the seeds' sweep, Triton vs packed SDPA), ``sel_threshold_from_csv``
 (report, plot and ``sel_triton_min_L`` from its CSVs), ``bench_nsa`` and ``perf_nsa`` (NSA
-contender tables), ``decode_splits``, ``host_cost`` (the host cost of a call), ``config_probe``; ``test_bench_sel`` is
+contender tables), ``decode_splits``, ``host_cost`` (the host cost of a call); ``test_bench_sel`` is
 the pytest-benchmark suite the ``bench-X`` lanes run (``pytest bench/``), ``run_h100.sh`` the whole
 GPU benchmark in one call.  Shared pieces, one concern each:
 
