@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from bench import accounting, csvio, problems, timers
+from bench.common import accounting, csvio, problems, timers
 
 NSA_COLUMNS = ["case", "T", "B", "S", "G", "h", "D", "block", "topn", "pattern", "impl", "ms", "p20_ms", "p80_ms",
                "tflops", "gbs", "pct_bw", "vs_triton", "max_diff", "status", "copy_gbs", "mm_tflops",

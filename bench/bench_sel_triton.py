@@ -52,7 +52,7 @@ import time
 
 import torch
 
-from bench import accounting, csvio, guards, timers
+from bench.common import accounting, csvio, guards, timers
 from bench.sel_case import Args, mode_of, timed_case
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import accounting, timers
+from bench.common import accounting, timers
 
 # NSA_BENCH_DRYRUN=1: run the suites on the CPU with tiny shapes, the Triton interpreter
 # and the host clock, to check the plumbing (fixtures, hooks, JSON) without a GPU.

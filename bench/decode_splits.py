@@ -18,7 +18,8 @@ import sys
 import torch
 
 from bench import bench_sel_triton as B
-from bench import csvio, sel_case, timers
+from bench import sel_case
+from bench.common import csvio, timers
 
 
 def main(argv=None) -> int:

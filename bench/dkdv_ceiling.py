@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench import accounting
+from bench.common import accounting
 from bench import train_contenders as TC
 
 

@@ -41,7 +41,7 @@ import time
 
 import torch
 
-from bench import timers
+from bench.common import timers
 
 from nsa_triton_sel import arguments, config, selection_attention
 from nsa_triton_sel.contract import block_flags, n_blocks

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import torch
 
-from bench import accounting, train_contenders as TC
+from bench import train_contenders as TC
+from bench.common import accounting
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def peer(name: str, p: dict):
     if name == "fla":
         if p["h"] < 16 or p["h"] & (p["h"] - 1):
             return f"fla-core needs a power-of-two group of at least 16 query heads (h={p['h']})"
-        from bench.problems import fla_contender
+        from bench.common.problems import fla_contender
 
         fn = fla_contender(p)
         return lambda: fn()[0]
@@ -216,7 +217,7 @@ def run_case(c: Case, mm_tflops: float) -> dict:
 
 def decode_row(copy_gbs: float) -> dict:
     """One decode step of B sequences (one query each at position T - 1), CUDA-graph replays."""
-    from bench.timers import GraphTimer
+    from bench.common.timers import GraphTimer
     from nsa_triton_sel import selection_attention
     from nsa_triton_sel.contract import block_indices_to_ranges
     from nsa_triton_sel.kernels import direct

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import accounting, csvio, guards, problems, timers
+from bench.common import accounting, csvio, guards, problems, timers
 
 
 @dataclass

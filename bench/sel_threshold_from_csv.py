@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import csvio, guards
+from bench.common import csvio, guards
 from bench.threshold_rule import BASELINES, Verdict, as_float, config_name, gpu_key, load, row_speedup, verdicts
 
 REPO = Path(__file__).resolve().parent.parent

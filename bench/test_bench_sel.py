@@ -26,7 +26,8 @@ import pytest
 import torch
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
-from bench import accounting, problems, sel_case
+from bench import sel_case
+from bench.common import accounting, problems
 
 # (group id, dist, N, H, Dk, Dv, L) for the packed groups.
 PACKED = [

@@ -65,7 +65,7 @@ def test_crossover_writes_this_releases_threshold_entry(tmp_path, record_propert
 
 
 def _rows(csv_path: Path) -> list[dict]:
-    from bench import csvio
+    from bench.common import csvio
 
     return csvio.read_csv([str(csv_path)]) if csv_path.exists() else []
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import csvio
+from bench.common import csvio
 
 
 def as_float(x) -> float:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bench import csvio, timers
+from bench.common import csvio, timers
 from bench import train_contenders as TC
 
 COLUMNS = ["T", "sel", "contender", "fwd_ms", "fwdbwd_ms", "bwd_ms", "tflops", "pct_mm", "bwd_tflops",
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
         return 2
     if dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from bench import accounting as common
+    from bench.common import accounting as common
 
     env = common.env_columns()
     mm = common.measure_ceilings(dry_run=dry)["mm_tflops"]

@@ -121,7 +121,7 @@ class Rounds:
         self.flush, self.before = l2_flush, before
         self.cycles = 0
         if not DRY and getattr(torch.cuda, "_sleep", None) is not None:
-            from bench.timers import _calibrate_sleep
+            from bench.common.timers import _calibrate_sleep
 
             self.cycles = int(hold_ms * _calibrate_sleep(torch.cuda._sleep))
 
@@ -159,7 +159,7 @@ def _gpu_rounds(benchmark, l2_flush, fn, *, rounds: int, before=None, graph: boo
         torch.cuda.synchronize()
         benchmark.extra_info["host_enqueue_ms"] = _host_ms(fn, before)
         if graph:
-            from bench.timers import capture_graph
+            from bench.common.timers import capture_graph
 
             g, _ = capture_graph(fn)
             timed = g.replay
@@ -217,7 +217,7 @@ def test_train(benchmark, l2_flush, sel, T):
         step()
         next_round()
     if not DRY:
-        from bench.timers import extra_peak_bytes
+        from bench.common.timers import extra_peak_bytes
 
         benchmark.extra_info["extra_peak_mib"] = extra_peak_bytes(step) / 2**20
         next_round()

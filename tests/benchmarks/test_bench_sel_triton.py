@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import csvio
+from bench.common import csvio
 from bench import bench_sel_triton as B
 
 ROOT = Path(__file__).resolve().parents[2]

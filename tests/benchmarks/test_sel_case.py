@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bench import guards, sel_case
+from bench import sel_case
+from bench.common import guards
 from bench import bench_sel_triton as B
 
 

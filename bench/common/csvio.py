@@ -1,7 +1,7 @@
 """The benchmark CSV: its schema (the seeds' columns first, then ours), reading and writing it,
 and the list arguments of the sweep scripts.
 
-``speedup`` is ref_ms / tri_ms; ``suspect`` lists the guards that fired (:mod:`bench.guards`).
+``speedup`` is ref_ms / tri_ms; ``suspect`` lists the guards that fired (:mod:`bench.common.guards`).
 """
 
 from __future__ import annotations
