@@ -33,7 +33,7 @@ DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
 if DRY:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 if os.environ.get("NSA_BENCH_PEERS"):  # fla-core / XunhaoLai copies for the contender rows (never committed)
-    from bench.train_nsa import add_peers
+    from bench.train.train_nsa import add_peers
 
     add_peers(os.environ["NSA_BENCH_PEERS"])
 DEVICE = "cpu" if DRY else "cuda"

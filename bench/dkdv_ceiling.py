@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from bench.common import accounting
-from bench import train_contenders as TC
+from bench.train import train_contenders as TC
 
 
 @triton.jit

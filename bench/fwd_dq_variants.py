@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from bench import train_contenders as TC
-from bench.train_nsa import slow_bench
+from bench.train import train_contenders as TC
+from bench.train.train_nsa import slow_bench
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor

@@ -139,7 +139,7 @@ def peer_calls(p: dict) -> dict:
     (``q_len == k_len``), so it has no decode shape; 64 one-token sequences (the same B, heads and D)
     give its call path (two allocations and a launch of ~30 arguments) on a tiny GPU workload.  Its
     output is not compared: only the host time of the call is measured."""
-    from bench import train_contenders as TC
+    from bench.train import train_contenders as TC
 
     why = TC.peer_status("xunhaolai")
     if why:
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
                     dtype=torch.bfloat16 if CUDA else torch.float16)
     calls = decode_calls(p)
     if a.peers and CUDA:
-        from bench.train_nsa import add_peers
+        from bench.train.train_nsa import add_peers
 
         add_peers(a.peers)
         calls.update(peer_calls(p))

@@ -20,7 +20,7 @@ Rows: the forward table (canonical NSA shape at T = 8K / 32K / 64K, random and l
 8 groups with D = 96, blocks of 32, top-24; HQ = 64 in 2 groups (h = 32) with D = 192, top-8, local),
 then decode (B = 64, T = 32K, one query each, CUDA-graph replay, L2 flushed by a read so the timed
 kernel does not also write back the flush's dirty lines; the write-flush figure is printed beside it).
-Same block indices for every contender, converted to each one's convention (``bench.train_contenders``);
+Same block indices for every contender, converted to each one's convention (``bench.train.train_contenders``);
 ``triton.testing.do_bench`` medians with the L2 flushed; each contender's output is checked against
 ours, and ours against the float64 oracle on sampled tokens.  Guard: a contender whose time does not
 grow with T over the canonical random rows is flagged.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from bench import train_contenders as TC
+from bench.train import train_contenders as TC
 from bench.common import accounting
 
 
@@ -313,7 +313,7 @@ def main(argv=None) -> int:
         print("perf_nsa needs a CUDA device", file=sys.stderr)
         return 2
     if a.peers:
-        from bench.train_nsa import add_peers
+        from bench.train.train_nsa import add_peers
 
         add_peers(a.peers)
     env = accounting.env_columns()

@@ -12,7 +12,7 @@
 #             forward + backward against SDPA and the peers in PEERS_DIR)
 #   perf      python -m bench.perf_nsa (issue 18 table) and python -m bench.host_cost --compiled (issue 16)
 #   host      python -m bench.host_cost (issue 16: host us per call, validate=True's checks both placements)
-#   train     python -m bench.train_nsa --check (issue 17 table; TRAIN_ARGS adds e.g. --sweep)
+#   train     python -m bench.train.train_nsa --check (issue 17 table; TRAIN_ARGS adds e.g. --sweep)
 #   tests     python -m pytest -m gpu on TESTS (default: kernels, backward, operator, regressions): for a
 #             Triton brought as a tree on PYTHONPATH (an off-pair lane), without the ledger
 # The repository's src/ goes on PYTHONPATH; TRITON_DEFAULT_FP_FUSION=1 as in the lanes.
@@ -61,7 +61,7 @@ case "$STAGE" in
         timeout -k 10 300 $PY -m bench.host_cost ${HOST_ARGS:-} --json "$OUT/host_cost.json"
         ;;
     train)
-        timeout -k 10 560 $PY -m bench.train_nsa ${PEERS:+--peers "$PEERS"} --check --csv "$OUT/train.csv" ${TRAIN_ARGS:-}
+        timeout -k 10 560 $PY -m bench.train.train_nsa ${PEERS:+--peers "$PEERS"} --check --csv "$OUT/train.csv" ${TRAIN_ARGS:-}
         ;;
     tests)
         # shellcheck disable=SC2086

@@ -17,7 +17,7 @@ import statistics
 import pytest
 import torch
 
-from bench import train_contenders as TC
+from bench.train import train_contenders as TC
 
 LIMIT = 1.05
 ROUNDS = int(os.environ.get("NSA_BENCH_AUTO_ROUNDS", "9"))

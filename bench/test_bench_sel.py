@@ -174,7 +174,7 @@ if DRY:
 def test_train(gpu_bench, benchmark, shape, impl):
     """Forward + backward on the canonical NSA shape: every contender gets the same block
     indices and output gradient; its input gradients are checked against ours first."""
-    from bench import train_contenders as TC
+    from bench.train import train_contenders as TC
 
     gid, T, sel = shape
     small = {"h": 4, "d": 32} if DRY else {}

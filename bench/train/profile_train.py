@@ -5,7 +5,7 @@ problem (``train_contenders.make_problem``) under ``torch.profiler`` and prints,
 (ours and torch's), its time per iteration, then the sum against the iteration's wall time
 (CUDA events): the difference is where the GPU waited (host syncs, launch gaps).
 
-    python -m bench.profile_train [--T 8192] [--sel random] [--iters 5] [--trace out.json]
+    python -m bench.train.profile_train [--T 8192] [--sel random] [--iters 5] [--trace out.json]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import torch
 
-from bench import train_contenders as TC
+from bench.train import train_contenders as TC
 
 
 def one_step(c):

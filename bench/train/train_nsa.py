@@ -8,7 +8,7 @@ a measured bf16 matmul ceiling, and the extra peak memory of one forward+backwar
 (``torch.cuda.max_memory_allocated`` above what was allocated before the call).  Every CSV
 row carries the environment (GPU, torch, Triton, CUDA, commit).
 
-    python bench/train_nsa.py --peers DIR [--sweep] [--check] [--csv out/train.csv] [--T 8192,32768]
+    python -m bench.train.train_nsa --peers DIR [--sweep] [--check] [--csv out/train.csv] [--T 8192,32768]
 
 ``--peers DIR``: a folder holding ``fla_core/``, ``xunhaolai/`` and ``einops_pkg/`` (put on
 ``sys.path``); a peer that does not import is skipped with the reason.  ``--check`` first
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from bench.common import csvio, timers
-from bench import train_contenders as TC
+from bench.train import train_contenders as TC
 
 COLUMNS = ["T", "sel", "contender", "fwd_ms", "fwdbwd_ms", "bwd_ms", "tflops", "pct_mm", "bwd_tflops",
            "extra_peak_gib", "status", "config", "mm_tflops", "gpu", "cc", "triton", "torch", "cuda", "driver",
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
         check(args, bench)
     tuned = args.tuned
     if args.sweep and not dry:
-        from bench import train_sweep
+        from bench.train import train_sweep
 
         tuned = train_sweep.sweep(TC.make_problem(8192, "random"), bench, log, local=TC.make_problem(8192, "local"))
         log(f"reuse with: --tune '{json.dumps(tuned)}'")
