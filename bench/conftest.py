@@ -39,7 +39,7 @@ if os.environ.get("NSA_BENCH_PEERS"):  # fla-core / XunhaoLai copies for the con
 DEVICE = "cpu" if DRY else "cuda"
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
-                  "(CPU tests are in tests/; python -m bench.bench_sel_triton --dry-run checks the sweep on a CPU)")
+                  "(CPU tests are in tests/; python -m bench.perf.bench_sel_triton --dry-run checks the sweep on a CPU)")
 
 _CEILINGS: dict = {}
 

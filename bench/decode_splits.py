@@ -17,9 +17,9 @@ import sys
 
 import torch
 
-from bench import bench_sel_triton as B
-from bench import sel_case
 from bench.common import csvio, timers
+from bench.perf import bench_sel_triton as B
+from bench.perf import sel_case
 
 
 def main(argv=None) -> int:

@@ -10,8 +10,8 @@
 #             merges them); needs nox and filelock (a wheelhouse: WHEELS=DIR)
 #   bench     NSA_SEL_GPU=1 nox -s bench-X --no-venv (pytest-benchmark: seeds' shapes, NSA forward and
 #             forward + backward against SDPA and the peers in PEERS_DIR)
-#   perf      python -m bench.perf_nsa (issue 18 table) and python -m bench.host_cost --compiled (issue 16)
-#   host      python -m bench.host_cost (issue 16: host us per call, validate=True's checks both placements)
+#   perf      python -m bench.perf.perf_nsa (issue 18 table) and python -m bench.perf.host_cost --compiled (issue 16)
+#   host      python -m bench.perf.host_cost (issue 16: host us per call, validate=True's checks both placements)
 #   train     python -m bench.train.train_nsa --check (issue 17 table; TRAIN_ARGS adds e.g. --sweep)
 #   tests     python -m pytest -m gpu on TESTS (default: kernels, backward, operator, regressions): for a
 #             Triton brought as a tree on PYTHONPATH (an off-pair lane), without the ledger
@@ -54,11 +54,11 @@ case "$STAGE" in
         tar czf "$OUT/bench.tgz" -C "$OUT" bench-results && rm -rf "$OUT/bench-results"
         ;;
     perf)
-        timeout -k 10 420 $PY -m bench.perf_nsa ${PEERS:+--peers "$PEERS"} --out "$OUT"
-        timeout -k 10 150 $PY -m bench.host_cost --compiled --json "$OUT/host_cost.json"
+        timeout -k 10 420 $PY -m bench.perf.perf_nsa ${PEERS:+--peers "$PEERS"} --out "$OUT"
+        timeout -k 10 150 $PY -m bench.perf.host_cost --compiled --json "$OUT/host_cost.json"
         ;;
     host)
-        timeout -k 10 300 $PY -m bench.host_cost ${HOST_ARGS:-} --json "$OUT/host_cost.json"
+        timeout -k 10 300 $PY -m bench.perf.host_cost ${HOST_ARGS:-} --json "$OUT/host_cost.json"
         ;;
     train)
         timeout -k 10 560 $PY -m bench.train.train_nsa ${PEERS:+--peers "$PEERS"} --check --csv "$OUT/train.csv" ${TRAIN_ARGS:-}

@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         p.error(str(exc))
     missing = [c for c in ("L", "N", "H", "D", "Dv", "speedup", "mae", "gpu", "triton") if rows and c not in rows[0]]
     if missing:
-        p.error(f"the CSVs lack columns {missing}; they must come from python -m bench.bench_sel_triton")
+        p.error(f"the CSVs lack columns {missing}; they must come from python -m bench.perf.bench_sel_triton")
     kw = dict(streams=a.streams, gate_decode=a.gate_decode, allow_suspect=a.allow_suspect)
     vs = verdicts(rows, a.margin, a.max_mae, baseline=a.baseline, **kw)
     others = [o for b in sorted(BASELINES) if b != a.baseline for o in verdicts(rows, a.margin, a.max_mae, baseline=b, **kw)]

@@ -26,8 +26,8 @@ import pytest
 import torch
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e .[bench])")
-from bench import sel_case
 from bench.common import accounting, problems
+from bench.perf import sel_case
 
 # (group id, dist, N, H, Dk, Dv, L) for the packed groups.
 PACKED = [
@@ -53,7 +53,7 @@ if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
 
 
 def _args(dist):
-    from bench import bench_sel_triton as B
+    from bench.perf import bench_sel_triton as B
 
     return B.parse_args(["--dry-run"] + (["--decode", "1"] if dist == "decode" else ["--dist", dist]))
 
@@ -107,7 +107,7 @@ def _nsa_fn(impl, p):
                         "(NSA_BENCH_SDPA_MAX_T)")
         return lambda: packed_sdpa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
     if impl in ("fla", "xunhaolai"):
-        from bench import perf_nsa
+        from bench.perf import perf_nsa
 
         fn = perf_nsa.peer(impl, p)
         if isinstance(fn, str):

@@ -2,7 +2,7 @@
 beats the kernels, written as this release's ``sel_triton_min_L`` thresholds entry.
 
 A ``bench-X`` lane on a GPU runs it with the rest of the bench suite: a short sweep of
-``python -m bench.bench_sel_triton`` (one span and mixed spans, L from 1 to 1024) judged by
+``python -m bench.perf.bench_sel_triton`` (one span and mixed spans, L from 1 to 1024) judged by
 ``python -m bench.sel_threshold_from_csv`` against the fallback the dispatcher would run
 (gather + SDPA), which writes the entry for exactly this GPU and Triton release into
 ``NSA_SEL_THRESHOLDS_OUT`` (default: the package's ``data/thresholds.json`` in this checkout, so
@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import bench_sel_triton, sel_threshold_from_csv
+from bench import sel_threshold_from_csv
+from bench.perf import bench_sel_triton
 
 DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
 OUT_ENV = "NSA_SEL_THRESHOLDS_OUT"

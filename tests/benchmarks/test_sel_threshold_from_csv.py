@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import sel_threshold_from_csv as S
 from bench import threshold_rule
 from bench.common import csvio
-from bench import sel_threshold_from_csv as S
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

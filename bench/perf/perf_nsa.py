@@ -25,7 +25,7 @@ Same block indices for every contender, converted to each one's convention (``be
 ours, and ours against the float64 oracle on sampled tokens.  Guard: a contender whose time does not
 grow with T over the canonical random rows is flagged.
 
-Usage:  python -m bench.perf_nsa --peers DIR [--out DIR] [--quick]
+Usage:  python -m bench.perf.perf_nsa --peers DIR [--out DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from pathlib import Path
 
 import torch
 
-from bench.train import train_contenders as TC
 from bench.common import accounting
+from bench.train import train_contenders as TC
 
 
 @dataclass(frozen=True)

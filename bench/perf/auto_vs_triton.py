@@ -2,7 +2,7 @@
 """``selection_attention`` with its defaults (``backend="auto"``) against ``backend="triton"``, at the
 canonical NSA shape, inference and training.
 
-    python -m bench.auto_vs_triton [--T 8192,32768] [--patterns random,local] [--json out.json]
+    python -m bench.perf.auto_vs_triton [--T 8192,32768] [--patterns random,local] [--json out.json]
 
 The default route must not cost more than the kernels it should pick: on Triton 3.7.1 the old
 default threshold (4096) sent every NSA call through packed SDPA, 800-1390 ms instead of 2.2 ms.
@@ -71,7 +71,7 @@ def environment() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.auto_vs_triton", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.perf.auto_vs_triton", description=__doc__.splitlines()[0])
     ap.add_argument("--T", default="8192,32768", help="sequence lengths (prefill S = T), comma list")
     ap.add_argument("--patterns", default="random,local", help="selection patterns, comma list")
     ap.add_argument("--tolerance", type=float, default=0.05, help="allowed auto/triton - 1, default 0.05")

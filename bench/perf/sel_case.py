@@ -1,4 +1,4 @@
-"""One comparison of the selection sweep (``python -m bench.bench_sel_triton``): identical inputs for
+"""One comparison of the selection sweep (``python -m bench.perf.bench_sel_triton``): identical inputs for
 both sides, the callables to time, the oracle MAE, and the timed CSV row (retried while noisy); and the sweep's
 validated arguments (:class:`Args`), so the sweep imports this module and nothing here imports the sweep.
 """

@@ -1,6 +1,6 @@
 """What a packed batch costs against the same work at fixed length (target: ratio <= 1.03).
 
-    python -m bench.packed_cost [--cases 1x8192,4x2048,4x8192] [--pattern random,local] [--validate] [--backward]
+    python -m bench.perf.packed_cost [--cases 1x8192,4x2048,4x8192] [--pattern random,local] [--validate] [--backward]
 
 The same sequences, the same tensors and the same (sequence-local) block indices, called two ways
 through the public API in the fla layout:

@@ -22,12 +22,12 @@ validate=False and the bare kernel the dispatcher picks, back to back with one s
 
 ``--compiled`` adds a decode step under ``torch.compile`` (default and "reduce-overhead" modes, each
 registered operator kind).  ``--mock-launch`` replaces the Triton launches with no-ops, to measure
-the Python path alone (any device).  On a CPU box, ``TRITON_INTERPRET=1 python bench/host_cost.py``
+the Python path alone (any device).  On a CPU box, ``TRITON_INTERPRET=1 python -m bench.perf.host_cost``
 runs a smoke version on tiny shapes (the interpreter runs the kernels, so its host numbers include them).
 
 ``--peers DIR`` adds XunhaoLai's forward (its call path's host cost; see :func:`peer_calls`).
 
-Usage:  python bench/host_cost.py [--calls 200] [--compiled] [--mock-launch] [--peers DIR] [--json out.json]
+Usage:  python -m bench.perf.host_cost [--calls 200] [--compiled] [--mock-launch] [--peers DIR] [--json out.json]
 """
 
 from __future__ import annotations

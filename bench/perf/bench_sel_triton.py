@@ -4,9 +4,9 @@
 Seed-compatible interface (every size option also takes a comma list, so one process
 runs a whole matrix with one compile cache and one ceiling measurement)::
 
-    python -m bench.bench_sel_triton --N 1024 --H 8 --D 128 --Dv 128 \
+    python -m bench.perf.bench_sel_triton --N 1024 --H 8 --D 128 --Dv 128 \
         --L_list 64,128,256,512,1024 --dist few --iters 50 --warmup 5 --streams 1 --csv sel_dense.csv
-    python -m bench.bench_sel_triton --decode 1 --H 4 --D 64 --Dv 64 --L_list 128,256,512
+    python -m bench.perf.bench_sel_triton --decode 1 --H 4 --D 64 --Dv 64 --L_list 128,256,512
 
 What is compared (identical input tensors on both sides, built once per case):
 
@@ -53,7 +53,7 @@ import time
 import torch
 
 from bench.common import accounting, csvio, guards, timers
-from bench.sel_case import Args, mode_of, timed_case
+from bench.perf.sel_case import Args, mode_of, timed_case
 
 
 # ----------------------------------------------------------------------------- arguments
