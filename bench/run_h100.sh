@@ -12,7 +12,7 @@
 #   pytest_bench.json   pytest-benchmark suites (bench/test_bench_sel.py), GPU clock
 #   nsa.csv             canonical NSA contender table (bench/perf/bench_nsa.py)
 #   report.md           threshold report from the three CSVs (no plot here; make it
-#                       off-device: python -m bench.sel_threshold_from_csv ... --out report.md)
+#                       off-device: python -m bench.analysis.sel_threshold_from_csv ... --out report.md)
 # Each stage has its own time limit, so one slow stage cannot eat the others' time;
 # the sweeps also stop starting new work at their --budget-s and keep what they ran.
 # Environment: PYTHON (default python3); STAGES, a comma list of stage keys to run (default
@@ -97,7 +97,7 @@ stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pyte
     --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
     --benchmark-columns=min,median,iqr,rounds
 stage nsa "nsa contenders" "${LIM[4]}" "$PY" -m bench.perf.bench_nsa "${NSA[@]}" --csv "$OUT/nsa.csv"
-stage report "threshold report" "${LIM[5]}" "$PY" -m bench.sel_threshold_from_csv \
+stage report "threshold report" "${LIM[5]}" "$PY" -m bench.analysis.sel_threshold_from_csv \
     --dense "$OUT/sel_dense.csv" --varlen "$OUT/sel_varlen.csv" --decode "$OUT/sel_decode.csv" \
     --margin 1.2 --max-mae 1e-3 --out "$OUT/report.md" --no-plot --allow-missing
 

@@ -3,7 +3,7 @@ beats the kernels, written as this release's ``sel_triton_min_L`` thresholds ent
 
 A ``bench-X`` lane on a GPU runs it with the rest of the bench suite: a short sweep of
 ``python -m bench.perf.bench_sel_triton`` (one span and mixed spans, L from 1 to 1024) judged by
-``python -m bench.sel_threshold_from_csv`` against the fallback the dispatcher would run
+``python -m bench.analysis.sel_threshold_from_csv`` against the fallback the dispatcher would run
 (gather + SDPA), which writes the entry for exactly this GPU and Triton release into
 ``NSA_SEL_THRESHOLDS_OUT`` (default: the package's ``data/thresholds.json`` in this checkout, so
 the lane's result is a diff to commit); the sweep's CSVs and report go to ``NSA_SEL_CROSSOVER_DIR``
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import sel_threshold_from_csv
+from bench.analysis import sel_threshold_from_csv
 from bench.perf import bench_sel_triton
 
 DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
@@ -72,6 +72,6 @@ def _rows(csv_path: Path) -> list[dict]:
 
 
 def _measured_on(csv_path: Path) -> tuple[str, str]:
-    from bench import threshold_rule
+    from bench.analysis import threshold_rule
 
     return threshold_rule.gpu_key(_rows(csv_path)[0])

@@ -2,7 +2,7 @@
 """Pick ``sel_triton_min_L`` per GPU from the benchmark CSVs, write a report, update the
 thresholds file the dispatcher reads.
 
-    python -m bench.sel_threshold_from_csv --dense bench/results/X/sel_dense.csv \
+    python -m bench.analysis.sel_threshold_from_csv --dense bench/results/X/sel_dense.csv \
         --varlen bench/results/X/sel_varlen.csv --decode bench/results/X/sel_decode.csv \
         --max-mae 1e-3 --out bench/results/X/report.md --write-config
 
@@ -36,10 +36,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.analysis.threshold_rule import BASELINES, Verdict, as_float, config_name, gpu_key, load, row_speedup, verdicts
 from bench.common import csvio, guards
-from bench.threshold_rule import BASELINES, Verdict, as_float, config_name, gpu_key, load, row_speedup, verdicts
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "src" / "nsa_triton_sel" / "data" / "thresholds.json"
 FAKE_TIMERS = ("model", "wall")  # dry runs and CPU runs: never evidence for the dispatcher
 

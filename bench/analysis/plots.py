@@ -1,4 +1,4 @@
-"""The README's two pictures, from committed results only: ``python -m bench.plots``.
+"""The README's two pictures, from committed results only: ``python -m bench.analysis.plots``.
 
 - ``contenders.png``: forward and forward + backward time of the public API against fla-core 0.6.0,
   XunhaoLai's kernels and the packed-SDPA path (torch's SDPA; on the H100 sweep its calls ran cuDNN's
@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
 # bench/run_release.sh's bench runs: the last GPU timings of 3.0.0, 3.6.0 and 3.9.0 (kernels c77c8425)
@@ -204,7 +204,7 @@ def _vkey(v: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.plots", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.analysis.plots", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=RESULTS / "plots", help="output folder (default bench/results/plots)")
     args = p.parse_args(argv)
     try:
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
         matplotlib.use("Agg")
     except ImportError:
-        p.exit(2, "python -m bench.plots needs matplotlib: pip install -e '.[bench]'\n")
+        p.exit(2, "python -m bench.analysis.plots needs matplotlib: pip install -e '.[bench]'\n")
     from nsa_triton_sel.compat import lanes, ledger  # noqa: PLC0415
 
     args.out.mkdir(parents=True, exist_ok=True)

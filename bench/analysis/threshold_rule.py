@@ -1,4 +1,4 @@
-"""The threshold rule of ``python -m bench.sel_threshold_from_csv``: which benchmark rows count as
+"""The threshold rule of ``python -m bench.analysis.sel_threshold_from_csv``: which benchmark rows count as
 evidence, and from which L Triton beats the baseline by the margin within the MAE gate
 (``sel_triton_min_L``), per GPU and Triton release (the dispatcher applies an entry only to
 exactly that GPU and release).
