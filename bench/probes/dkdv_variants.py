@@ -1,7 +1,7 @@
 """Loop variants of the dk/dv kernel, timed against the shipped kernel and the gather-copy ceiling on one GPU.
 
-    python -m bench.dkdv_variants [--T 8192,32768,65536] [--sel random,local] [--json out.json]
-    python -m bench.dkdv_variants --aot [--python OTHER_VENV_PYTHON]   # registers/spills/smem, no GPU
+    python -m bench.probes.dkdv_variants [--T 8192,32768,65536] [--sel random,local] [--json out.json]
+    python -m bench.probes.dkdv_variants --aot [--python OTHER_VENV_PYTHON]   # registers/spills/smem, no GPU
 
 ``sel_bwd_dkdv_kernel`` walks a key tile's (entry, head) pairs ``ROWS`` at a time; each step gathers the q and
 dO rows of its pairs, then runs four small MMAs.  At 255 registers a program (two per SM) nothing but its own
@@ -32,7 +32,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @triton.jit
@@ -223,7 +223,7 @@ import json, sys
 from nsa_triton_sel.compat import aot
 name, hp, pf, rows, warps, stages, types, ones, div16, arch = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
-fn = aot._load_kernel("bench.dkdv_variants:dkdv_variant_kernel")
+fn = aot._load_kernel("bench.probes.dkdv_variants:dkdv_variant_kernel")
 ce = {"BLOCK_N": 64, "ROWS": rows, "DK1": 128, "BLOCK_DV": 128, "HP": 16 if hp else 0, "PREFETCH": pf,
       "STEP": rows // 16 if hp else rows}
 sig = {n: types.get(n, "i32") for n in fn.arg_names if n not in ce}
@@ -283,7 +283,7 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
     import torch
     import triton.testing as tt
 
-    from bench.dkdv_ceiling import dkdv_inputs
+    from bench.probes.dkdv_ceiling import dkdv_inputs
 
     x = dkdv_inputs(T, sel)
     q, k, v, go, lse, delta, meta, readers, scale = x.q, x.k, x.v, x.go, x.lse, x.delta, x.meta, x.readers, x.scale

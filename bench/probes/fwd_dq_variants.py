@@ -11,7 +11,7 @@ shape (one (token, group) per program, every selected tile read once per token).
 ``--tokens`` also times forward + backward with the multi-token forward and dq kernels (neighbouring tokens
 share a program and the tiles they all selected) against the single-token ones on the same selection.
 
-    python -m bench.fwd_dq_variants [--T 32768] [--sel random] [--quick] [--tokens]
+    python -m bench.probes.fwd_dq_variants [--T 32768] [--sel random] [--quick] [--tokens]
 """
 
 from __future__ import annotations

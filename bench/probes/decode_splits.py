@@ -7,7 +7,7 @@ blocks of 64 keys out of a ``--T`` cache, one query per row) are timed with
 default, next to SDPA on the pre-gathered keys; CUDA-graph replay, L2 flushed (the same
 timer as the sweep).  Prints one line per shape: the time per split count and the best.
 
-Usage:  python -m bench.decode_splits [--N 4,16,64] [--H 4] [--D 128] [--L 128,512,1024]
+Usage:  python -m bench.probes.decode_splits [--N 4,16,64] [--H 4] [--D 128] [--L 128,512,1024]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ contiguous tensors specialises stride-1 arguments to the constant 1 and marks mu
 as divisible by 16; this script compiles each launch configuration of ``backward_meta`` that
 way (ahead of time, no GPU, in a child process per compile) and prints one line per kernel:
 
-    python bench/bwd_aot_report.py [--arch 80,90] [--python /path/to/other/venv/python]
+    python -m bench.probes.bwd_aot_report [--arch 80,90] [--python /path/to/other/venv/python]
 
 ``--python`` runs the compiles under another Triton (a lane's venv; it needs no torch).
 """
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [  # (kernel kind, backward_meta keywords)
     ("dq", {"h": 16, "Dk": 128, "Dv": 128}),
     ("dq_tok", {"h": 16, "Dk": 128, "Dv": 128, "dq_tokens": "auto"}),

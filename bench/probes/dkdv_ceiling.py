@@ -1,6 +1,6 @@
 """The dk/dv kernel's gathers against their physical ceiling: a kernel that only gathers the same rows.
 
-    python -m bench.dkdv_ceiling [--T 8192,32768,65536] [--sel random,local] [--json out.json]
+    python -m bench.probes.dkdv_ceiling [--T 8192,32768,65536] [--sel random,local] [--json out.json]
 
 The canonical NSA problem (``train_contenders.make_problem``), planned as the public call plans it (block indices,
 ``plan.plan_call``).  After the forward and the dq kernel (which give the LSE, delta and the non-finite flag),
