@@ -6,7 +6,7 @@
 - ``releases.png``: per Triton release, the verdict of each correctness check in
   ``constraints/ledger.jsonl`` (compile, backward, parity on the interpreter and on a GPU), and the
   speed of our kernel in each pytest-benchmark group relative to the newest release that has a GPU
-  bench run (``triton-X.benchmark.json`` of :data:`LANE_BENCH`, from ``bench/run_release.sh``).
+  bench run (``triton-X.benchmark.json`` of :data:`LANE_BENCH`, from ``bench/device/run_release.sh``).
 
 Needs matplotlib (the ``bench`` extra).  ``--out DIR`` writes elsewhere (default ``bench/results/plots``).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
-# bench/run_release.sh's bench runs: the last GPU timings of 3.0.0, 3.6.0 and 3.9.0 (kernels c77c8425)
+# bench/device/run_release.sh's bench runs: the last GPU timings of 3.0.0, 3.6.0 and 3.9.0 (kernels c77c8425)
 LANE_BENCH = RESULTS / "2026-11-23-h100-triton3.0-3.6-3.9-gpu-evidence-kernels-c77c8425"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"

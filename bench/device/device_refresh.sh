@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The 13-release GPU refresh on the device machine (issue 36), driven over several device calls:
 #
-#   bash bench/device_refresh.sh feed       # call 1..K: take the parts this call carried in .carry/, start (once)
+#   bash bench/device/device_refresh.sh feed       # call 1..K: take the parts this call carried in .carry/, start (once)
 #                                           #   the unpacker and the refresh in the background, print progress
-#   bash bench/device_refresh.sh status     # progress so far
-#   bash bench/device_refresh.sh collect [WAIT_S]   # wait up to WAIT_S (default 540) for the refresh to end, then
+#   bash bench/device/device_refresh.sh status     # progress so far
+#   bash bench/device/device_refresh.sh collect [WAIT_S]   # wait up to WAIT_S (default 540) for the refresh to end, then
 #                                           #   copy results into $OUT (<= 8 files); again if it was not done
-#   bash bench/device_refresh.sh stop       # end the background work (its partial results stay collectable)
+#   bash bench/device/device_refresh.sh stop       # end the background work (its partial results stay collectable)
 #
-# Parts are bench/slim_triton.py's triton-slim.NNN-of-MMM.xz, carried in the ignored folder .carry/ (the device
+# Parts are bench/device/slim_triton.py's triton-slim.NNN-of-MMM.xz, carried in the ignored folder .carry/ (the device
 # tool replaces a carried folder on every call, so `feed` moves them at once into .refresh/parts/, which no call
 # names and which therefore stays while the machine is warm).  The unpacker (setsid, in the background) hands each
 # release over as soon as its parts are there; the refresh (python -m nsa_triton_sel.compat.gpu_refresh, setsid)
@@ -22,7 +22,7 @@
 # REFRESH_INSTALLED=0 (leave the installed Triton out), REFRESH_DIR / REFRESH_CARRY (default .refresh / .carry),
 # PYTHON (default python3).
 set -u
-cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
 PY="${PYTHON:-python3}"
 R="${REFRESH_DIR:-.refresh}"
 CARRY="${REFRESH_CARRY:-.carry}"
@@ -52,7 +52,7 @@ feed() {
     done
     echo "feed: $n part(s) moved into $R/parts"
     if ! alive unpack && ls "$R/parts" | grep -q 'triton-slim\.000-of-'; then
-        setsid nohup "$PY" bench/slim_triton.py unpack --parts "$R/parts" --dest "$R/trees" \
+        setsid nohup "$PY" bench/device/slim_triton.py unpack --parts "$R/parts" --dest "$R/trees" \
             --follow "${REFRESH_WAIT_S:-900}" > "$R/unpack.log" 2>&1 < /dev/null &
         echo $! > "$R/unpack.pid"
         echo "feed: unpacker started (pid $!)"
@@ -95,5 +95,5 @@ case "${1:-}" in
     status) progress 40 ;;
     collect) collect "${2:-540}" ;;
     stop) stop ;;
-    *) echo "usage: bash bench/device_refresh.sh feed | status | collect [WAIT_S] | stop" >&2; exit 2 ;;
+    *) echo "usage: bash bench/device/device_refresh.sh feed | status | collect [WAIT_S] | stop" >&2; exit 2 ;;
 esac

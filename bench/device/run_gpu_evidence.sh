@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU evidence of issues 14, 16, 17 and 18 in a few calls of at most ten minutes each.
 #
-#   bench/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]
+#   bench/device/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]
 #
 # Stages (each one call; outputs go to OUTDIR as at most three files: STAGE.log, STAGE.tgz, and
 # a JSON or CSV where the stage has one):
@@ -18,10 +18,10 @@
 # The repository's src/ goes on PYTHONPATH; TRITON_DEFAULT_FP_FUSION=1 as in the lanes.
 
 set -u
-STAGE="${1:?usage: bench/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]}"
-OUT="${2:?usage: bench/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]}"
+STAGE="${1:?usage: bench/device/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]}"
+OUT="${2:?usage: bench/device/run_gpu_evidence.sh STAGE OUTDIR [PEERS_DIR]}"
 PEERS="${3:-}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"

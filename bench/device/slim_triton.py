@@ -24,10 +24,10 @@ working tree of the repository you run this from), named ``triton-slim.NNN-of-MM
 manifest (releases, their files, modes and the byte offset where each release is complete), so the
 device side can hand over each release as soon as the parts that hold it are there::
 
-    python bench/slim_triton.py pack /work/wheels/triton-*.whl --out /work/carry/slim      # here
-    python bench/slim_triton.py unpack --parts .refresh/parts --dest .refresh/trees --follow 900  # there
-    python bench/slim_triton.py check .refresh/trees/triton-3.9.0                          # import + version
-    python bench/slim_triton.py resplit --parts /work/carry/slim --part-mib 40             # other part size
+    python bench/device/slim_triton.py pack /work/wheels/triton-*.whl --out /work/carry/slim      # here
+    python bench/device/slim_triton.py unpack --parts .refresh/parts --dest .refresh/trees --follow 900  # there
+    python bench/device/slim_triton.py check .refresh/trees/triton-3.9.0                          # import + version
+    python bench/device/slim_triton.py resplit --parts /work/carry/slim --part-mib 40             # other part size
 
 ``unpack`` writes ``DEST/triton-X.Y.Z/`` (a tree to put first on ``PYTHONPATH``: ``triton/`` and its
 ``dist-info``) and then ``DEST/triton-X.Y.Z.ready``; with ``--follow S`` it waits up to S seconds for each
@@ -379,7 +379,7 @@ def check(tree: Path, python: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/slim_triton.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/device/slim_triton.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pk = sub.add_parser("pack", help="wheels -> slim, deduplicated, compressed parts")
     pk.add_argument("wheels", nargs="+", type=Path)
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"slim_triton: no such wheel: {', '.join(map(str, missing))}", file=sys.stderr)
             return 2
-        part = default_part_mib(Path(__file__).resolve().parents[1]) if args.part_mib == "auto" else float(args.part_mib)
+        part = default_part_mib(Path(__file__).resolve().parents[2]) if args.part_mib == "auto" else float(args.part_mib)
         report = pack(args.wheels, args.out, part, args.preset, args.dict_mib, args.arch)
         print(f"slim_triton: {len(args.wheels)} wheels, {report['wheels_bytes'] / 2**20:.0f} MiB -> "
               f"{report['unique_bytes'] / 2**20:.0f} MiB unique -> {report['compressed_bytes'] / 2**20:.1f} MiB "
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"slim_triton: {len(done)} release(s) unpacked in {time.monotonic() - t0:.0f} s: {', '.join(done) or 'none new'}")
         return 0
     if args.cmd == "resplit":
-        part = default_part_mib(Path(__file__).resolve().parents[1]) if args.part_mib == "auto" else float(args.part_mib)
+        part = default_part_mib(Path(__file__).resolve().parents[2]) if args.part_mib == "auto" else float(args.part_mib)
         print(f"slim_triton: {resplit(args.parts, part)} part(s) of <= {part} MiB in {args.parts}")
         return 0
     return check(args.tree, args.python)

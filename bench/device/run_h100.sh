@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100, 550 s at most).
 #
-#   bench/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
-#   bench/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock
+#   bench/device/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
+#   bench/device/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock
 #
 # Writes at most 8 files to OUTDIR:
 #   run.log             everything printed (environment, progress, suspect rows, summaries)
@@ -21,13 +21,13 @@
 # package need not be installed; the scripts run as modules of the bench package (python -m bench.X).
 
 set -u
-OUT="${1:?usage: bench/run_h100.sh OUTDIR [--dry-run]}"
+OUT="${1:?usage: bench/device/run_h100.sh OUTDIR [--dry-run]}"
 DRY="${2:-}"
 if [ -n "$DRY" ] && [ "$DRY" != "--dry-run" ]; then
     echo "run_h100.sh: unknown option '$DRY' (accepted: --dry-run)" >&2
     exit 2
 fi
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"

@@ -6,11 +6,11 @@
 # SDPA at the seeds' packed shapes and the canonical NSA shape T=4K/32K, random and local, forward
 # and forward+backward; backend=auto within 5 % of backend=triton at T=8K).
 #
-#   bench/run_release.sh OUTDIR RELEASE [RELEASE ...]
+#   bench/device/run_release.sh OUTDIR RELEASE [RELEASE ...]
 #
 # One release after the other, every stage in turn.  For many releases in one lease use
 # python -m nsa_triton_sel.compat.gpu_refresh (releases side by side, then the benchmarks alone) and, on the
-# device machine, bench/device_refresh.sh (wheels packed by bench/slim_triton.py, carried over several calls).
+# device machine, bench/device/device_refresh.sh (wheels packed by bench/device/slim_triton.py, carried over several calls).
 #
 # RELEASE is one of:
 #   installed           the Triton installed in this Python (e.g. 3.6.0 beside torch 2.11)
@@ -34,10 +34,10 @@
 # (default: why this machine cannot run the paired torch).
 
 set -u
-OUT="${1:?usage: bench/run_release.sh OUTDIR RELEASE [RELEASE ...] (RELEASE: installed | X.whl | DIR)}"
+OUT="${1:?usage: bench/device/run_release.sh OUTDIR RELEASE [RELEASE ...] (RELEASE: installed | X.whl | DIR)}"
 shift
 [ $# -ge 1 ] || { echo "run_release.sh: name at least one release (installed, a wheel or a tree)" >&2; exit 2; }
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
