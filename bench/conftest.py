@@ -1,4 +1,5 @@
-"""pytest-benchmark plumbing for the bench suites (``bench/test_bench_*.py``).
+"""pytest-benchmark plumbing for the bench suites: ``bench/suites/`` and the A/B ``bench/ab/`` (a conftest
+here applies to every folder below it).
 
 - Timing is on the GPU clock: :class:`GpuClock` replaces pytest-benchmark's host timer,
   so a round's duration is the time between two CUDA events on the current stream,

@@ -9,7 +9,7 @@
 #   sel_dense.csv       seed matrix, dist few       (bench_sel_triton.py)
 #   sel_varlen.csv      seed matrix, dist many/mixed
 #   sel_decode.csv      seed 002 decode shapes
-#   pytest_bench.json   pytest-benchmark suites (bench/test_bench_sel.py), GPU clock
+#   pytest_bench.json   pytest-benchmark suites (bench/suites/test_bench_sel.py), GPU clock
 #   nsa.csv             canonical NSA contender table (bench/perf/bench_nsa.py)
 #   report.md           threshold report from the three CSVs (no plot here; make it
 #                       off-device: python -m bench.analysis.sel_threshold_from_csv ... --out report.md)
@@ -93,7 +93,7 @@ want sweep && rm -f "$OUT/sel_dense.csv" "$OUT/sel_varlen.csv"
 want decode && rm -f "$OUT/sel_decode.csv"
 stage sweep "sweep dense+varlen" "${LIM[1]}" "$PY" -m bench.perf.bench_sel_triton "${SWEEP[@]}" --csv "$OUT/sel_{mode}.csv"
 stage decode "sweep decode" "${LIM[2]}" "$PY" -m bench.perf.bench_sel_triton "${DECODE[@]}" --csv "$OUT/sel_{mode}.csv"
-stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/test_bench_sel.py -q -p no:cacheprovider \
+stage pytest "pytest-benchmark" "${LIM[3]}" env "${PYTEST_ENV[@]}" "$PY" -m pytest bench/suites/test_bench_sel.py -q -p no:cacheprovider \
     --benchmark-json="$OUT/pytest_bench.json" --benchmark-group-by=group \
     --benchmark-columns=min,median,iqr,rounds
 stage nsa "nsa contenders" "${LIM[4]}" "$PY" -m bench.perf.bench_nsa "${NSA[@]}" --csv "$OUT/nsa.csv"

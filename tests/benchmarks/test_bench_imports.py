@@ -35,4 +35,4 @@ def test_bench_extra_has_the_histogram_backend():
 
 def test_ci_runs_the_benchmark_suites_dry_run():
     text = (BENCH.parent / ".ci" / "run").read_text()
-    assert "NSA_BENCH_DRYRUN=1" in text and "bench/test_bench_sel.py" in text
+    assert "NSA_BENCH_DRYRUN=1" in text and "bench/suites/test_bench_sel.py" in text

@@ -52,7 +52,7 @@ def test_crossover_writes_this_releases_threshold_entry(tmp_path, record_propert
     target = Path(os.environ.get(OUT_ENV) or "") if os.environ.get(OUT_ENV) else (
         tmp_path / "thresholds.json" if DRY else sel_threshold_from_csv.DEFAULT_CONFIG)
     argv = ["--dense", str(csvs["dense"]), "--varlen", str(csvs["varlen"]), "--out", str(out / "crossover.md"),
-            "--no-plot", "--write-config", str(target), "--source", f"bench/test_crossover.py: {csvs['dense'].name}, "
+            "--no-plot", "--write-config", str(target), "--source", f"bench/suites/test_crossover.py: {csvs['dense'].name}, "
             f"{csvs['varlen'].name}"]
     assert sel_threshold_from_csv.main(argv + (["--allow-fake"] if DRY else [])) == 0
     assert _rows(csvs["dense"]), "the sweep wrote no rows"

@@ -2,7 +2,7 @@
 
 Run (GPU only; skipped with a reason elsewhere)::
 
-    pytest bench/test_bench_sel.py --benchmark-json=bench-triton-X.json \
+    pytest bench/suites/test_bench_sel.py --benchmark-json=bench-triton-X.json \
         --benchmark-group-by=group --benchmark-columns=min,median,iqr,rounds
 
 Groups (``benchmark.group``): the seeds' packed shapes (``dense``/``varlen``/``decode``,
@@ -45,7 +45,7 @@ NSA_DIMS: dict = {}  # canonical G=4, h=16, D=128, block 64, top-16
 SDPA_MAX_T = int(os.environ.get("NSA_BENCH_SDPA_MAX_T", "8192"))
 DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
 DEVICE = "cpu" if DRY else "cuda"
-if DRY:  # plumbing check on the CPU (see conftest.py): tiny shapes, same groups
+if DRY:  # plumbing check on the CPU (see bench/conftest.py): tiny shapes, same groups
     PACKED = [(g, d, 4, 4, 32, 32 if d != "decode" else 32, 64 if d != "decode" else 128)
               for g, d, *_ in PACKED]
     NSA = [(g, 32, p) for g, _, p in NSA]
