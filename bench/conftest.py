@@ -1,4 +1,5 @@
-"""pytest-benchmark plumbing for the bench suites (``bench/test_bench_*.py``).
+"""pytest-benchmark plumbing for the bench suites: ``bench/suites/`` and the A/B ``bench/ab/`` (a conftest
+here applies to every folder below it).
 
 - Timing is on the GPU clock: :class:`GpuClock` replaces pytest-benchmark's host timer,
   so a round's duration is the time between two CUDA events on the current stream,
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import accounting, timers
+from bench.common import accounting, timers
 
 # NSA_BENCH_DRYRUN=1: run the suites on the CPU with tiny shapes, the Triton interpreter
 # and the host clock, to check the plumbing (fixtures, hooks, JSON) without a GPU.
@@ -33,13 +34,13 @@ DRY = os.environ.get("NSA_BENCH_DRYRUN") == "1"
 if DRY:
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
 if os.environ.get("NSA_BENCH_PEERS"):  # fla-core / XunhaoLai copies for the contender rows (never committed)
-    from bench.train_nsa import add_peers
+    from bench.train.train_nsa import add_peers
 
     add_peers(os.environ["NSA_BENCH_PEERS"])
 DEVICE = "cpu" if DRY else "cuda"
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
-                  "(CPU tests are in tests/; python -m bench.bench_sel_triton --dry-run checks the sweep on a CPU)")
+                  "(CPU tests are in tests/; python -m bench.perf.bench_sel_triton --dry-run checks the sweep on a CPU)")
 
 _CEILINGS: dict = {}
 

@@ -4,7 +4,7 @@ Every row calls ``nsa_triton_sel.selection_attention`` as a user does, so the sa
 revision of the library (``run.py`` puts that revision's ``src/`` first on ``PYTHONPATH``).  The canonical
 NSA problem: one sequence, 4 KV groups x 16 query heads, D = 128, bf16, blocks of 64, top-16 block indices
 (block 0, the own block and the one before it always picked; the rest random per token, or per 64-token
-chunk for ``local``, as ``bench.train_contenders.select_blocks`` draws them), ``validate=False``.
+chunk for ``local``, as ``bench.train.train_contenders.select_blocks`` draws them), ``validate=False``.
 
 - ``fwd-{random,local}-{8K,32K,64K}``: the forward, no autograd;
 - ``train-{random,local}-{8K,32K,64K}``: forward + backward (q, k, v require grad), with the extra peak memory
@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from bench.conftest import DRY, GpuClock
-from bench.train_contenders import select_blocks
+from bench.train.train_contenders import select_blocks
 
 BS, TOPK, G, H, D = 64, 16, 4, 16, 128
 TS = {"8K": 8192, "32K": 32768, "64K": 65536}
@@ -121,7 +121,7 @@ class Rounds:
         self.flush, self.before = l2_flush, before
         self.cycles = 0
         if not DRY and getattr(torch.cuda, "_sleep", None) is not None:
-            from bench.timers import _calibrate_sleep
+            from bench.common.timers import _calibrate_sleep
 
             self.cycles = int(hold_ms * _calibrate_sleep(torch.cuda._sleep))
 
@@ -159,7 +159,7 @@ def _gpu_rounds(benchmark, l2_flush, fn, *, rounds: int, before=None, graph: boo
         torch.cuda.synchronize()
         benchmark.extra_info["host_enqueue_ms"] = _host_ms(fn, before)
         if graph:
-            from bench.timers import capture_graph
+            from bench.common.timers import capture_graph
 
             g, _ = capture_graph(fn)
             timed = g.replay
@@ -217,7 +217,7 @@ def test_train(benchmark, l2_flush, sel, T):
         step()
         next_round()
     if not DRY:
-        from bench.timers import extra_peak_bytes
+        from bench.common.timers import extra_peak_bytes
 
         benchmark.extra_info["extra_peak_mib"] = extra_peak_bytes(step) / 2**20
         next_round()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import accounting
+from bench.common import accounting
 
 def row(L, ref_ms, tri_ms=None, N=1024, H=8, D=128, copy=3000.0, **kw):
     nbytes = accounting.sel_bytes(N, H, D, D, L, 2)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench import accounting
+from bench.common import accounting
 
 
 def test_bytes_and_flops():

@@ -1,11 +1,11 @@
-"""``python -m bench.auto_vs_triton``: it needs a GPU, and says so."""
+"""``python -m bench.perf.auto_vs_triton``: it needs a GPU, and says so."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench import auto_vs_triton
+from bench.perf import auto_vs_triton
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import csvio
-from bench import bench_sel_triton as B
+from bench.common import csvio
+from bench.perf import bench_sel_triton as B
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_csv_path_template():
 def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
     """The real sweep code on the CPU: interpreter kernels, oracle MAE, modelled clock."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "bench.bench_sel_triton", "--dry-run", "--N", "3", "--H", "2",
+    cmd = [sys.executable, "-m", "bench.perf.bench_sel_triton", "--dry-run", "--N", "3", "--H", "2",
            "--dims", "32:16", "--L_list", "16,32,128", "--dist", "few,many,mixed", "--mae-rows", "2",
            "--csv", str(tmp_path / "sel_{mode}.csv")]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)

@@ -8,7 +8,7 @@ import pytest
 
 from sweep_rows import row
 
-from bench import csvio
+from bench.common import csvio
 
 
 def test_csv_has_the_seed_columns_first_then_ours(tmp_path):

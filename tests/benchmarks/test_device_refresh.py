@@ -1,4 +1,4 @@
-"""bench/device_refresh.sh on the CPU: parts carried over two calls, the background unpacker and refresh,
+"""bench/device/device_refresh.sh on the CPU: parts carried over two calls, the background unpacker and refresh,
 and a collect that returns the results (fake Triton trees, the canary stage only)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from bench import slim_triton as S
+from bench.device import slim_triton as S
 from test_slim_triton import _wheel
 
 from nsa_triton_sel.compat import ledger
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sh(*args, env, timeout=300):
-    return subprocess.run(["bash", str(ROOT / "bench" / "device_refresh.sh"), *args], env=env, capture_output=True,
+    return subprocess.run(["bash", str(ROOT / "bench" / "device" / "device_refresh.sh"), *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

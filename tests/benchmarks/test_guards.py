@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sweep_rows import row
 
-from bench import guards
+from bench.common import guards
 
 
 def test_honest_sweep_raises_no_flag():

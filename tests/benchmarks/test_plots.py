@@ -1,10 +1,10 @@
-"""``python -m bench.plots``: the README's two pictures from committed results."""
+"""``python -m bench.analysis.plots``: the README's two pictures from committed results."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import plots
+from bench.analysis import plots
 
 
 def test_the_training_table_has_every_contender_at_8k():

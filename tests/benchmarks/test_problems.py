@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench import problems
+from bench.common import problems
 
 
 @pytest.mark.parametrize("dist", ["few", "many", "mixed"])

@@ -11,9 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 FOLDERS = sorted(p for p in RESULTS.iterdir() if p.is_dir())
-# Where results are cited: the docs, the plots, the package data whose text MATRIX.md renders
+# Where results are cited: the README, docs/, bench's READMEs, the plots, the package data whose text MATRIX.md renders
 # (known_bad.toml, canaries/notes.toml), the thresholds' sources.
-CITING = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md", ROOT / "bench" / "plots.py", RESULTS / "README.md",
+CITING = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md",
+          *sorted((ROOT / "bench").glob("*/README.md")), ROOT / "bench" / "analysis" / "plots.py", RESULTS / "README.md",
           ROOT / "constraints" / "HISTORY.md", ROOT / "src" / "nsa_triton_sel" / "data" / "known_bad.toml",
           ROOT / "src" / "nsa_triton_sel" / "data" / "thresholds.json",
           ROOT / "src" / "nsa_triton_sel" / "compat" / "canaries" / "notes.toml",

@@ -1,4 +1,4 @@
-"""CPU tests of bench/run_h100.sh: options and stage selection."""
+"""CPU tests of bench/device/run_h100.sh: options and stage selection."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
+BENCH = ROOT / "bench" / "device"
 
 
 def test_run_h100_rejects_unknown_option(tmp_path):

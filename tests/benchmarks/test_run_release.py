@@ -1,4 +1,4 @@
-"""CPU tests of bench/run_release.sh and the gpu_lane it runs: one release's failure never loses the
+"""CPU tests of bench/device/run_release.sh and the gpu_lane it runs: one release's failure never loses the
 others' results, a stage past its limit still reports what ran, every output is a valid run file."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_a_broken_release_does_not_lose_the_others_results(tmp_path):
     # 2-core box, and a 'timeout' verdict replaced the 'error' this test is about.
     env = {**os.environ, "PYTHON": sys.executable, "STAGES": "canary", "NSA_SEL_CANARY_DEVICE": "cpu",
            "OMP_NUM_THREADS": "1", "NSA_SEL_GIT_COMMIT": "abc123", "NSA_SEL_STAGE_LIMITS": "canary=160"}
-    res = subprocess.run(["bash", str(ROOT / "bench" / "run_release.sh"), str(out), str(tmp_path / "missing.whl"),
+    res = subprocess.run(["bash", str(ROOT / "bench" / "device" / "run_release.sh"), str(out), str(tmp_path / "missing.whl"),
                           str(_fake_triton(tmp_path, "3.8.0"))], env=env, capture_output=True, text=True, timeout=240)
     log = (out / "run.log").read_text()
     assert res.returncode == 1, log  # the missing wheel (and the canaries' errors) fail the run ...

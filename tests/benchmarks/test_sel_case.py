@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from bench import guards, sel_case
-from bench import bench_sel_triton as B
+from bench.common import guards
+from bench.perf import bench_sel_triton as B
+from bench.perf import sel_case
 
 
 def test_make_case_packs_exactly_the_selected_keys():

@@ -1,4 +1,4 @@
-"""CPU tests of bench/sel_threshold_from_csv.py: the threshold rule (margin and MAE gates,
+"""CPU tests of bench/analysis/sel_threshold_from_csv.py: the threshold rule (margin and MAE gates,
 "from which L", keep-off), per-GPU verdicts, the report and plot, ``--write-config``
 round trip, and the end-to-end effect on the dispatcher."""
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import csvio, threshold_rule
-from bench import sel_threshold_from_csv as S
+from bench.analysis import sel_threshold_from_csv as S
+from bench.analysis import threshold_rule
+from bench.common import csvio
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

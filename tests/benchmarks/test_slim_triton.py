@@ -1,4 +1,4 @@
-"""bench/slim_triton.py: wheels -> slim, deduplicated, compressed parts -> one tree per release, on the CPU
+"""bench/device/slim_triton.py: wheels -> slim, deduplicated, compressed parts -> one tree per release, on the CPU
 with small fake wheels (the real ones are measured in the report, not in CI)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import slim_triton as S
+from bench.device import slim_triton as S
 
 
 def _wheel(folder: Path, version: str, extra: bytes = b"") -> Path:

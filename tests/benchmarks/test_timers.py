@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from bench import timers
+from bench.common import timers
 
 
 def _fake_timer(monkeypatch, cls, clock, iters, warmup):

@@ -1,13 +1,13 @@
-"""CPU tests of the training benchmark's inputs and conventions (bench/train_nsa.py,
-bench/train_contenders.py); the timings themselves need a GPU."""
+"""CPU tests of the training benchmark's inputs and conventions (bench/train/train_nsa.py,
+bench/train/train_contenders.py); the timings themselves need a GPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench import train_contenders as TC
-from bench import train_nsa
+from bench.train import train_contenders as TC
+from bench.train import train_nsa
 
 
 @pytest.mark.parametrize("local", [False, True])

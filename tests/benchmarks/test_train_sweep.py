@@ -1,4 +1,4 @@
-"""``bench/train_sweep.py`` (``train_nsa.py --sweep``) runs end to end under the Triton interpreter: it calls the
+"""``bench/train/train_sweep.py`` (``train_nsa.py --sweep``) runs end to end under the Triton interpreter: it calls the
 launcher's private steps directly, so a change of their arguments must show here, not first on a GPU."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from bench import train_contenders as TC
-from bench import train_sweep
+from bench.train import train_contenders as TC
+from bench.train import train_sweep
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs the kernels under the "
                                 "Triton interpreter (TRITON_INTERPRET=1, set by tests/conftest.py on a CPU)")

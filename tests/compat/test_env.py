@@ -187,7 +187,7 @@ def test_doctor_says_which_threshold_applies_and_why(capsys):
 
 def test_the_callers_commit_wins_over_a_copied_checkouts_git(monkeypatch):
     """On the GPU machine the copied checkout's .git named the session's first commit (d8a4c4d-dirty) for
-    code of a later one: NSA_SEL_GIT_COMMIT, which bench/run_release.sh's caller sets, must win."""
+    code of a later one: NSA_SEL_GIT_COMMIT, which bench/device/run_release.sh's caller sets, must win."""
     env._static_fingerprint.cache_clear()
     monkeypatch.setenv("NSA_SEL_GIT_COMMIT", "94d3abacb0bf6bb5e3ea29587eb6d4dd4a2e7442")
     try:

@@ -12,7 +12,7 @@ nsa_triton_sel.compat.gpu_refresh`` does that for many releases at once):
   the ``contract`` column, judged against the runtime hash (the stage to re-run after a host-side edit);
 - ``canary``: the GPU miscompile canaries (:mod:`.canaries.gpu`), each in its own process;
 - ``bench``: ``pytest bench/`` (pytest-benchmark against packed SDPA at the seeds' packed shapes and
-  the canonical NSA shape, forward and forward+backward; and ``bench/test_auto_route.py``: the
+  the canonical NSA shape, forward and forward+backward; and ``bench/suites/test_auto_route.py``: the
   default ``backend="auto"`` within 5 % of ``backend="triton"``).
 
 Each stage writes a run file the way a nox lane session does (``running`` first, ``complete`` at the

@@ -4,7 +4,7 @@
 
 runs :mod:`.gpu_lane`'s stages for many releases at once: the installed Triton (``--installed``) and every
 release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.ready`` beside it, as
-``bench/slim_triton.py unpack`` leaves them; trees may keep arriving while it runs, until every release of
+``bench/device/slim_triton.py unpack`` leaves them; trees may keep arriving while it runs, until every release of
 ``--expect`` is there or ``--wait-s`` has passed).  The schedule:
 
 - **correctness first, concurrently**: per release ``compile`` (this GPU's arch only), then ``parity``,
@@ -21,7 +21,7 @@ release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.
 
 Under ``DIR``: ``results/triton-X.Y.Z/`` (the run files ``nsa-sel pin --results`` merges; ``raw/``),
 ``logs/X.Y.Z-STAGE.log``, ``progress.log`` (one line per event), ``status.json`` (every task's state, exit
-status and seconds, rewritten atomically) and, at the end, ``DONE``.  ``bench/device_refresh.sh`` drives it on
+status and seconds, rewritten atomically) and, at the end, ``DONE``.  ``bench/device/device_refresh.sh`` drives it on
 the device machine (parts in, background run, results out).  Standard library only.
 """
 

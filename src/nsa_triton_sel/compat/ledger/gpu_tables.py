@@ -28,7 +28,7 @@ from .evidence import COMPILER_FIELD, hashes_text, is_gpu, is_stale, on_gpu_mach
 SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
 SPEED_POINTS = (("fwd 4K", "nsa-T4096-random", "triton"), ("fwd 32K", "nsa-T32768-random", "triton"),
                 ("fwd+bwd 4K", "train-T4096-random", "ours-api"), ("fwd+bwd 32K", "train-T32768-random", "ours-api"))
-SEEDS_PREFIXES = ("dense-", "varlen-", "decode-")  # the seeds' packed groups of bench/test_bench_sel.py
+SEEDS_PREFIXES = ("dense-", "varlen-", "decode-")  # the seeds' packed groups of bench/suites/test_bench_sel.py
 
 
 def bench_point(rec: dict) -> tuple[str, str] | None:

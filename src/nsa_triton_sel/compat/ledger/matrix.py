@@ -98,7 +98,7 @@ def contract_runs(recs: list[dict], runtime: str | None) -> str:
     if not done:
         return ("**no GPU contract run of this runtime**: run the GPU contract suite on a GPU, newest and oldest "
                 "release at least (`python -m nsa_triton_sel.compat.gpu_lane --stages contract --results DIR`, or "
-                "`bench/device_refresh.sh` with `REFRESH_ARGS=\"--stages contract\"`), and pin it.")
+                "`bench/device/device_refresh.sh` with `REFRESH_ARGS=\"--stages contract\"`), and pin it.")
     runs = [f"{v} ({', '.join(sorted(done[v]))})" for v in sorted(done, key=Version)]
     return f"GPU contract runs of this runtime: {', '.join(runs)}."
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The 13-release GPU refresh on the device machine (issue 36), driven over several device calls:
+#
+#   bash bench/device/device_refresh.sh feed       # call 1..K: take the parts this call carried in .carry/, start (once)
+#                                           #   the unpacker and the refresh in the background, print progress
+#   bash bench/device/device_refresh.sh status     # progress so far
+#   bash bench/device/device_refresh.sh collect [WAIT_S]   # wait up to WAIT_S (default 540) for the refresh to end, then
+#                                           #   copy results into $OUT (<= 8 files); again if it was not done
+#   bash bench/device/device_refresh.sh stop       # end the background work (its partial results stay collectable)
+#
+# Parts are bench/device/slim_triton.py's triton-slim.NNN-of-MMM.xz, carried in the ignored folder .carry/ (the device
+# tool replaces a carried folder on every call, so `feed` moves them at once into .refresh/parts/, which no call
+# names and which therefore stays while the machine is warm).  The unpacker (setsid, in the background) hands each
+# release over as soon as its parts are there; the refresh (python -m nsa_triton_sel.compat.gpu_refresh, setsid)
+# runs the installed Triton at once and every release tree as it appears: correctness stages side by side, then
+# the benchmarks one release at a time.  Everything lives under .refresh/ (ignored): parts/, trees/, out/, logs.
+#
+# Environment: NSA_SEL_GIT_COMMIT (the commit being run: the device copy has no .git), REFRESH_EXPECT (default
+# all: the 13 releases of lanes.toml), REFRESH_WAIT_S (how long parts may keep arriving, default 900),
+# REFRESH_DEADLINE_S (the background run's own limit, default 1380: a machine is held 30 minutes at most, and the
+# results must be collected before it goes back), REFRESH_ARGS (more gpu_refresh options),
+# REFRESH_INSTALLED=0 (leave the installed Triton out), REFRESH_DIR / REFRESH_CARRY (default .refresh / .carry),
+# PYTHON (default python3).
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+PY="${PYTHON:-python3}"
+R="${REFRESH_DIR:-.refresh}"
+CARRY="${REFRESH_CARRY:-.carry}"
+mkdir -p "$R/parts" "$R/trees" "$R/out"
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export NSA_SEL_OFF_PAIR_NOTE="${NSA_SEL_OFF_PAIR_NOTE:-the GPU machine has no network: its preinstalled torch runs every Triton brought as a wheel}"
+
+INSTALLED="--installed"
+[ "${REFRESH_INSTALLED:-1}" = 0 ] && INSTALLED=""
+
+alive() { [ -f "$R/$1.pid" ] && kill -0 "$(cat "$R/$1.pid")" 2>/dev/null; }
+
+progress() {
+    echo "--- $(date -u +%T) parts here: $(ls "$R/parts" | grep -c 'triton-slim') / trees ready: $(ls "$R/trees" | grep -c '\.ready$')"
+    alive unpack && echo "unpacker running (pid $(cat "$R/unpack.pid"))" || { [ -f "$R/unpack.log" ] && tail -n 2 "$R/unpack.log"; }
+    alive refresh && echo "refresh running (pid $(cat "$R/refresh.pid"))" || echo "refresh not running"
+    [ -f "$R/out/progress.log" ] && tail -n "${1:-12}" "$R/out/progress.log"
+    [ -f "$R/out/DONE" ] && { echo "=== DONE"; cat "$R/out/DONE"; }
+    return 0
+}
+
+feed() {
+    local n=0 f
+    for f in "$CARRY"/triton-slim.*.xz; do
+        [ -e "$f" ] || continue
+        mv -f "$f" "$R/parts/" && n=$((n + 1))   # same filesystem: a rename, so a part is whole when it appears
+    done
+    echo "feed: $n part(s) moved into $R/parts"
+    if ! alive unpack && ls "$R/parts" | grep -q 'triton-slim\.000-of-'; then
+        setsid nohup "$PY" bench/device/slim_triton.py unpack --parts "$R/parts" --dest "$R/trees" \
+            --follow "${REFRESH_WAIT_S:-900}" > "$R/unpack.log" 2>&1 < /dev/null &
+        echo $! > "$R/unpack.pid"
+        echo "feed: unpacker started (pid $!)"
+    fi
+    if ! alive refresh && [ ! -f "$R/out/DONE" ]; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+        # shellcheck disable=SC2086  # REFRESH_ARGS is a list of options
+        setsid nohup "$PY" -m nsa_triton_sel.compat.gpu_refresh --out "$R/out" --trees "$R/trees" $INSTALLED \
+            --expect "${REFRESH_EXPECT:-all}" --wait-s "${REFRESH_WAIT_S:-900}" \
+            --deadline-s "${REFRESH_DEADLINE_S:-1380}" ${REFRESH_ARGS:-} > "$R/refresh.log" 2>&1 < /dev/null &
+        echo $! > "$R/refresh.pid"
+        echo "feed: refresh started (pid $!)"
+    fi
+    sleep 5
+    progress 8
+}
+
+collect() {
+    local wait_s="${1:-540}" t0=$SECONDS dest="${OUT:?collect writes into \$OUT (the device tool sets it)}"
+    while [ ! -f "$R/out/DONE" ] && [ $((SECONDS - t0)) -lt "$wait_s" ]; do sleep 5; done
+    [ -f "$R/out/DONE" ] && echo "collect: the refresh is done" || echo "collect: not done after ${wait_s} s: partial results (collect again)"
+    tar czf "$dest/results.tar.gz" -C "$R/out" results 2>/dev/null
+    tar czf "$dest/logs.tar.gz" -C "$R/out" logs 2>/dev/null
+    for f in status.json progress.log summary.txt; do [ -f "$R/out/$f" ] && cp "$R/out/$f" "$dest/"; done
+    cat "$R/unpack.log" "$R/refresh.log" > "$dest/driver.log" 2>/dev/null
+    ls -la "$dest"
+    progress 40
+}
+
+stop() {
+    local p
+    for p in refresh unpack; do
+        alive "$p" && kill -TERM "$(cat "$R/$p.pid")" && echo "stop: $p signalled"
+    done
+    return 0
+}
+
+case "${1:-}" in
+    feed) feed ;;
+    status) progress 40 ;;
+    collect) collect "${2:-540}" ;;
+    stop) stop ;;
+    *) echo "usage: bash bench/device/device_refresh.sh feed | status | collect [WAIT_S] | stop" >&2; exit 2 ;;
+esac
