@@ -4,7 +4,7 @@ Each figure is recomputed from the file the text names (the CSV and JSON under `
 ``constraints/MATRIX.md``) and compared with the text, rounded as the text rounds it.  A new measurement changes
 the figures only when the text is updated with it: ``python tests/test_readme_figures.py`` prints the tables of
 docs/benchmarks.md as they should read.  The main job's counts and minutes are held by
-``tests/compat/test_readme_numbers.py``; the README's pictures are drawn by ``python -m bench.plots``.
+``tests/compat/test_readme_numbers.py``; the README's pictures are drawn by ``python -m bench.analysis.plots``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ tabled once, in the README ("The dispatcher and its flags"); :func:`read_flags` 
 ``sel_triton_min_L`` is 1 (the kernels take every call) unless ``data/thresholds.json`` has a
 measurement for exactly this GPU (its name) and this Triton release (``"3.6.0"``): a GPU lane's
 ``bench-X`` measures where packed SDPA beats the kernels and writes that entry
-(``bench/sel_threshold_from_csv.py --write-config``).  No other GPU's or release's numbers
+(``bench/analysis/sel_threshold_from_csv.py --write-config``).  No other GPU's or release's numbers
 ever apply: the measured H100 crossover is L = 1, and packed SDPA loses by orders of magnitude
 at NSA's shapes, so guessing a threshold where nobody measured would send every NSA call
 to the slow path, orders of magnitude slower.  An entry may only raise the
@@ -149,7 +149,7 @@ def _load(path: str) -> dict:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{path}: not a thresholds file of schema {THRESHOLDS_SCHEMA} (found schema {found!r}); "
                          f"expected {{\"schema\": {THRESHOLDS_SCHEMA}, \"entries\": [...]}} as written by "
-                         f"'python -m bench.sel_threshold_from_csv --write-config' (schema 1 files guessed a "
+                         f"'python -m bench.analysis.sel_threshold_from_csv --write-config' (schema 1 files guessed a "
                          f"threshold for unmeasured GPUs and releases: re-measure instead)")
     for n, e in enumerate(data["entries"]):
         problem = entry_problem(e)

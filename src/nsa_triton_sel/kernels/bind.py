@@ -1,7 +1,7 @@
 """Launch a compiled Triton kernel through its launcher, without ``JITFunction.run``.
 
 ``kernel[grid](*args, **constexprs)`` binds and specialises every argument on every call, at a host
-cost that grows with the argument count (``bench/host_cost.py`` measures it).  A decode step launches
+cost that grows with the argument count (``bench/perf/host_cost.py`` measures it).  A decode step launches
 ``sel_fwd_kernel`` with about 50 arguments, so that binding is most of its host time.  :class:`Bound` skips it for a call shape seen before:
 
 1. first call of a shape: the plain Triton launch; it compiles (or finds) the kernel and returns the

@@ -6,12 +6,12 @@ compile-smoke registry (``compat/variants.py``) and the tests read the same numb
 multi-token dq kernel where the forward took the multi-token kernel), ``kernels/direct.py`` with overrides.
 
 The defaults for h = 16, Dk = Dv <= 128 are the best of the backward's launch sweep
-(``bench/train_sweep.py``) on the H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K and 32K;
+(``bench/train/train_sweep.py``) on the H100 (Triton 3.6, bf16, canonical NSA shape, T = 8K and 32K;
 ``bench/results/2026-11-23-h100-triton3.6-fwd-bwd-tables-host-cost/train_sweep8k.log``,
 ``bench/results/2026-11-26-h100-triton3.6-train-ab-kernels-7ac47c92/sweep32k.log``): dq 16-key tiles,
 1 warp, 3 stages (against 32 keys / 2 warps, the reasoned default below); dk/dv 64-key tiles, 32
 (entry, head) pairs per step, 4 warps, 3 stages (against 16 or 64 pairs, 8 warps, or 2 and 4 stages;
-``bench/dkdv_variants.py``, ``bench/results/2026-11-26-h100-triton3.6-dkdv-walk/variants.log``);
+``bench/probes/dkdv_variants.py``, ``bench/results/2026-11-26-h100-triton3.6-dkdv-walk/variants.log``);
 multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned choices below:
 
 - dq kernel: the forward's program shape (one program per token and group, the h heads as
