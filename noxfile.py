@@ -1,6 +1,6 @@
 """Triton compatibility matrix: compile-X / parity-X / bench-X per release of constraints/lanes.toml.
 
-  nox                                the newest lane's compile-X parity-X (X: `python -m nsa_triton_sel.compat.lanes --newest`)
+  nox                                the newest lane's compile-X parity-X (X: `python -m nsa_triton_sel.compat.core.lane_table --newest`)
   nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -t compile parity   every CPU lane
   nox -s compile-3.3.0               a patch release of lane 3.3   nox -s constraints      regenerate triton-X.txt
   nox -s check-upgrade -- 3.10.0     pre-upgrade check (add --admit to record a SAFE one)
@@ -37,14 +37,15 @@ nox.options.error_on_external_run = False
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # the toolkit needs only the stdlib and packaging (a nox dependency)
 
-from nsa_triton_sel.compat import lanes, nox_lanes  # noqa: E402
+from nsa_triton_sel.compat.core import lane_table  # noqa: E402
+from nsa_triton_sel.compat import nox_lanes  # noqa: E402
 
-TABLE = lanes.load_table(ROOT / "constraints" / "lanes.toml")
+TABLE = lane_table.load_table(ROOT / "constraints" / "lanes.toml")
 MATRIX = nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=nox_lanes.gpu_mode())
 nox.options.sessions = [f"compile-{TABLE.newest().name}", f"parity-{TABLE.newest().name}"]
 
 
-def _lane_session(kind: str, lane: lanes.Lane) -> None:
+def _lane_session(kind: str, lane: lane_table.Lane) -> None:
     """Register ``{kind}-{lane.name}``: parity and bench require the lane's compile session."""
 
     def session_fn(session: nox.Session) -> None:
@@ -68,7 +69,7 @@ for _release in TABLE.releases:
 
 if os.environ.get("NSA_SEL_CANDIDATE"):  # check-upgrade's temporary lane
     for _kind in nox_lanes.KINDS:
-        _lane_session(_kind, lanes.candidate_lane(os.environ["NSA_SEL_CANDIDATE"], TABLE))
+        _lane_session(_kind, lane_table.candidate_lane(os.environ["NSA_SEL_CANDIDATE"], TABLE))
 
 
 @nox.session(venv_backend="none", default=False, tags=["ledger"])

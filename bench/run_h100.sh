@@ -80,7 +80,7 @@ fi
 
 stage env "environment" "${LIM[0]}" "$PY" - <<'EOF'
 import json, subprocess
-from nsa_triton_sel.compat.env import fingerprint
+from nsa_triton_sel.compat.core.env import fingerprint
 print(json.dumps(fingerprint(), indent=1, default=str))
 try:
     print(subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout)

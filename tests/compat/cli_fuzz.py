@@ -67,7 +67,8 @@ def build_template(root: Path) -> Path:
     """A consistent project under ``root``: constraints/ (pinned), results/, cand/, index/, outside/."""
     import fake_index  # noqa: PLC0415
     import ledger_factory as F  # noqa: PLC0415
-    from nsa_triton_sel.compat import lanes, ledger  # noqa: PLC0415
+    from nsa_triton_sel.compat.core import lane_table  # noqa: PLC0415
+    from nsa_triton_sel.compat import ledger  # noqa: PLC0415
 
     cdir = F.constraints_dir(root)
     first = root / "first"
@@ -78,7 +79,7 @@ def build_template(root: Path) -> Path:
     later = "2026-11-23T00:00:00+00:00"
     F.write_runs(root / "results", F.recs("3.5", "parity", ["pass", "skip"], later)
                  + F.recs("3.1", "compile", ["pass", "fail"], later) + F.recs("3.9", "parity", ["pass"] * 3, later))
-    cand = lanes.Lane(label="3.10", triton=CAND_VERSION, torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
+    cand = lane_table.Lane(label="3.10", triton=CAND_VERSION, torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
     for check, kernels in (("compile", ["k0", "k1"]), ("parity", ["k0", "k1", "k2"])):
         base = ledger.base_record(cand, {**F.CPU_FP, "imported": {"triton": CAND_VERSION, "numpy": "1.26.4",
                                                                   "torch": "2.13.0+cpu"}, "date": later},
@@ -431,7 +432,8 @@ def scratch_dir() -> Path:
 
 def prepare() -> None:
     """Import what the commands import and compute the cached fingerprint once, before any fork."""
-    from nsa_triton_sel.compat import cli, doctor, env, ledger, releases, standing, team_matrix, upgrade  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat import cli, doctor, ledger, releases, standing, team_matrix, upgrade  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat.core import env  # noqa: F401, PLC0415
     from nsa_triton_sel.compat.smoke import cli as smoke_cli  # noqa: F401, PLC0415
 
     env.fingerprint()

@@ -13,7 +13,8 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel.compat import doctor, env
+from nsa_triton_sel.compat import doctor
+from nsa_triton_sel.compat.core import env
 
 REQUIRED = {
     "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
@@ -199,7 +200,7 @@ def test_the_callers_commit_wins_over_a_copied_checkouts_git(monkeypatch):
 def _copy_constraints(tmp_path):
     import shutil
 
-    from nsa_triton_sel.compat import project
+    from nsa_triton_sel.compat.core import project
 
     cdir = tmp_path / "constraints"
     shutil.copytree(project.constraints_dir(), cdir)
@@ -231,6 +232,7 @@ def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_pat
 
 def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
     from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.core.command import set_debugging
 
     cdir = _copy_constraints(tmp_path)
     (cdir / "ledger.jsonl").write_text("garbage\n")
@@ -239,7 +241,7 @@ def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
     try:
         assert cli.main(["--debug", "doctor", "--no-interp", "--constraints", str(cdir)]) == 2
     finally:
-        cli._debug = False
+        set_debugging(False)
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "LedgerError" in err
     assert err.rstrip().splitlines()[-1].startswith("nsa-sel doctor: ")
@@ -260,9 +262,9 @@ def test_without_numpy_the_probe_says_what_to_install(monkeypatch):
     res = env.interpreter_usable()
     assert res["status"] == "error" and res["detail"].startswith("numpy not installed")
     assert res["fix"].startswith("pip install ") and "numpy" in res["fix"]
-    from nsa_triton_sel.compat import lanes, project
+    from nsa_triton_sel.compat.core import lane_table, project
 
-    release = lanes.load_table(project.constraints_dir() / "lanes.toml").for_version(env.dist_version("triton"))
+    release = lane_table.load_table(project.constraints_dir() / "lanes.toml").for_version(env.dist_version("triton"))
     if release is not None and release.numpy:  # the numpy lanes.toml pairs with the installed Triton
         assert f"numpy{release.numpy}" in res["fix"]
 

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from nsa_triton_sel.compat import gpu_refresh, ledger, lanes, project
+from nsa_triton_sel.compat import gpu_refresh, ledger
+from nsa_triton_sel.compat.core import lane_table, project
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
+TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")
 
 
 def _tree(trees: Path, version: str) -> None:

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lane_bodies, lanes, nox_lanes, project
+from nsa_triton_sel.compat import lane_bodies, nox_lanes
+from nsa_triton_sel.compat.core import lane_table, machine, project
 
 ROOT = project.project_root()
 
@@ -166,7 +167,7 @@ def test_cpu_bench_records_a_skip_without_an_environment(tmp_path):
 
 
 def test_a_patch_lane_installs_its_release_without_the_lane_constraints(tmp_path):
-    table = lanes.load_table()
+    table = lane_table.load_table()
     s = FakeSession("compile-3.5.0", tmp_path, {"import sysconfig; print(sysconfig.get_paths()['purelib'])":
                                                 lambda a, e: str(tmp_path / "venv-site")}, backend="uv")
     (tmp_path / "venv-site").mkdir()
@@ -180,7 +181,7 @@ def test_a_patch_lane_installs_its_release_without_the_lane_constraints(tmp_path
 
 
 def test_lane_install_uses_the_lane_constraints(tmp_path):
-    table = lanes.load_table()
+    table = lane_table.load_table()
     s = FakeSession("compile-3.5", tmp_path, {"import sysconfig; print(sysconfig.get_paths()['purelib'])":
                                               lambda a, e: str(tmp_path)}, backend="uv")
     opts, _ = nox_lanes.options(s)
@@ -203,7 +204,7 @@ def _nox_sessions(env_extra: dict | None = None) -> dict:
 
 def test_noxfile_generates_three_literal_sessions_per_release():
     sessions = _nox_sessions()
-    table = lanes.load_table()
+    table = lane_table.load_table()
     for rel in table.releases:
         for kind in ("compile", "parity", "bench"):
             s = sessions[f"{kind}-{rel.name}"]
@@ -229,9 +230,9 @@ def test_noxfile_is_a_short_declaration():
 def test_gpu_lanes_are_not_held_to_the_interpreter_numpy_pin():
     """The numpy ranges of lanes.toml are the Triton interpreter's: a GPU lane (compiled kernels) may run
     with any numpy, an interpreter lane may not."""
-    from nsa_triton_sel.compat import lanes as L
+    from nsa_triton_sel.compat.core import lane_table
 
-    lane = L.Lane(label="3.6", triton="3.6.0", torch=("2.11.0",), python=">=3.10", numpy="<2.4",
+    lane = lane_table.Lane(label="3.6", triton="3.6.0", torch=("2.11.0",), python=">=3.10", numpy="<2.4",
                   numpy_reason="the 3.2-3.6 interpreter")
     fp = {"imported": {"triton": "3.6.0", "numpy": "2.5.2", "torch": "2.11.0"}, "origins": {}}
     assert nox_lanes.environment_problem(fp, lane, True, interpreter=False) is None
@@ -248,7 +249,7 @@ def test_a_lane_ends_with_a_summary_versions_pairing_results_and_next_command(tm
     """The end of a lane's log says what ran, with which Triton/torch (off-pair here: a CPU torch), the
     counts per check, the archs its compile covered, where the run file is and what to run next: the
     command for the archs left out, and the pin as a maintainer's step that rewrites tracked files."""
-    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
+    monkeypatch.setattr(machine, "gpu_archs", lambda: [])
     s = FakeSession("compile-3.1", tmp_path, {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke("3.1.0")},
                     posargs=["--results", str(tmp_path / "results")])
     nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
@@ -284,7 +285,7 @@ def _smoke_archs(seen):
 ])
 def test_the_compile_covers_this_machines_gpu_else_the_default_and_all_archs_on_request(
         tmp_path, monkeypatch, posargs, env, gpus, want):
-    monkeypatch.setattr(lanes, "gpu_archs", lambda: gpus)
+    monkeypatch.setattr(machine, "gpu_archs", lambda: gpus)
     monkeypatch.delenv("NSA_SEL_ARCHS", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -313,7 +314,7 @@ def test_compile_jobs_default_to_the_smokes_usable_cores_and_nsa_sel_jobs_overri
     to 2); NSA_SEL_JOBS overrides it."""
     from nsa_triton_sel.compat.smoke import run
 
-    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
+    monkeypatch.setattr(machine, "gpu_archs", lambda: [])
     if jobs is None:
         monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
     else:
@@ -323,7 +324,7 @@ def test_compile_jobs_default_to_the_smokes_usable_cores_and_nsa_sel_jobs_overri
                     posargs=["--results", str(tmp_path / "results")])
     nox_lanes.run_lane(s, F.release("3.1"), "compile", _matrix())
     assert (seen[0][seen[0].index("--jobs") + 1] if "--jobs" in seen[0] else None) == want
-    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert run.default_jobs() == 16 and lane_bodies.test_workers() == int(want or 16)  # and the interp workers
 
 
@@ -349,7 +350,7 @@ def test_the_main_jobs_last_summary_names_the_archs_its_compile_covered_and_the_
         tmp_path, monkeypatch):
     """The main job's log ends with parity's summary: it reads the compile run beside it.  The flags of one
     nox call reach every session: parity accepts --all-archs and never hands it to pytest."""
-    monkeypatch.setattr(lanes, "gpu_archs", lambda: [])
+    monkeypatch.setattr(machine, "gpu_archs", lambda: [])
     results = tmp_path / "results"
     seen, pytest_args = [], []
     handlers = {nox_lanes.FINGERPRINT: _fingerprint(), "smoke": _smoke_archs(seen),
@@ -449,7 +450,7 @@ def test_a_parity_lane_reports_one_count_its_records_with_the_probe(tmp_path):
 def test_a_cpu_parity_lane_installs_its_paired_torch_and_a_compile_lane_borrows(tmp_path):
     """CPU parity lanes run under the torch their Triton pairs with, not a borrowed CPU torch, so parity is
     checked on the pair users install."""
-    table = lanes.load_table()
+    table = lane_table.load_table()
     site = {"import sysconfig; print(sysconfig.get_paths()['purelib'])": lambda a, e: str(tmp_path)}
     s = FakeSession("parity-3.0", tmp_path, site, backend="uv")
     opts, _ = nox_lanes.options(s)
@@ -471,7 +472,7 @@ def test_a_cpu_parity_lane_installs_its_paired_torch_and_a_compile_lane_borrows(
 
 
 def test_a_cuda_torch_on_a_cpu_box_is_recorded_paired():
-    lane = lanes.load_table().lane("3.0")
+    lane = lane_table.load_table().lane("3.0")
     fp = {"torch": "2.4.1+cu121", "cuda_runtime": "12.1", "imported": {"triton": "3.0.0"}}
     rec = nox_lanes.ledger.base_record(lane, fp, check="parity", mode="interp", session="parity-3.0", run_id="x")
     assert rec["torch_paired"] and rec["off_pair_reason"] is None
@@ -495,7 +496,7 @@ def _xdist_pytest(versions_by_worker):
 def test_interpreter_tests_run_on_every_usable_core_and_the_workers_versions_count(tmp_path, monkeypatch):
     """The interpreter suite is single-threaded: on the 2-core box the main job waited on it with a core idle.
     The xdist controller imports no Triton (the workers run the tests), so the workers' files are read."""
-    monkeypatch.setattr(lanes, "usable_cores", lambda: 2)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 2)
     monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
     run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.1.0"})
     handlers = {nox_lanes.FINGERPRINT: _fingerprint(), "pytest": run,
@@ -508,7 +509,7 @@ def test_interpreter_tests_run_on_every_usable_core_and_the_workers_versions_cou
 
 
 def test_workers_that_imported_different_tritons_fail_the_lane(tmp_path, monkeypatch):
-    monkeypatch.setattr(lanes, "usable_cores", lambda: 1)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 1)
     monkeypatch.delenv("NSA_SEL_JOBS", raising=False)
     run = _xdist_pytest({"gw0": "3.1.0", "gw1": "3.9.0"})
     s = FakeSession("parity-3.1", tmp_path, {"pytest": run})

@@ -106,7 +106,7 @@ def test_every_runtime_file_is_hashed_and_the_toolkit_is_not():
 
 
 def test_both_hashes_are_recorded_and_kernel_source_hash_is_the_compiler_facing_one():
-    from nsa_triton_sel.compat import env
+    from nsa_triton_sel.compat.core import env
 
     fp = env.fingerprint()
     assert fp["compiler_hash"] == provenance.compiler_hash() == provenance.kernel_source_hash()

@@ -21,12 +21,12 @@ import sys
 
 import pytest
 
-from nsa_triton_sel.compat import lanes, project
+from nsa_triton_sel.compat.core import lane_table, machine, project
 
 ROOT = project.project_root()
 TEXT = (ROOT / "README.md").read_text()
 README = " ".join(TEXT.split())  # whitespace-normalised: sentences wrap anywhere
-TABLE = lanes.load_table()
+TABLE = lane_table.load_table()
 NEWEST = TABLE.newest()
 
 
@@ -75,7 +75,7 @@ def test_the_main_job_is_the_newest_lane_of_the_table():
 
 
 def test_the_main_jobs_counts_are_what_it_decides():
-    main = compiles(lanes.NO_GPU_ARCHS, NEWEST.triton)
+    main = compiles(machine.NO_GPU_ARCHS, NEWEST.triton)
     tests = interp_tests()
     assert f"({main['pairs']} compiles), then its interpreter parity suite ({tests} tests)," in README
     sweep = compiles(TABLE.archs, NEWEST.triton)
@@ -84,7 +84,7 @@ def test_the_main_jobs_counts_are_what_it_decides():
     _close(t["main_job"]["compiles"], main["pairs"], "compiles")
     _close(t["main_job"]["interp_tests"], tests, "interpreter tests")
     _close(t["sweep"]["compiles"], sweep["pairs"], "compiles in the sweep")
-    assert t["main_job"]["archs"] == list(lanes.NO_GPU_ARCHS) and t["sweep"]["archs"] == list(TABLE.archs)
+    assert t["main_job"]["archs"] == list(machine.NO_GPU_ARCHS) and t["sweep"]["archs"] == list(TABLE.archs)
 
 
 def test_the_readmes_minutes_are_the_measured_ones():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, team_matrix, upgrade
+from nsa_triton_sel.compat.core import lane_table
+from nsa_triton_sel.compat import ledger, team_matrix, upgrade
 from test_team_specs import LEDGER_FILES, ROOT, TABLE, LaneFailed, LaneSession, _digest, write_team
 from nsa_triton_sel.compat import nox_lanes
 
@@ -80,7 +81,7 @@ def test_team_options_without_specs_are_refused(team_dir, capsys):
 def team_runs(results, ref: str, verdicts: dict, table=TABLE) -> None:
     """Run files of compile lanes over a spec module: ``{release: [verdict per spec]}``."""
     for version, vs in verdicts.items():
-        lane = table.for_version(version) or lanes.candidate_lane(version, table)
+        lane = table.for_version(version) or lane_table.candidate_lane(version, table)
         base = ledger.base_record(lane, {**FP, "imported": {"triton": version}}, check="compile", mode="aot",
                                   session=f"compile-{lane.name}", run_id=f"compile-{lane.name}@{F.DATE}")
         base.update({ledger.SPECS_FIELD: ref, "paired_torch": lane.paired_torch})

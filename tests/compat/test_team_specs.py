@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, nox_lanes, project, team_matrix, upgrade
+from nsa_triton_sel.compat.core import lane_table, project
+from nsa_triton_sel.compat import ledger, nox_lanes, team_matrix, upgrade
 
 HERE = Path(__file__).resolve().parent
 ROOT = project.project_root()
-TABLE = lanes.load_table(ROOT / "constraints" / "lanes.toml")
+TABLE = lane_table.load_table(ROOT / "constraints" / "lanes.toml")
 OLD_VENV = ROOT / ".nox" / "compile-3-0" / "bin" / "python"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 

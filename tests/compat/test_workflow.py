@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from nsa_triton_sel.compat import project
+from nsa_triton_sel.compat.core import project
 
 WORKFLOW = (project.project_root() / ".github" / "workflows" / "compat.yml").read_text()
 

@@ -4,7 +4,7 @@ Admitting does three things, in this order, each re-runnable:
 
 1. the release joins ``constraints/lanes.toml`` when it is not there yet: as a ``[[lane.patch]]``
    of the lane of its minor, or as a new ``[[lane]]`` that follows the rules of the lanes around
-   it (:func:`.lanes.rules_for`); its torch list starts empty (no torch release is known to pin
+   it (:func:`.core.lane_table.rules_for`); its torch list starts empty (no torch release is known to pin
    it) and the per-lane constraints files are regenerated;
 2. the candidate's records are relabelled as that release's (lane, session names, no
    ``candidate`` flag);
@@ -18,19 +18,19 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import lanes, project
-from .atomic import atomic_write_text, read_text
+from .core import lane_table, project
+from .core.atomic import atomic_write_text, read_text
 from . import ledger
 
 
-def release_block(version: str, table: lanes.Table) -> tuple[str | None, str]:
+def release_block(version: str, table: lane_table.Table) -> tuple[str | None, str]:
     """(label of the lane to attach to, or None for a new lane; the TOML text to add)."""
     v = Version(version)
     same = [lane for lane in table.lanes if (lane.version.major, lane.version.minor) == (v.major, v.minor)]
     note = "# admitted by `nsa-sel check-upgrade --admit`: no torch release is known to pin it yet"
     if same:
         return same[0].label, f"[[lane.patch]]\n{note}\ntriton = {json.dumps(str(v))}\ntorch = []\n"
-    rules, why = lanes.rules_for(version, table)
+    rules, why = lane_table.rules_for(version, table)
     lines = ["[[lane]]", note, f'label = "{v.major}.{v.minor}"', f"triton = {json.dumps(str(v))}", "torch = []",
              f"python = {json.dumps(rules.python)}", f"numpy = {json.dumps(rules.numpy)}",
              f"numpy_reason = {json.dumps(f'from {why}: {rules.numpy_reason}')}"]
@@ -41,7 +41,7 @@ def release_block(version: str, table: lanes.Table) -> tuple[str | None, str]:
 
 def add_release(table_path: Path, version: str) -> None:
     """Insert the release into lanes.toml (after its lane's block, or as a new lane at the end)."""
-    table = lanes.load_table(table_path)
+    table = lane_table.load_table(table_path)
     if table.for_version(version):
         return
     label, block = release_block(version, table)
@@ -52,10 +52,10 @@ def add_release(table_path: Path, version: str) -> None:
         at = next((i for i in range(start, len(lines)) if lines[i].strip() == "[[lane]]"), len(lines))
     text = "".join(lines[:at]).rstrip("\n") + "\n\n" + block + ("\n" + "".join(lines[at:]) if at < len(lines) else "")
     atomic_write_text(table_path, text)
-    lanes.load_table(table_path)  # what was written must parse
+    lane_table.load_table(table_path)  # what was written must parse
 
 
-def relabel(rec: dict, release: lanes.Lane) -> dict:
+def relabel(rec: dict, release: lane_table.Lane) -> dict:
     """A candidate record as a record of ``release``."""
     out = {**rec, "candidate": False, "lane": release.label, "triton": release.triton}
     for key in ("session", "run_id"):
@@ -67,9 +67,9 @@ def relabel(rec: dict, release: lanes.Lane) -> dict:
 def admit(version: str, cand_recs: list[dict], cdir: Path, ledger_path: Path, log=print) -> None:
     table_path = cdir / project.TABLE_NAME
     add_release(table_path, version)
-    table = lanes.load_table(table_path)
+    table = lane_table.load_table(table_path)
     release = table.for_version(version)
-    changed = lanes.write_constraints(table, cdir)
+    changed = lane_table.write_constraints(table, cdir)
     log(f"admit: triton {version} is {'lane ' + release.label if not release.patch else 'a patch of lane ' + release.label}"
         f" in {table_path}" + (f"; rewrote {', '.join(p.name for p in changed)}" if changed else ""))
     recs = [relabel(r, release) for r in cand_recs]

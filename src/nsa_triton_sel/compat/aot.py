@@ -33,9 +33,9 @@ import tempfile
 import time
 import traceback
 
-from .env import imported_versions
+from .core.env import imported_versions
 from .compile_spec import derive_signature, load_object
-from .verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
+from .core.verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
 

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .verdicts import COMPILE_VERDICTS
+from .core.verdicts import COMPILE_VERDICTS
 
 DTYPES = ("fp16", "bf16", "fp32")
 FLOAT_ARGS = frozenset({"qk_scale", "sm_scale", "scale", "softmax_scale", "eps"})

@@ -35,7 +35,7 @@ def main() -> int:
     except Exception:  # noqa: BLE001 - each compile reports it as a verdict
         pass
     from .aot import compile_request, write_json
-    from .env import imported_versions
+    from .core.env import imported_versions
 
     proto.write(json.dumps({"imported": imported_versions()}) + "\n")
     proto.flush()

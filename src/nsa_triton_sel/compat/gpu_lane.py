@@ -34,7 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import lanes, ledger, project
+from .core import lane_table, project
+from . import ledger
 from .lane_bodies import BODIES, pytest_run
 from .nox_lanes import Matrix, isolate
 
@@ -127,7 +128,7 @@ def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> str | None:
 
 def fingerprint() -> dict:
     """This process's fingerprint with what it imported (triton, numpy, torch)."""
-    from . import env  # noqa: PLC0415
+    from .core import env  # noqa: PLC0415
 
     fp = env.fingerprint()
     for name in ("triton", "numpy", "torch"):
@@ -140,10 +141,10 @@ def fingerprint() -> dict:
     return fp
 
 
-def lane_for(version: str, table: lanes.Table) -> lanes.Lane:
+def lane_for(version: str, table: lane_table.Table) -> lane_table.Lane:
     """The table's row for this release, or a temporary (never paired) lane for an unlisted one."""
     listed = table.for_version(version)
-    return listed if listed is not None else lanes.candidate_lane(version, table)
+    return listed if listed is not None else lane_table.candidate_lane(version, table)
 
 
 def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gpu_lane: {exc}", file=sys.stderr)
         return 2
-    table = lanes.load_table(project.constraints_dir(args.constraints) / project.TABLE_NAME)
+    table = lane_table.load_table(project.constraints_dir(args.constraints) / project.TABLE_NAME)
     for knob, value in table.knobs.items():
         os.environ.setdefault(knob, str(value))  # as the nox lanes: explicit, recorded, user-overridable
     fp = fingerprint()

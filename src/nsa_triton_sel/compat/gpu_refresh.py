@@ -39,7 +39,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import gpu_lane, lanes, project
+from . import gpu_lane
+from .core import lane_table, project
 
 # After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
 # (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
@@ -83,7 +84,7 @@ class Task:
 
 
 class Refresh:
-    def __init__(self, args, table: lanes.Table, repo: Path):
+    def __init__(self, args, table: lane_table.Table, repo: Path):
         self.args, self.table, self.repo = args, table, repo
         self.out = args.out
         self.t0 = time.monotonic()
@@ -300,7 +301,7 @@ def installed_version() -> str | None:
     return res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else None
 
 
-def expected(text: str, table: lanes.Table) -> list[str]:
+def expected(text: str, table: lane_table.Table) -> list[str]:
     if text in ("", "none"):
         return []
     if text == "all":
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_refresh: nothing to run: give --installed and/or --trees DIR", file=sys.stderr)
         return 2
     cdir = project.constraints_dir(args.constraints)
-    table = lanes.load_table(cdir / project.TABLE_NAME)
+    table = lane_table.load_table(cdir / project.TABLE_NAME)
     args.out.mkdir(parents=True, exist_ok=True)
     args.out = args.out.resolve()
     if args.trees:

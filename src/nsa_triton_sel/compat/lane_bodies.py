@@ -12,12 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, lanes, ledger, team
-from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+from . import bench_store, ledger, team
+from .core import machine
+from .core.verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
 PLUGIN = "nsa_triton_sel.compat.pytest_plugin"
-PROBE = ("import json, nsa_triton_sel.compat.env as e; "
+PROBE = ("import json, nsa_triton_sel.compat.core.env as e; "
          "print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))")
 # Runs a command and stores its exit status in a file: nox's session.run reports only pass/fail,
 # and the lanes need to tell "tests failed" (1) from "nothing collected" (5) or a crash (signal).
@@ -64,15 +65,15 @@ def jobs_override() -> str:
 
 def test_workers() -> int:
     """pytest-xdist workers of an interpreter lane: the usable cores, or ``NSA_SEL_JOBS`` (as the compiles)."""
-    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else lanes.usable_cores()
+    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else machine.usable_cores()
 
 
 def compile_body(session, lane, base, results, rest, m):
-    """nsa-sel smoke for the run's archs (:func:`.lanes.compile_archs`: asked for, this machine's GPU, or the
+    """nsa-sel smoke for the run's archs (:func:`.core.machine.compile_archs`: asked for, this machine's GPU, or the
     GPU-less default), judged for the lane's release; verdicts from its JSON."""
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)
-    choice = m.archs or lanes.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
+    choice = m.archs or machine.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
     again = f" --specs {m.team.ref} --results {m.team.results}" if m.team else ""
     rest = (f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- "
             f"--all-archs{again})")
@@ -187,7 +188,7 @@ def parity_body(session, lane, base, results, rest, m):
 
 def probe(session, base) -> dict:
     """The tiny known kernel under the interpreter (env.interpreter_usable) as a parity record."""
-    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.env)")
+    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.core.env)")
     out = session.run("python", "-c", PROBE, silent=True, log=False, success_codes=range(256)) or ""
     found = [ln for ln in out.splitlines() if ln.startswith("NSA_SEL_PROBE ")]
     if not found:

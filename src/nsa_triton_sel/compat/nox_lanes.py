@@ -36,12 +36,13 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import lanes, ledger, team
+from .core import lane_table, machine
+from . import ledger, team
 from .lane_bodies import BODIES, bench_skip, jobs_override, raw_path
-from .lanes import gpu_mode  # re-exported: the noxfile asks it
+from .core.machine import gpu_mode  # re-exported: the noxfile asks it
 from .lane_summary import summary_lines
 from .team import TeamRun
-from .verdicts import ERROR
+from .core.verdicts import ERROR
 
 KINDS = ("compile", "parity", "bench")
 SHARED_DIR = "nsa-sel-shared-torch"
@@ -54,7 +55,7 @@ PAIRINGS = (PAIRED, BORROW)
 # Runs inside the lane: the fingerprint plus what this process imports (triton, numpy, torch).
 FINGERPRINT = """
 import json
-from nsa_triton_sel.compat import env
+from nsa_triton_sel.compat.core import env
 fp = env.fingerprint()
 for name in ("triton", "numpy", "torch"):
     try:
@@ -94,13 +95,13 @@ print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
 class Matrix:
     """What every lane session needs besides its lane: the table, the project root, the flavour, and
     (once a session has read its options) the archs its compile covers (None: decide from the
-    environment, :func:`.lanes.compile_archs`) and the user's spec module it compiles instead of the
+    environment, :func:`.core.machine.compile_archs`) and the user's spec module it compiles instead of the
     registry (``--specs``)."""
 
-    table: lanes.Table
+    table: lane_table.Table
     root: Path
     gpu: bool
-    archs: lanes.ArchChoice | None = None
+    archs: machine.ArchChoice | None = None
     team: TeamRun | None = None  # a compile lane over a user's spec module (:mod:`.team`)
 
 
@@ -113,16 +114,16 @@ def options(session) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--allow-off-pair", action="store_true", default=os.environ.get("NSA_SEL_ALLOW_OFF_PAIR") == "1")
     p.add_argument("--torch-pairing", choices=PAIRINGS, default=os.environ.get("NSA_SEL_TORCH_PAIRING") or PAIRED,
                    help="CPU parity lanes: install the paired torch (default) or borrow the invoking one")
-    # The compile's archs: this machine's GPU, else lanes.NO_GPU_ARCHS; --all-archs (NSA_SEL_ARCHS=all) is
+    # The compile's archs: this machine's GPU, else machine.NO_GPU_ARCHS; --all-archs (NSA_SEL_ARCHS=all) is
     # the table's full sweep.  Every session of one nox call gets the same posargs, so parity accepts them too.
     p.add_argument("--archs", dest="archs", default=os.environ.get("NSA_SEL_ARCHS"))
-    p.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL)
+    p.add_argument("--all-archs", dest="archs", action="store_const", const=machine.ALL)
     # A user's spec module compiled instead of the registry, its records kept in the user's --results (team.py).
     p.add_argument("--specs", action="append", metavar="MODULE[:ATTR]")
     return p.parse_known_args(session.posargs)
 
 
-def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
+def describe(kind: str, lane: lane_table.Lane, table: lane_table.Table) -> str:
     pair = f"triton {lane.triton} (torch {' / '.join(lane.torch) or 'none'}, python {lane.python})"
     if kind == "compile":
         return f"AOT compile smoke for sm_{'/'.join(map(str, table.archs))}: {pair}"
@@ -131,7 +132,7 @@ def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
     return f"pytest-benchmark vs SDPA (needs a GPU; skips without one): {pair}"
 
 
-def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
+def run_lane(session, lane: lane_table.Lane, kind: str, m: Matrix) -> None:
     """One lane session: run file marked running, prepare, body, isolation check, run file completed.
 
     The run file is rewritten atomically at each step, so a lane that crashes or is killed
@@ -140,7 +141,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
     t0 = time.monotonic()
     opts, rest = options(session)
     try:  # a bad --archs is one line before anything is installed
-        m = replace(m, archs=lanes.compile_archs(m.table, opts.archs,
+        m = replace(m, archs=machine.compile_archs(m.table, opts.archs,
                                                  what="--archs" if any(a.startswith("--archs") for a in session.posargs) else "NSA_SEL_ARCHS"))
         if os.environ.get("NSA_SEL_JOBS"):
             jobs_override()
@@ -198,7 +199,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
         session.error(problem)
 
 
-def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | None]:
+def isolate(records: list[dict], lane: lane_table.Lane) -> tuple[list[dict], str | None]:
     """Records whose process imported another Triton, or (interpreter records) a numpy outside the
     lane's range, become errors; the problem names what was imported (None: the lane was isolated).
 
@@ -236,7 +237,7 @@ def passthrough(session) -> bool:
     return session.venv_backend == "none"
 
 
-def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | None:
+def prepare(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> dict | None:
     """Install the lane (unless passthrough), set its env, check what it imports; the fingerprint."""
     version = session.python if isinstance(session.python, str) else platform.python_version()
     if not passthrough(session) and not lane.python_ok(version):
@@ -263,7 +264,7 @@ def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | Non
     return fp
 
 
-def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = False,
+def environment_problem(fp: dict, lane: lane_table.Lane, passthrough_mode: bool = False,
                         interpreter: bool = True) -> str | None:
     """Why the lane environment does not import the lane's Triton (and, where its checks run the
     Triton interpreter, the lane's numpy), or None."""
@@ -318,7 +319,7 @@ def test_tools(root: Path, kind: str) -> list[str]:
     return [by_name.get(n, n) for n in names]
 
 
-def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
+def install_lane(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> None:
     """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch.
 
     The package itself is not installed: PYTHONPATH points at src/ (no build step, works offline).
@@ -327,7 +328,7 @@ def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
     """
     unshare_torch(session)
     tools = test_tools(m.root, kind) + package_deps(m.root)
-    cfile = lanes.constraints_path(lane, m.root / "constraints")
+    cfile = lane_table.constraints_path(lane, m.root / "constraints")
     cons = ["-c", str(cfile)] if cfile.exists() and not (lane.candidate or lane.patch) else []
     if m.gpu and lane.paired_torch:
         _install_gpu(session, lane, opts, cons, tools)
@@ -421,7 +422,7 @@ def pin(session) -> None:
 
 def constraints(session, m: Matrix) -> None:
     """Body of ``nox -s constraints``."""
-    changed = lanes.write_constraints(m.table, m.root / "constraints")
+    changed = lane_table.write_constraints(m.table, m.root / "constraints")
     session.log(f"{len(changed)} constraints file(s) rewritten: {', '.join(p.name for p in changed) or 'none'}")
 
 

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from .env import imported_origins, imported_versions
+from .core.env import imported_origins, imported_versions
 
 ENV = "NSA_SEL_IMPORTED_JSON"
 EVERY_ENV = "NSA_SEL_PROGRESS_EVERY"

@@ -4,7 +4,7 @@ It builds a temporary lane for the candidate (``NSA_SEL_CANDIDATE=VERSION`` make
 generate ``compile-candidate``, ``parity-candidate`` and, on a GPU machine, ``bench-candidate``),
 runs it with results in a temporary directory, and judges its records against the nearest
 known-good release in the ledger.  The candidate gets its Python range, numpy and extras from
-the rules of the lanes around its version (:func:`.lanes.rules_for`; a release the table
+the rules of the lanes around its version (:func:`.core.lane_table.rules_for`; a release the table
 already lists keeps its row), never blindly from the newest lane, and compiles with its own
 Triton (the lane is isolated like every lane).
 
@@ -47,13 +47,14 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import known_bad
-from . import bench_store, lanes, ledger, project
+from . import bench_store, ledger
+from .core import lane_table, machine, project
 from .admit import admit
-from .atomic import FileProblem
-from .cli import Parser, fail
-from .lanes import gpu_mode
+from .core.atomic import FileProblem
+from .core.command import Parser, fail
+from .core.machine import gpu_mode
 from .ledger.pinning import PinError, normalise_releases
-from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
+from .core.verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
 
 EXIT = {SAFE: 0, BLOCKED: 1, ENVIRONMENT: 3}
 MAX_SLOWDOWN = 0.10
@@ -198,7 +199,7 @@ def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs
     return d
 
 
-def baseline_release(table: lanes.Table, recs: list[dict], windows: list, candidate: str) -> lanes.Lane | None:
+def baseline_release(table: lane_table.Table, recs: list[dict], windows: list, candidate: str) -> lane_table.Lane | None:
     """The known-good release nearest the candidate: the newest at or below it, else the oldest above."""
     verdicts = ledger.release_verdicts(table, recs, windows)
     good = [r for r in table.releases if verdicts[r.triton][0] and r.version != Version(candidate)]
@@ -304,7 +305,7 @@ def index_versions() -> set[Version] | None:
     return found or None
 
 
-def _check_release(version: str, table: lanes.Table, args) -> None:
+def _check_release(version: str, table: lane_table.Table, args) -> None:
     """Refuse, before anything runs, a release the check cannot say anything useful about."""
     oldest = table.releases[0]
     if Version(version) < oldest.version:
@@ -346,7 +347,7 @@ def _parser() -> argparse.ArgumentParser:
                            "below the candidate)")
     team.add_argument("--archs", metavar="LIST", help="with --specs: compile for these archs (default: this "
                                                      "machine's GPU, else sm_90)")
-    team.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL,
+    team.add_argument("--all-archs", dest="archs", action="store_const", const=machine.ALL,
                       help="with --specs: every arch of lanes.toml")
     return p
 
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _check_upgrade(args)
-    except (UsageError, project.ProjectNotFound, lanes.TableError, ledger.LedgerError, ledger.RunFileError,
+    except (UsageError, project.ProjectNotFound, lane_table.TableError, ledger.LedgerError, ledger.RunFileError,
             PinError, FileProblem, TimeoutError) as exc:
         return fail("check-upgrade", exc)
     except OSError as exc:  # --admit on a read-only filesystem or a full disk
@@ -379,7 +380,7 @@ def _check_upgrade(args) -> int:
                              "known-good release of its ledger, on every arch of lanes.toml)")
     cdir = project.constraints_dir(args.constraints)
     t0 = time.perf_counter()
-    table, windows = lanes.load_table(cdir / project.TABLE_NAME), known_bad.load()
+    table, windows = lane_table.load_table(cdir / project.TABLE_NAME), known_bad.load()
     _check_release(version, table, args)
     if args.specs:
         return _check_team(args, version, cdir, table, t0)
@@ -389,7 +390,7 @@ def _check_upgrade(args) -> int:
     root = None
     if not args.from_results:
         root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
-    cand = lanes.candidate_lane(version, table)
+    cand = lane_table.candidate_lane(version, table)
     listed = table.for_version(version)
     print(f"check-upgrade: triton {version}: " + (f"release of lane {listed.label} in the table, checked with its "
           f"row" if listed else f"python {cand.python}, numpy{cand.numpy}, extras {list(cand.extras)} ({cand.numpy_reason})"))
@@ -413,7 +414,7 @@ def _check_upgrade(args) -> int:
     return EXIT[report.verdict]
 
 
-def _check_team(args, version: str, cdir: Path, table: lanes.Table, t0: float) -> int:
+def _check_team(args, version: str, cdir: Path, table: lane_table.Table, t0: float) -> int:
     """``--specs``: the compile lanes of the candidate and the baseline over a user's spec module, judged, with the
     verdict table first (:mod:`.team_upgrade`); nothing written to constraints/."""
     from . import team_upgrade  # noqa: PLC0415 - only a check of a user's spec module needs it

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from ..verdicts import BAD, PASS
+from ..core.verdicts import BAD, PASS
 from . import evidence
 from .archs import matrix_section
 from .cells import NOT_RUN, by_release_check, cell, reasons

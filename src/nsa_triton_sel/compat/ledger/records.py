@@ -31,7 +31,7 @@ import math
 
 from packaging.version import InvalidVersion, Version
 
-from ..verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
+from ..core.verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
 
 SCHEMA = 3
 IMPORTED_FIELDS = ("triton_imported", "process")

@@ -15,8 +15,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from ... import known_bad
-from .. import project
-from ..verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL, backward_check
+from ..core import project
+from ..core.verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL, backward_check
 from .records import record
 
 

@@ -14,7 +14,7 @@ started for, never another one that happens to be on the parent's ``sys.path``:
   ``PYTHONPATH``, it made lanes 3.0-3.8 compile with Triton 3.9.)
 - what the child needs from such a directory (this package, when it is installed there) is
   appended *after* the child's own site-packages by a small bootstrap (:data:`BOOT`).
-- every child reports the versions it imported (:func:`..env.imported_versions`), so a leak
+- every child reports the versions it imported (:func:`..core.env.imported_versions`), so a leak
   that slips through anyway is caught by the harness and the ledger.
 """
 
@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..verdicts import CRASH, TIMEOUT
+from ..core.verdicts import CRASH, TIMEOUT
 
 FP_FUSION_DEFAULT = "1"  # Triton 3.9 warns when unset; 3.10 flips the default to "disabled"
 SHARED_PATH_ENV = "NSA_SEL_SHARED_PATH"

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..atomic import FileProblem, atomic_write_text, check_output
-from ..cli import Parser, fail, seconds
+from ..core.atomic import FileProblem, atomic_write_text, check_output
+from ..core.command import Parser, fail, seconds
 from ..compile_spec import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE

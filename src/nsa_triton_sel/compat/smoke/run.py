@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from .. import static_check
-from ..lanes import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
+from ..core.machine import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
 from ..compile_spec import CompileSpec, check_unique, load_specs
-from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
+from ..core.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 

@@ -198,7 +198,7 @@ def _static_fingerprint() -> dict:
 def _source_hashes() -> dict:
     """``compiler_hash`` and ``runtime_hash`` of the sources this process runs (nsa_triton_sel.provenance);
     None where unreadable."""
-    from ..provenance import FIELDS, hashes  # noqa: PLC0415 - standard library only
+    from ...provenance import FIELDS, hashes  # noqa: PLC0415 - standard library only
 
     try:
         return hashes()
@@ -290,12 +290,12 @@ main()
 def install_hint(missing: list[str], constraints: str | None = None) -> str:
     """One pip command installing ``missing``: numpy as ``lanes.toml`` pairs it with the installed Triton
     (Triton 3.0/3.1 need numpy<2), triton as ``known-good.txt`` admits it, when the project is found."""
-    from . import lanes, project  # noqa: PLC0415
+    from . import lane_table, project  # noqa: PLC0415
 
     specs = {name: name for name in missing}
     try:
         cdir = project.constraints_dir(constraints)
-        release = lanes.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
+        release = lane_table.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
     except (OSError, ValueError, RecursionError):  # no project here, or its table is unreadable: plain names
         cdir, release = None, None
     if "numpy" in specs and release is not None and release.numpy:
