@@ -38,7 +38,7 @@ DIV16 = {"Dk", "Dv", "sq_b", "sq_s", "sq_g", "sq_h", "sk_b", "sk_g", "sk_t", "sv
 CHILD = r'''
 import json, sys
 from nsa_triton_sel.compat import aot
-from nsa_triton_sel.compat.compile_spec import derive_signature
+from nsa_triton_sel.compat.registry.compile_spec import derive_signature
 from nsa_triton_sel.plan import backward as bm
 from nsa_triton_sel.compat import variants as cv
 kind, arch, cfg, ones, div16 = json.loads(sys.argv[1])

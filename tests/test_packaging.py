@@ -104,7 +104,7 @@ def test_lane_constraints_files_say_how_to_install_beside_a_pinned_pair():
 
 
 def test_readme_variant_count_is_the_registrys():
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     readme = (ROOT / "README.md").read_text()
     counts = re.findall(r"(\d+) variants\)", readme)

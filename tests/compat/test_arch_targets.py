@@ -18,12 +18,13 @@ from blackwell_reproducers import SHFL_REDUCE
 import pytest
 
 from nsa_triton_sel import device, known_bad
-from nsa_triton_sel.compat import aot, doctor, ledger, variants
+from nsa_triton_sel.compat import aot, doctor, ledger
+from nsa_triton_sel.compat.registry import variants
 from nsa_triton_sel.compat.core import env
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
 from nsa_triton_sel.compat.canaries import SPECS as CANARIES
-from nsa_triton_sel.compat.specs import SPECS
+from nsa_triton_sel.compat.registry.specs import SPECS
 from nsa_triton_sel.compat.core.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 
 # What `ptxas --version` and `ptxas --help` of CUDA 12.4 (Triton 3.0's bundled one) print, abridged.

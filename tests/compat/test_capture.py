@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nsa_triton_sel.compat import capture
-from nsa_triton_sel.compat.compile_spec import CompileSpec, arg_type, load_specs, resolve
+from nsa_triton_sel.compat.registry import capture
+from nsa_triton_sel.compat.registry.compile_spec import CompileSpec, arg_type, load_specs, resolve
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "capture_kernels.py"

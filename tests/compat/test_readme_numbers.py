@@ -44,7 +44,7 @@ def duration(seconds: float) -> str:
 def compiles(archs, version: str) -> dict:
     """What a smoke run with canaries decides for these archs on this release: (spec, arch) pairs."""
     from nsa_triton_sel.compat.canaries import SPECS as CANARIES
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     specs = list(SPECS) + list(CANARIES)
     skipped = sum(s.skipped(version, a) for s in specs for a in archs)
@@ -137,7 +137,7 @@ def test_the_team_lanes_shown_are_a_run_the_results_keep():
 @pytest.mark.parametrize("pattern", [r"one compile per tile class and constexpr value the launchers can pick: "
                                      r"(\d+) of them, (\d+) forward and (\d+) backward, plus the (\d+)"])
 def test_the_registry_breakdown(pattern):
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     got = [int(x) for x in re.search(pattern, README).groups()]
     capped = [s for s in SPECS if getattr(s, "only", None)]

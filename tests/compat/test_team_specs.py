@@ -52,7 +52,7 @@ def write_team(where: Path) -> Path:
     (where / "block_kernels.py").write_text(BLOCK_KERNEL)
     k = f"{HERE / 'capture_kernels.py'}"
     (where / "team_specs.py").write_text(textwrap.dedent(f"""\
-        from nsa_triton_sel.compat.compile_spec import CompileSpec
+        from nsa_triton_sel.compat.registry.compile_spec import CompileSpec
 
         SPECS = [
             CompileSpec(name="add_one/01", kernel="{k}:add_one", dtype="fp32", constexprs={{"BLOCK": 32}}, num_warps=1),

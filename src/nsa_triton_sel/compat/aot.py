@@ -34,7 +34,7 @@ import time
 import traceback
 
 from .core.env import imported_versions
-from .compile_spec import derive_signature, load_object
+from .registry.compile_spec import derive_signature, load_object
 from .core.verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"

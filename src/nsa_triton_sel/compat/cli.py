@@ -20,7 +20,8 @@ from .core.command import fail, set_debugging
 COMMANDS = {
     "doctor": ("nsa_triton_sel.compat.doctor", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
-    "capture": ("nsa_triton_sel.compat.capture", "run a command and write the Triton kernel launches it made as compile specs"),
+    "capture": ("nsa_triton_sel.compat.registry.capture",
+                "run a command and write the Triton kernel launches it made as compile specs"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
     "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one; "
                       "--specs M: your own kernels instead"),

@@ -7,7 +7,7 @@ installed toolkit runs them too.  The kernels are referenced by name: only the c
 children import them (and Triton).
 """
 
-from ..compile_spec import CompileSpec
+from ..registry.compile_spec import CompileSpec
 
 KERNELS = "nsa_triton_sel.compat.canaries.kernels"
 _BCAST = "Cannot broadcast"

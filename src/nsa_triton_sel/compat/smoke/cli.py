@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..core.atomic import FileProblem, atomic_write_text, check_output
 from ..core.command import Parser, fail, seconds
-from ..compile_spec import CompileSpec, check_unique, spec_from_dict
+from ..registry.compile_spec import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE
 from .run import DEFAULT_ARCHS, parse_archs, run_smoke
@@ -154,7 +154,7 @@ def check_interpreter(python: str, timeout: float) -> None:
 
 def _check_spec_file(ref: str) -> None:
     """A ``--specs`` reference is ``module[:ATTR]`` or ``path/file.py[:ATTR]`` (ATTR defaults to SPECS, as
-    :func:`..compile_spec.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
+    :func:`..registry.compile_spec.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
     until --timeout): checked here, before a child is started for it."""
     if ref == "builtin":
         return
@@ -176,7 +176,8 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[Com
     child found them (``module <file>`` or ``file <path>``)."""
     with tempfile.TemporaryDirectory(prefix="nsa-smoke-specs-") as tmp:
         out = Path(tmp) / "specs.json"
-        rc, seconds = run_module("nsa_triton_sel.compat.compile_spec", [ref, str(out)], Path(tmp), timeout, python)
+        rc, seconds = run_module("nsa_triton_sel.compat.registry.compile_spec", [ref, str(out)], Path(tmp), timeout,
+                                 python)
         if rc is None:
             raise UsageError(f"--specs {ref}: importing it did not finish in {timeout:g} s (does the module hang "
                              "at import? raise --timeout if it is only slow)")
@@ -194,7 +195,7 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[Com
 
 
 def collect_specs(args) -> list[CompileSpec]:
-    from ..specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
+    from ..registry.specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
 
     specs, found = [], []
     for ref in args.specs or ["builtin"]:
