@@ -90,7 +90,7 @@ def registry() -> list[CompileSpec]:
     ``variants.smoke_cases()`` sweeps the planner over head dims (64/96/128/192/256, Dk != Dv),
     head blocks (16/32/64 rows and the per-head path), the ranges, block-index, dense and varlen
     layouts, decode split (with its merge), the multi-token kernel, fp16 and bf16, and keeps the
-    fewest launches that cover them; about 60 compiles per arch (each 1.5 - 4 s).
+    fewest launches that cover them: about 60 compiles per arch.
     """
     from .variants import smoke_cases
 
