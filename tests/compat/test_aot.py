@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from nsa_triton_sel.compat import aot
+from nsa_triton_sel.compat.smoke import aot
 from nsa_triton_sel.plan.tiles import MODE_RANGES, kernel_meta
 from nsa_triton_sel.compat.registry.compile_spec import CompileSpec, arg_type, derive_signature, kernel_params
 from nsa_triton_sel.compat.registry.specs import SEL_TYPES, SPECS

@@ -83,7 +83,7 @@ class CompileSpec:
         return self.kernel.rpartition(":")[2]
 
     def request(self, arch: int, warp_size: int = 32) -> dict:
-        """The JSON request a child process compiles (see :func:`nsa_triton_sel.compat.aot.compile_request`)."""
+        """The JSON request a child process compiles (see :func:`nsa_triton_sel.compat.smoke.aot.compile_request`)."""
         return {
             "name": self.name, "kernel": self.kernel, "dtype": self.dtype,
             "constexprs": dict(self.constexprs), "types": dict(self.types),

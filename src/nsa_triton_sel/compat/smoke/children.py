@@ -161,7 +161,7 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path = workdir / "request.json", workdir / "result.json"
     req_path.write_text(json.dumps(req))
-    rc, seconds = run_module("nsa_triton_sel.compat.aot", [str(req_path), str(res_path)], workdir, timeout, python)
+    rc, seconds = run_module("nsa_triton_sel.compat.smoke.aot", [str(req_path), str(res_path)], workdir, timeout, python)
     imported = _read_imported(Path(f"{res_path}.imported"))  # written before the compile: survives an abort
     return _outcome(rc, seconds, timeout, res_path, stderr_tail(workdir / "stderr.txt"), imported)
 
@@ -180,7 +180,7 @@ def _outcome(rc, seconds, timeout, res_path: Path, tail: str, imported: dict) ->
 
 
 class CompileServer:
-    """A compile server child (:mod:`..forkserver`): imports Triton once, forks one process per compile.
+    """A compile server child (:mod:`.forkserver`): imports Triton once, forks one process per compile.
 
     :meth:`compile` returns what :func:`run_child` does.  A server that died (it should not: the
     compiles crash in their own processes) answers with a ``crash`` and is not used again.
@@ -190,7 +190,7 @@ class CompileServer:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self._err = open(workdir / "server-stderr.txt", "wb")
-        self.proc = subprocess.Popen(child_command(python, "nsa_triton_sel.compat.forkserver"),
+        self.proc = subprocess.Popen(child_command(python, "nsa_triton_sel.compat.smoke.forkserver"),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                                      cwd=os.getcwd(), env=child_env(str(workdir / "cache")),
                                      start_new_session=True, text=True)

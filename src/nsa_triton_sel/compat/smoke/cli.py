@@ -1,6 +1,6 @@
 """``nsa-sel smoke``: compile every registered kernel variant ahead of time, without a GPU.
 
-Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.aot``)
+Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.smoke.aot``)
 with its own ``TRITON_CACHE_DIR`` and a timeout, several at once, because some compiler
 failures are C++ assertion aborts that kill the process - a try/except in the parent
 would never see them.  The verdicts:

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .. import static_check
+from . import static_check
 from ..core.machine import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
 from ..registry.compile_spec import CompileSpec, check_unique, load_specs
 from ..core.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED

@@ -7,13 +7,13 @@ each compile still runs in a process of its own (a compiler abort kills that pro
 is reported as a ``crash``), in its own process group (a timeout kills it with its ptxas), with
 its own ``TRITON_CACHE_DIR`` and its stderr in its own file, exactly as a separate child would.
 
-Protocol (``python -m nsa_triton_sel.compat.forkserver``, started by
-:class:`..smoke.children.CompileServer`): the server first writes one line
+Protocol (``python -m nsa_triton_sel.compat.smoke.forkserver``, started by
+:class:`.children.CompileServer`): the server first writes one line
 ``{"imported": {...}}`` (the versions it imported); then for each line read on stdin,
 ``{"request": path, "result": path, "stderr": path, "cache": dir, "timeout": seconds}``, it
 compiles the request in a forked process and writes ``{"rc": status or null, "seconds": s}``
 (``null``: killed after the timeout).  The forked process writes the result as
-``python -m nsa_triton_sel.compat.aot`` does.  POSIX only (``os.fork``).
+``python -m nsa_triton_sel.compat.smoke.aot`` does.  POSIX only (``os.fork``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> int:
     except Exception:  # noqa: BLE001 - each compile reports it as a verdict
         pass
     from .aot import compile_request, write_json
-    from .core.env import imported_versions
+    from ..core.env import imported_versions
 
     proto.write(json.dumps({"imported": imported_versions()}) + "\n")
     proto.flush()
