@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nsa_triton_sel.compat import gpu_lane, ledger
+from nsa_triton_sel.compat.lanes import gpu_lane
+from nsa_triton_sel.compat import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 

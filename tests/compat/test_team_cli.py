@@ -9,7 +9,7 @@ import ledger_factory as F
 from nsa_triton_sel.compat.core import lane_table
 from nsa_triton_sel.compat import ledger, team_matrix, upgrade
 from test_team_specs import LEDGER_FILES, ROOT, TABLE, LaneFailed, LaneSession, _digest, write_team
-from nsa_triton_sel.compat import nox_lanes
+from nsa_triton_sel.compat.lanes import nox_sessions
 
 FP = {**F.CPU_FP, "date": F.DATE}
 
@@ -34,8 +34,8 @@ def test_a_lane_refuses_specs_it_cannot_use_before_installing_anything(tmp_path,
     write_team(tmp_path)
     session = NoRun(name, posargs, tmp_path, tmp_path / "cache")
     with pytest.raises(LaneFailed, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        nox_lanes.run_lane(session, TABLE.for_version("3.9.0"), name.partition("-")[0],
-                           nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=False))
+        nox_sessions.run_lane(session, TABLE.for_version("3.9.0"), name.partition("-")[0],
+                           nox_sessions.Matrix(table=TABLE, root=ROOT, gpu=False))
     assert not (tmp_path / "out").exists()
 
 

@@ -25,7 +25,8 @@ import pytest
 
 import ledger_factory as F
 from nsa_triton_sel.compat.core import lane_table, project
-from nsa_triton_sel.compat import ledger, nox_lanes, team_matrix, upgrade
+from nsa_triton_sel.compat import ledger, team_matrix, upgrade
+from nsa_triton_sel.compat.lanes import nox_sessions
 
 HERE = Path(__file__).resolve().parent
 ROOT = project.project_root()
@@ -100,9 +101,9 @@ class LaneSession:
 def run_lane(name: str, version: str, posargs, invoked_from: Path, cache: Path, python=sys.executable):
     kind = name.partition("-")[0]
     session = LaneSession(name, posargs, invoked_from, cache, python)
-    matrix = nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=False)
+    matrix = nox_sessions.Matrix(table=TABLE, root=ROOT, gpu=False)
     try:
-        nox_lanes.run_lane(session, TABLE.for_version(version), kind, matrix)
+        nox_sessions.run_lane(session, TABLE.for_version(version), kind, matrix)
     except LaneFailed as exc:
         return session, str(exc)
     return session, None

@@ -1,7 +1,7 @@
 """``nsa-sel check-upgrade VERSION --specs M [--baseline V]``: may a team move its own kernels to a Triton release?
 
 The same question this project asks of its kernels, asked of a user's spec module (``nsa-sel capture``
-writes one from a real run): the compile lanes run over the module (:mod:`.team`) for the candidate and
+writes one from a real run): the compile lanes run over the module (:mod:`.lanes.team`) for the candidate and
 for the baseline, the release the team uses now (``--baseline``, one of lanes.toml; default the newest
 lane below the candidate), each with its own Triton in its own environment; the records are judged with
 :func:`.upgrade.judge` on the checks a spec module has (its compiles, and the static API range of its
@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from .core import lane_table, machine
 from .ledger import first_line
-from .team import check_spec_path, normalise_ref, spec_refs, team_records
+from .lanes.team import check_spec_path, normalise_ref, spec_refs, team_records
 from .team_matrix import render
 from .core.verdicts import BLOCKED, ENVIRONMENT, PASS, UNSUPPORTED
 

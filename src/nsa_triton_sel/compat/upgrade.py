@@ -47,7 +47,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import known_bad
-from . import bench_store, ledger
+from .lanes import bench_store
+from . import ledger
 from .core import lane_table, machine, project
 from .admit import admit
 from .core.atomic import FileProblem

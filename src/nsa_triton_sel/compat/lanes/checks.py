@@ -12,12 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, ledger, team
-from .core import machine
-from .core.verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+from .. import ledger
+from ..core import machine
+from ..core.verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+from . import bench_store, team
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
-PLUGIN = "nsa_triton_sel.compat.pytest_plugin"
+PLUGIN = "nsa_triton_sel.compat.lanes.pytest_plugin"
 PROBE = ("import json, nsa_triton_sel.compat.core.env as e; "
          "print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))")
 # Runs a command and stores its exit status in a file: nox's session.run reports only pass/fail,
@@ -47,11 +48,17 @@ def run_rc(session, rc_file: Path, *args: str, env: dict | None = None) -> int |
         return None
 
 
-def summary(records: list[dict]) -> str:
-    """Counts per check and verdict, the same everywhere a lane reports them (lane_summary)."""
-    from .lane_summary import counts_by_check  # noqa: PLC0415 - lane_summary is the one definition
+CHECK_ORDER = ("compile", "backward", "parity", "bench", "compile-canary", "compile-static")
 
-    return counts_by_check(records)
+
+def counts_by_check(records: list[dict]) -> str:
+    """``compile 135 pass, 20 skip; backward 22 pass; ...``: one count per (check, verdict)."""
+    by: dict[str, dict[str, int]] = {}
+    for r in records:
+        verdicts = by.setdefault(r.get("check") or "?", {})
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    order = sorted(by, key=lambda c: (CHECK_ORDER.index(c) if c in CHECK_ORDER else len(CHECK_ORDER), c))
+    return "; ".join(f"{c} " + ", ".join(f"{n} {v}" for v, n in sorted(by[c].items())) for c in order) or "none"
 
 
 def jobs_override() -> str:
@@ -99,7 +106,7 @@ def compile_body(session, lane, base, results, rest, m):
     records = ledger.records_from_smoke(report, base, windows=[] if m.team else None)
     records = team.tag(records, report) if m.team else records
     session.log(f"compile-{lane.name}: the compile children imported triton "
-                f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {summary(records)}")
+                f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {counts_by_check(records)}")
     bad = [r for r in records if r["check"] in ("compile", "backward") and r["verdict"] in BAD]
     return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
 
@@ -182,7 +189,7 @@ def parity_body(session, lane, base, results, rest, m):
                                   workers=test_workers())
     # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
     session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
-                f"{summary([probe_rec] + records)}")
+                f"{counts_by_check([probe_rec] + records)}")
     return [probe_rec] + records, problem
 
 

@@ -1,6 +1,6 @@
 """The GPU evidence of every Triton release in one go, on one GPU machine.
 
-``python -m nsa_triton_sel.compat.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
+``python -m nsa_triton_sel.compat.lanes.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
 
 runs :mod:`.gpu_lane`'s stages for many releases at once: the installed Triton (``--installed``) and every
 release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.ready`` beside it, as
@@ -40,7 +40,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from . import gpu_lane
-from .core import lane_table, project
+from ..core import lane_table, project
 
 # After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
 # (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
@@ -187,7 +187,7 @@ class Refresh:
             for k, v in BENCH_ENV.items():
                 env.setdefault(k, v)
         results = self.out / ("warm" if t.stage == "warm" else "results") / f"triton-{t.version}"  # warm: scratch
-        cmd = [sys.executable, "-c", gpu_lane.SIGNALS_RESET, sys.executable, "-m", "nsa_triton_sel.compat.gpu_lane",
+        cmd = [sys.executable, "-c", gpu_lane.SIGNALS_RESET, sys.executable, "-m", "nsa_triton_sel.compat.lanes.gpu_lane",
                "--results", str(results), "--stages", stage,
                "--constraints", str(self.repo / "constraints")]
         log = (self.out / "logs" / f"{t.version}-{t.stage}.log").open("w")
@@ -323,7 +323,7 @@ def parse_limits(text: str | None) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.gpu_refresh", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.gpu_refresh", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="results, logs, status.json, progress.log, DONE")
     p.add_argument("--trees", type=Path, help="folder of triton-X.Y.Z/ trees, each with triton-X.Y.Z.ready beside it")
     p.add_argument("--installed", action="store_true", help="also the Triton installed here")

@@ -1,9 +1,9 @@
 """The GPU evidence of the Triton this environment imports, as lane run files: no nox, no network.
 
-``python -m nsa_triton_sel.compat.gpu_lane --results DIR [--stages compile,parity,contract,canary,bench]``
+``python -m nsa_triton_sel.compat.lanes.gpu_lane --results DIR [--stages compile,parity,contract,canary,bench]``
 runs, for the Triton that ``import triton`` finds here (a wheel unpacked first on ``PYTHONPATH``
 is how another release comes in on a machine without a network; ``python -m
-nsa_triton_sel.compat.gpu_refresh`` does that for many releases at once):
+nsa_triton_sel.compat.lanes.gpu_refresh`` does that for many releases at once):
 
 - ``compile``: the compile smoke (``nsa-sel smoke``) for this GPU's arch only, what the planner launches;
 - ``parity``: ``pytest -m "gpu and not contract"`` over ``tests/`` (forward parity and gradient parity:
@@ -34,10 +34,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .core import lane_table, project
-from . import ledger
-from .lane_bodies import BODIES, pytest_run
-from .nox_lanes import Matrix, isolate
+from ..core import lane_table, project
+from .. import ledger
+from .checks import BODIES, pytest_run
+from .nox_sessions import Matrix, isolate
 
 STAGES = ("compile", "parity", "contract", "canary", "bench")
 MODES = {"compile": "aot", "parity": "gpu", "contract": "gpu", "canary": "gpu", "bench": "gpu"}
@@ -128,7 +128,7 @@ def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> str | None:
 
 def fingerprint() -> dict:
     """This process's fingerprint with what it imported (triton, numpy, torch)."""
-    from .core import env  # noqa: PLC0415
+    from ..core import env  # noqa: PLC0415
 
     fp = env.fingerprint()
     for name in ("triton", "numpy", "torch"):
@@ -174,7 +174,7 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
     session = LocalSession(base["session"], {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, limit_s)
     try:
         if kind == "canary":
-            from .canaries import gpu  # noqa: PLC0415
+            from ..canaries import gpu  # noqa: PLC0415
 
             results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
             records, problem = canary_records(results_, base, imported=fp["imported"]), None
@@ -197,7 +197,7 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.gpu_lane", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.gpu_lane", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, type=Path, help="directory for the run files")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {', '.join(STAGES)}")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")

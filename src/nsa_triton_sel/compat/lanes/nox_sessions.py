@@ -1,8 +1,9 @@
-"""What the noxfile's lane sessions do: install a lane, run its check, write its run file.
+"""What the noxfile's lane sessions do: install a lane, run its check, write its run file, and say so.
 
 The noxfile only declares sessions (options, the table, a loop); every session body lives here
-as a plain function of a nox session object, so a test drives it with a fake one.  Standard
-library and ``packaging`` only at import, like the rest of the toolkit.
+as a plain function of a nox session object, so a test drives it with a fake one.  The checks
+themselves (compile, parity, bench) are :mod:`.checks`.  Standard library and ``packaging`` only at
+import, like the rest of the toolkit.
 
 Isolation: a lane imports its own Triton and numpy, never the invoking
 environment's.  Every process the lane starts reports what it imported; a record whose process
@@ -17,11 +18,17 @@ needs no torch of its own (the AOT compile never calls it) and, like ``--torch-p
 (``NSA_SEL_TORCH_PAIRING=borrow``: offline boxes, or pip capped below the pair), borrows the invoking
 environment's CPU torch through a directory of links to *torch and its dependencies only* (never
 triton, never numpy), appended after the lane's own site-packages by a ``.pth`` file.
+
+Summary: the last lines of a lane session say what ran, with which Triton and torch (paired or not),
+how many records of each check and verdict (the same counts MATRIX.md's cells are made of), which
+archs the lane's compile covered, where the run file is, and the next command, so a user who reads
+only the end of a long nox log knows what happened and what to do next (:func:`summary_lines`).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
 import platform
@@ -36,13 +43,13 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .core import lane_table, machine
-from . import ledger, team
-from .lane_bodies import BODIES, bench_skip, jobs_override, raw_path
-from .core.machine import gpu_mode  # re-exported: the noxfile asks it
-from .lane_summary import summary_lines
+from .. import ledger
+from ..core import lane_table, machine
+from ..core.verdicts import ERROR
+from . import team
+from .checks import BODIES, bench_skip, counts_by_check, jobs_override
 from .team import TeamRun
-from .core.verdicts import ERROR
+from .team import summary_line as team_line
 
 KINDS = ("compile", "parity", "bench")
 SHARED_DIR = "nsa-sel-shared-torch"
@@ -232,6 +239,77 @@ def imported_summary(records: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def versions_line(base: dict, records: list[dict]) -> str:
+    seen = {name: sorted({str(v) for r in records if (v := ledger.imported_versions(r)[name])})
+            for name in ("triton", "torch", "numpy")}
+    torch = " + ".join(seen["torch"]) or base.get("torch") or "not imported"
+    pairing = "paired" if base.get("torch_paired") else f"off-pair: {base.get('off_pair_reason') or 'unknown'}"
+    return (f"triton {' + '.join(seen['triton']) or base.get('triton')} (lane {base.get('lane')}), "
+            f"torch {torch} ({pairing}), numpy {' + '.join(seen['numpy']) or 'not imported'}")
+
+
+def compile_coverage(session_name: str, records: list[dict], run_path: Path, seconds: float):
+    """(archs, seconds) of the lane's compile: this session's records when it is the compile, else the
+    compile run file beside this one (the main job's parity ends the log: its summary says what the
+    compile before it covered).  None when there is no compile run to read."""
+    kind, _, lane = session_name.partition("-")
+    if kind != "compile":
+        try:
+            doc = json.loads((run_path.parent / f"compile-{lane}.json").read_text())
+            records = doc["records"]
+            seconds = (_dt.datetime.fromisoformat(doc["finished"]) - _dt.datetime.fromisoformat(doc["started"])).total_seconds()
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    archs = sorted({r["arch"] for r in records if isinstance(r.get("arch"), int)})
+    return (archs, seconds) if archs else None
+
+
+def arch_lines(session_name: str, records: list[dict], run_path: Path, seconds: float, table_archs) -> list[str]:
+    """``archs:`` (what the compile covered, of lanes.toml's archs) and, where it left some out, ``next:``
+    with the command for the rest and the time it would take at this run's pace."""
+    got = compile_coverage(session_name, records, run_path, seconds)
+    if got is None or not table_archs:
+        return []
+    archs, secs = got
+    lane = session_name.partition("-")[2]
+    rest = [a for a in table_archs if a not in archs]
+    who = "" if session_name.startswith("compile-") else f"compile-{lane} compiled for "
+    names = ", ".join(f"sm_{a}" for a in archs)
+    if not rest:
+        return [f"archs:    {who}{names} (all {len(table_archs)} archs of lanes.toml)"]
+    left = ", ".join(f"sm_{a}" for a in rest)
+    pace = secs / len(archs) * len(rest) / 60
+    covered = sum(a in table_archs for a in archs)  # a GPU's own arch may be one the table does not list
+    return [f"archs:    {who}{names} ({covered} of lanes.toml's "
+            f"{len(table_archs)} archs; not compiled: {left})",
+            f"next:     nox -s compile-{lane} -- --all-archs   (the other {len(rest)} archs, about {max(1, round(pace))} "
+            "min at this run's pace; CI runs all of them)"]
+
+
+def summary_lines(session_name: str, base: dict, records: list[dict], run_path: Path, problem: str | None,
+                  seconds: float, table=None) -> list[str]:
+    results = run_path.parent
+    status = "PASSED" if not problem else "SKIPPED" if problem == "skip" else f"FAILED: {problem}"
+    archs = arch_lines(session_name, records, run_path, seconds, table.archs if table else ())
+    if base.get(ledger.SPECS_FIELD):  # the rest of a team's sweep is over the same module, into the same results
+        archs = [line.replace("-- --all-archs", f"-- --all-archs --specs {base[ledger.SPECS_FIELD]} --results {results}")
+                 for line in archs]
+    partial = any(line.startswith("next:") for line in archs)
+    return [
+        f"== {session_name}: {status} ({seconds:.0f} s) ==",
+        f"ran:      {base.get('check')} ({base.get('mode')}), {len(records)} records: {counts_by_check(records)}",
+        *[line for line in archs if line.startswith("archs:")],
+        f"versions: {versions_line(base, records)}",
+        f"results:  {run_path} (raw outputs: {results / 'raw'}/{session_name}.*)",
+        *[line for line in archs if line.startswith("next:")],
+        team_line(results) if base.get(ledger.SPECS_FIELD) else
+        f"ledger:   maintainers only: nox -s pin -- --results {results}   (rewrites the tracked "
+        "constraints/ledger.jsonl, MATRIX.md and known-good.txt, to be committed together; a user's checkout needs "
+        "none of it" + ("; pin a full sweep only: a compile of fewer archs replaces the ledger's records of the "
+                        "others)" if partial else ")"),
+    ]
+
+
 def passthrough(session) -> bool:
     """True under --no-venv / -fb none: run in the current environment, install nothing."""
     return session.venv_backend == "none"
@@ -289,7 +367,7 @@ def package_deps(root: Path) -> list[str]:
     """The library's requirements except torch and triton (the lane decides those), plus the toolkit's
     runtime ones from the ``matrix`` extra (rich, filelock) but not its drivers (nox, uv): a lane runs
     ``nsa-sel smoke`` and pytest, never nox."""
-    from .. import _toml  # noqa: PLC0415
+    from ... import _toml  # noqa: PLC0415
 
     project = _toml.loads((root / "pyproject.toml").read_text())["project"]
     deps = project["dependencies"] + project.get("optional-dependencies", {}).get("matrix", [])
@@ -308,7 +386,7 @@ BENCH_TOOLS = ("pytest-benchmark",)
 def test_tools(root: Path, kind: str) -> list[str]:
     """The requirement strings (``hypothesis>=6.100``) of what a ``kind`` lane's pytest needs, as the
     ``test`` and ``bench`` extras of pyproject.toml spell them."""
-    from .. import _toml  # noqa: PLC0415
+    from ... import _toml  # noqa: PLC0415
 
     extras = _toml.loads((root / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
     # Without the extras' own extras (pytest-benchmark[histogram]: plots no lane draws, wheels an offline
@@ -428,12 +506,12 @@ def constraints(session, m: Matrix) -> None:
 
 def check_upgrade(session) -> None:
     """Body of ``nox -s check-upgrade -- VERSION``."""
-    from . import upgrade  # noqa: PLC0415 - only this nox session needs it
+    from .. import upgrade  # noqa: PLC0415 - only this nox session needs it
 
     rc = upgrade.main(list(session.posargs))
     if rc:
         session.error(f"check-upgrade: exit status {rc}")
 
 
-__all__ = ["KINDS", "Matrix", "check_upgrade", "constraints", "describe", "gpu_mode", "isolate", "pin",
-           "raw_path", "run_lane"]
+__all__ = ["KINDS", "Matrix", "check_upgrade", "constraints", "describe", "isolate", "pin", "run_lane",
+           "summary_lines"]
