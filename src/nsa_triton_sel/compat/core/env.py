@@ -175,6 +175,20 @@ def fingerprint() -> dict:
     return fp
 
 
+def lane_fingerprint() -> dict:
+    """:func:`fingerprint` plus what this process imports of Triton, numpy and torch: each import is tried
+    (its error kept under ``import_errors``), then the versions imported and where each came from.  A lane
+    checks it before it runs (in the lane's own interpreter) and stamps its records with it."""
+    fp = fingerprint()
+    for name in ("triton", "numpy", "torch"):
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - reported; the lane refuses an environment without its Triton
+            fp.setdefault("import_errors", {})[name] = repr(exc)
+    fp["imported"], fp["origins"] = imported_versions(), imported_origins()
+    return fp
+
+
 @functools.lru_cache(maxsize=1)
 def _static_fingerprint() -> dict:
     """The parts that cannot change while a process runs (a copy is returned)."""

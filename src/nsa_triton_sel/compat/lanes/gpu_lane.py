@@ -34,8 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..core import lane_table, project
 from .. import ledger
+from ..core import lane_table, machine, project
 from .checks import BODIES, pytest_run
 from .nox_sessions import Matrix, isolate
 
@@ -57,14 +57,6 @@ SIGNALS_RESET = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SI
                  "os.execvp(sys.argv[1], sys.argv[1:])")
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's or taskset's share, not the host's)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def parse_stage_seconds(text: str | None, source: str, stages) -> dict[str, float]:
     """``STAGE=SECONDS,...`` as a dict; ``ValueError`` naming ``source`` (where the text came from) on an unknown
     stage or a value that is not a number."""
@@ -78,6 +70,15 @@ def parse_stage_seconds(text: str | None, source: str, stages) -> dict[str, floa
         except ValueError:
             raise ValueError(f"{source}: {part!r} is not STAGE=SECONDS") from None
     return out
+
+
+def parse_stages(text: str) -> list[str]:
+    """``--stages`` (``compile,parity,...``) as a list; ``ValueError`` on a stage not in :data:`STAGES`."""
+    stages = [s for s in text.split(",") if s]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; accepted: {', '.join(STAGES)}")
+    return stages
 
 
 def stage_limits(text: str | None) -> dict[str, float]:
@@ -127,16 +128,10 @@ def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> str | None:
 
 
 def fingerprint() -> dict:
-    """This process's fingerprint with what it imported (triton, numpy, torch)."""
+    """This process's fingerprint with what it imported (triton, numpy, torch), as a nox lane's."""
     from ..core import env  # noqa: PLC0415
 
-    fp = env.fingerprint()
-    for name in ("triton", "numpy", "torch"):
-        try:
-            __import__(name)
-        except Exception as exc:  # noqa: BLE001 - reported, and the lane refuses below
-            fp.setdefault("import_errors", {})[name] = repr(exc)
-    fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
+    fp = env.lane_fingerprint()
     fp["git_commit"] = fp.get("git_commit") or None  # env.fingerprint: NSA_SEL_GIT_COMMIT first, else git
     return fp
 
@@ -202,12 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {', '.join(STAGES)}")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     args = p.parse_args(argv)
-    stages = [s for s in args.stages.split(",") if s]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        print(f"gpu_lane: unknown stage(s) {unknown}; accepted: {', '.join(STAGES)}", file=sys.stderr)
-        return 2
     try:
+        stages = parse_stages(args.stages)
         limits = stage_limits(os.environ.get("NSA_SEL_STAGE_LIMITS"))
     except ValueError as exc:
         print(f"gpu_lane: {exc}", file=sys.stderr)
@@ -223,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     lane = lane_for(got, table)
     arch = fp.get("compute_capability")
     os.environ.setdefault("NSA_SEL_ARCHS", str(arch).replace(".", "") if arch else ",".join(map(str, table.archs)))
-    os.environ.setdefault("NSA_SEL_JOBS", str(usable_cores()))  # compiles run in child processes, one per core
+    os.environ.setdefault("NSA_SEL_JOBS", str(machine.usable_cores()))  # compiles run in child processes, one per core
     m = Matrix(table=table, root=project.constraints_dir(args.constraints).parent, gpu=True)
     args.results.mkdir(parents=True, exist_ok=True)
     print(f"gpu_lane: triton {got} from {fp['origins'].get('triton')} (lane {lane.label}"

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ..core import lane_table, machine, project
 from . import gpu_lane
-from ..core import lane_table, project
 
 # After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
 # (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
@@ -60,10 +60,6 @@ LIMITS = {"compile": 300, "parity": 600, "contract": 480, "canary": 180, "warm":
 BENCH_ARGS = '-k "not local and not crossover and not dispatch"'
 BENCH_ENV = {"NSA_BENCH_T": "4096,32768", "NSA_BENCH_FLEX": "0"}
 POLL_S = 2.0
-
-
-def usable_cores() -> int:
-    return gpu_lane.usable_cores()
 
 
 @dataclass
@@ -91,7 +87,7 @@ class Refresh:
         self.tasks: list[Task] = []
         self.releases: dict[str, Path | None] = {}
         self.expect = expected(args.expect, table)
-        self.cores = args.cores or usable_cores()
+        self.cores = args.cores or machine.usable_cores()
         self.limits = {**LIMITS, **parse_limits(args.limits)}
         self.looked_installed = False
         for sub in ("results", "logs", "cache"):
@@ -339,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", help="per-stage seconds, e.g. parity=600,bench=240")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     args = p.parse_args(argv)
-    args.stages = [s for s in args.stages.split(",") if s]
-    bad = [s for s in args.stages if s not in gpu_lane.STAGES]
-    if bad:
-        print(f"gpu_refresh: unknown stage(s) {bad}; accepted: {', '.join(gpu_lane.STAGES)}", file=sys.stderr)
+    try:
+        args.stages = gpu_lane.parse_stages(args.stages)
+    except ValueError as exc:
+        print(f"gpu_refresh: {exc}", file=sys.stderr)
         return 2
     if not args.installed and not args.trees:
         print("gpu_refresh: nothing to run: give --installed and/or --trees DIR", file=sys.stderr)

@@ -63,14 +63,7 @@ PAIRINGS = (PAIRED, BORROW)
 FINGERPRINT = """
 import json
 from nsa_triton_sel.compat.core import env
-fp = env.fingerprint()
-for name in ("triton", "numpy", "torch"):
-    try:
-        __import__(name)
-    except Exception as exc:
-        fp.setdefault("import_errors", {})[name] = repr(exc)
-fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
-print("NSA_SEL_FP " + json.dumps(fp))
+print("NSA_SEL_FP " + json.dumps(env.lane_fingerprint()))
 """
 # Runs in the invoking environment: torch's files and those of the distributions it requires,
 # transitively, except triton and numpy (the lane brings its own).
