@@ -87,7 +87,9 @@ def constraints(session: nox.Session) -> None:
 @nox.session(name="check-upgrade", venv_backend="none", default=False, tags=["ledger"])
 def check_upgrade(session: nox.Session) -> None:
     """Pre-upgrade check of a Triton release: nox -s check-upgrade -- 3.10.0 [--admit]."""
-    nox_sessions.check_upgrade(session)
+    from nsa_triton_sel.compat.commands import upgrade  # noqa: PLC0415 - only this session needs it
+
+    upgrade.nox_session(session)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ledger_factory as F
-from nsa_triton_sel.compat import admit, ledger, upgrade
+from nsa_triton_sel.compat.commands import upgrade
+from nsa_triton_sel.compat import ledger
 from nsa_triton_sel.compat.core import lane_table
 
 
@@ -35,7 +36,7 @@ def test_admitting_a_listed_patch_release_pins_its_records(tmp_path, capsys):
 def test_admitting_a_new_minor_adds_a_lane_with_the_rules_of_the_lane_below(tmp_path):
     cdir = F.constraints_dir(tmp_path)
     cand = _candidate_runs(tmp_path / "cand", "3.10.0")
-    admit.admit("3.10.0", cand, cdir, cdir / "ledger.jsonl", log=lambda *_: None)
+    upgrade.admit("3.10.0", cand, cdir, cdir / "ledger.jsonl", log=lambda *_: None)
     table = lane_table.load_table(cdir / "lanes.toml")
     lane = table.lane("3.10")
     assert (lane.triton, lane.torch, lane.numpy, lane.python) == ("3.10.0", (), ">=1.26", ">=3.11")
@@ -46,12 +47,12 @@ def test_admitting_a_new_minor_adds_a_lane_with_the_rules_of_the_lane_below(tmp_
 
 def test_admitting_an_unlisted_patch_attaches_it_to_its_lane(tmp_path):
     cdir = F.constraints_dir(tmp_path)
-    admit.add_release(cdir / "lanes.toml", "3.3.2")
+    upgrade.add_release(cdir / "lanes.toml", "3.3.2")
     table = lane_table.load_table(cdir / "lanes.toml")
     patch = table.for_version("3.3.2")
     assert patch.patch and patch.label == "3.3" and patch.numpy == "<2.4" and patch.torch == ()
     assert [p.triton for p in table.patches] == ["3.3.0", "3.3.2", "3.5.0"]
-    admit.add_release(cdir / "lanes.toml", "3.3.2")  # again: nothing changes
+    upgrade.add_release(cdir / "lanes.toml", "3.3.2")  # again: nothing changes
     assert len(lane_table.load_table(cdir / "lanes.toml").patches) == 3
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from nsa_triton_sel import device, known_bad
 from nsa_triton_sel.compat.smoke import aot
-from nsa_triton_sel.compat import doctor, ledger
+from nsa_triton_sel.compat.commands import doctor
+from nsa_triton_sel.compat import ledger
 from nsa_triton_sel.compat.registry import variants
 from nsa_triton_sel.compat.core import env
 from nsa_triton_sel.compat.ledger import archs

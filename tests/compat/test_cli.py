@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from nsa_triton_sel.compat import cli
+from nsa_triton_sel.compat.commands import cli
 from nsa_triton_sel.compat.core.command import seconds, set_debugging
 
 

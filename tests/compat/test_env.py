@@ -13,7 +13,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel.compat import doctor
+from nsa_triton_sel.compat.commands import doctor
 from nsa_triton_sel.compat.core import env
 
 REQUIRED = {
@@ -144,7 +144,7 @@ def test_doctor_text_without_probe(capsys):
 
 
 def test_nsa_sel_doctor_routes_through_the_cli(capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     assert cli.main(["doctor", "--no-interp"]) == 0
     assert "compute_capability" in capsys.readouterr().out
@@ -154,7 +154,7 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
     # The real command line in a fresh process, interpreter probe included (the one
     # run of the probe in this file: it costs a few seconds).
     res = subprocess.run(
-        [sys.executable, "-m", "nsa_triton_sel.compat.cli", "doctor", "--json"],
+        [sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", "doctor", "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr
@@ -175,7 +175,7 @@ def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
 def test_doctor_says_which_threshold_applies_and_why(capsys):
     """Doctor names the thresholds entry (or the default) in force, and why: a user on an unmeasured pair
     must see that the default applies, not a figure measured elsewhere."""
-    from nsa_triton_sel.compat.doctor import threshold_in_force
+    from nsa_triton_sel.compat.commands.doctor import threshold_in_force
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
     assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
@@ -218,7 +218,7 @@ def _copy_constraints(tmp_path):
 def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_path, capsys, which, damage, needle):
     """A damaged project file is one line, never a traceback (LedgerError, TableError, UnicodeDecodeError,
     IsADirectoryError) or a hang (a FIFO known-good.txt), and the rest of doctor's report still prints."""
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     cdir = _copy_constraints(tmp_path)
     damage(cdir / which)
@@ -231,7 +231,7 @@ def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_pat
 
 
 def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
     from nsa_triton_sel.compat.core.command import set_debugging
 
     cdir = _copy_constraints(tmp_path)
@@ -248,7 +248,7 @@ def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
 
 
 def test_a_named_constraints_directory_that_is_not_one_is_an_error(tmp_path, capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     assert cli.main(["doctor", "--no-interp", "--constraints", str(tmp_path)]) == 2
     assert "no lanes.toml there" in capsys.readouterr().err
@@ -271,7 +271,7 @@ def test_without_numpy_the_probe_says_what_to_install(monkeypatch):
 
 @pytest.mark.parametrize("arch", ["0", "-80", "1" + "0" * 40, "eighty", "sm_", "9" * 5000])
 def test_doctor_arch_must_be_a_compute_capability(capsys, arch):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(["doctor", "--no-interp", "--arch", arch])

@@ -78,7 +78,7 @@ def test_a_changed_planner_tile_size_stales_compile_evidence(pkg):
     ("compat/registry/compile_spec.py", None), ("compat/registry/capture.py", None),
     ("kernels/bind.py", "runtime"), ("kernels/launch.py", "runtime"), ("arguments/route.py", "runtime"),
     ("api.py", "runtime"), ("op.py", "runtime"), ("data/known_bad.toml", "runtime"), ("data/thresholds.json", "runtime"),
-    ("compat/cli.py", None), ("compat/ledger/matrix.py", None), ("provenance.py", None), ("py.typed", None),
+    ("compat/commands/cli.py", None), ("compat/ledger/matrix.py", None), ("provenance.py", None), ("py.typed", None),
     ("kernels/__pycache__/x.py", None),
     ("data/notes.txt", None),
 ])

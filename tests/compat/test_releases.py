@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fake_index
-from nsa_triton_sel.compat import cli, releases
+from nsa_triton_sel.compat.commands import cli, releases
 from nsa_triton_sel.compat.core import lane_table, project
 
 TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")

@@ -6,7 +6,7 @@ import json
 
 from packaging.version import Version
 
-from nsa_triton_sel.compat import cli, doctor, standing
+from nsa_triton_sel.compat.commands import cli, doctor, standing
 from nsa_triton_sel.compat.core import lane_table, project
 
 TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")

@@ -7,7 +7,8 @@ import pytest
 
 import ledger_factory as F
 from nsa_triton_sel.compat.core import lane_table
-from nsa_triton_sel.compat import ledger, team_matrix, upgrade
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import team_matrix, upgrade
 from test_team_specs import LEDGER_FILES, ROOT, TABLE, LaneFailed, LaneSession, _digest, write_team
 from nsa_triton_sel.compat.lanes import nox_sessions
 

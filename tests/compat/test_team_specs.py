@@ -25,7 +25,8 @@ import pytest
 
 import ledger_factory as F
 from nsa_triton_sel.compat.core import lane_table, project
-from nsa_triton_sel.compat import ledger, team_matrix, upgrade
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import team_matrix, upgrade
 from nsa_triton_sel.compat.lanes import nox_sessions
 
 HERE = Path(__file__).resolve().parent

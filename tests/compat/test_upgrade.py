@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from nsa_triton_sel import known_bad
 from nsa_triton_sel.compat.core import lane_table
-from nsa_triton_sel.compat import ledger, upgrade
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import upgrade
 from nsa_triton_sel.compat.core.verdicts import ENVIRONMENT
 
 CAND = lane_table.Lane(label="3.10", triton="3.10.0", torch=(), python=">=3.11", numpy=">=1.26", candidate=True)

@@ -42,7 +42,7 @@ def test_ci_lanes_and_check_upgrade_compile_every_arch(monkeypatch, tmp_path):
     verdicts speak for every arch of lanes.toml, ask for all of them."""
     for job in ("cpu", "gpu"):
         assert "NSA_SEL_ARCHS: all" in _job(job), job
-    from nsa_triton_sel.compat import upgrade
+    from nsa_triton_sel.compat.commands import upgrade
 
     seen = {}
     monkeypatch.setattr(upgrade.subprocess, "call", lambda cmd, env: seen.setdefault("cmd", cmd) and 0)

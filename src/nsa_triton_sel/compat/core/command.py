@@ -1,6 +1,6 @@
 """What every ``nsa-sel`` command shares: one-line errors (:func:`fail`), an argument parser that reports
 in one line (:class:`Parser`), the ``--timeout`` type (:func:`seconds`) and ``--debug``
-(:func:`debugging`).  The router that picks the command is :mod:`..cli`; the exit statuses are
+(:func:`debugging`).  The router that picks the command is :mod:`..commands.cli`; the exit statuses are
 listed there.
 
 Standard library only at import: every command imports it.

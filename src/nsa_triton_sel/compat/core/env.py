@@ -1,4 +1,4 @@
-"""The environment fingerprint and the interpreter probe (``nsa-sel doctor`` prints both: :mod:`.doctor`).
+"""The environment fingerprint and the interpreter probe (``nsa-sel doctor`` prints both: :mod:`..commands.doctor`).
 
 :func:`fingerprint` is cheap (imports and queries only, no kernel runs): benchmark and
 ledger rows embed it so every number can be traced to the software and hardware that

@@ -1,8 +1,7 @@
 """The lanes: one Triton release each, in an environment of its own, its checks recorded as run files.
 
 - :mod:`.nox_sessions`: what the noxfile's sessions do (options, installing the lane and its torch, the
-  isolation check, the run file, the summary that ends the log); ``nox -s pin``, ``constraints`` and
-  ``check-upgrade`` call through here too;
+  isolation check, the run file, the summary that ends the log; ``nox -s pin`` and ``constraints``);
 - :mod:`.checks`: the checks a lane runs once its environment is ready (compile, parity, bench);
 - :mod:`.pytest_plugin`: loaded by every pytest a lane runs, to report the versions it imported;
 - :mod:`.bench_store`: the bench lanes' pytest-benchmark storage and check-upgrade's regression gate;

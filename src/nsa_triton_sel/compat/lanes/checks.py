@@ -94,7 +94,7 @@ def compile_body(session, lane, base, results, rest, m):
         extra += team.smoke_args(m.team)
     elif os.environ.get("NSA_SEL_CANARIES") != "0":
         extra += ["--canaries"]
-    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
+    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.commands.cli", "smoke",
                 "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines",
                 "--expect-triton", lane.triton, *extra, env=team.smoke_env(m.team, session.env))
     if not report_path.exists():

@@ -497,14 +497,4 @@ def constraints(session, m: Matrix) -> None:
     session.log(f"{len(changed)} constraints file(s) rewritten: {', '.join(p.name for p in changed) or 'none'}")
 
 
-def check_upgrade(session) -> None:
-    """Body of ``nox -s check-upgrade -- VERSION``."""
-    from .. import upgrade  # noqa: PLC0415 - only this nox session needs it
-
-    rc = upgrade.main(list(session.posargs))
-    if rc:
-        session.error(f"check-upgrade: exit status {rc}")
-
-
-__all__ = ["KINDS", "Matrix", "check_upgrade", "constraints", "describe", "isolate", "pin", "run_lane",
-           "summary_lines"]
+__all__ = ["KINDS", "Matrix", "constraints", "describe", "isolate", "pin", "run_lane", "summary_lines"]

@@ -13,8 +13,8 @@ records are kept apart from this project's evidence:
 - no canaries (they check the harness for this project's matrix) and no known-bad windows (they
   describe this project's kernels): a team's failure is its own, never relabelled ``xfail``.
 
-``nsa-sel matrix --results DIR`` (:mod:`..team_matrix`) renders what the lanes wrote; ``nsa-sel
-check-upgrade VERSION --specs M`` (:mod:`..team_upgrade`) runs two of them and judges the candidate.
+``nsa-sel matrix --results DIR`` (:mod:`..commands.team_matrix`) renders what the lanes wrote; ``nsa-sel
+check-upgrade VERSION --specs M`` (:mod:`..commands.team_upgrade`) runs two of them and judges the candidate.
 Standard library only, like the lanes that import it.
 """
 

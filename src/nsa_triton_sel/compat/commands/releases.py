@@ -10,7 +10,7 @@ its files and whether they are yanked) and ``URL/<project>/<version>/json`` (a r
 ``requires_dist``).  ``--index-url`` (or ``$NSA_SEL_INDEX_URL``) points it at a mirror or at a
 ``file://`` tree of the same layout (the tests use one; nothing here needs the network otherwise).
 
-Every read is bounded: a ``file://`` document is read as :func:`.core.atomic.read_text` reads a file (a
+Every read is bounded: a ``file://`` document is read as :func:`..core.atomic.read_text` reads a file (a
 regular file only, never blocking on a FIFO, at most 64 MiB), an ``http(s)://`` one with ``--timeout``
 per request and a deadline for the whole body; other schemes are refused.  A document of the wrong
 shape (``releases`` not an object, a file list that is not a list, ...) is an error naming the URL.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from .core import lane_table, project
-from .core.atomic import FileProblem, atomic_write_text, check_output, loads_json, read_text
-from .core.command import Parser, fail, seconds
+from ..core import lane_table, project
+from ..core.atomic import FileProblem, atomic_write_text, check_output, loads_json, read_text
+from ..core.command import Parser, fail, seconds
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
 ENV_INDEX = "NSA_SEL_INDEX_URL"

@@ -1,7 +1,7 @@
 """``nsa-sel check-upgrade VERSION --specs M [--baseline V]``: may a team move its own kernels to a Triton release?
 
 The same question this project asks of its kernels, asked of a user's spec module (``nsa-sel capture``
-writes one from a real run): the compile lanes run over the module (:mod:`.lanes.team`) for the candidate and
+writes one from a real run): the compile lanes run over the module (:mod:`..lanes.team`) for the candidate and
 for the baseline, the release the team uses now (``--baseline``, one of lanes.toml; default the newest
 lane below the candidate), each with its own Triton in its own environment; the records are judged with
 :func:`.upgrade.judge` on the checks a spec module has (its compiles, and the static API range of its
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from .core import lane_table, machine
-from .ledger import first_line
-from .lanes.team import check_spec_path, normalise_ref, spec_refs, team_records
+from ..core import lane_table, machine
+from ..ledger import first_line
+from ..lanes.team import check_spec_path, normalise_ref, spec_refs, team_records
 from .team_matrix import render
-from .core.verdicts import BLOCKED, ENVIRONMENT, PASS, UNSUPPORTED
+from ..core.verdicts import BLOCKED, ENVIRONMENT, PASS, UNSUPPORTED
 
 REQUIRED = ("compile", "compile-static")  # what a spec module's lane checks: its compiles and its sources
 SPEC_LOAD_TIMEOUT_S = 60.0
@@ -88,7 +88,7 @@ def plan(args, version: str, table: lane_table.Table, cwd: str) -> TeamPlan:
 def load_module(team: TeamPlan) -> str:
     """The spec module imported in a child (a module that does not load is refused before the lanes run): the
     line saying what it holds and where it came from."""
-    from .smoke.cli import load_specs_in_child  # noqa: PLC0415 - the smoke's own loader, under a timeout
+    from ..smoke.cli import load_specs_in_child  # noqa: PLC0415 - the smoke's own loader, under a timeout
 
     specs, source = load_specs_in_child(team.ref, sys.executable, SPEC_LOAD_TIMEOUT_S)
     if not specs:

@@ -1,9 +1,9 @@
 """``nsa-sel matrix --results DIR``: the verdict table of a user's spec module over the releases its lanes ran.
 
 The compile lanes run over a team's module (``nox -s compile-3.0 compile-3.9 -- --specs M --results DIR``,
-or every release: ``nox -t compile -- ...``; :mod:`.lanes.team`) leave one run file per release in DIR.  This
+or every release: ``nox -t compile -- ...``; :mod:`..lanes.team`) leave one run file per release in DIR.  This
 renders them as constraints/MATRIX.md renders this project's ledger, with the same cells (``pass 4/4``,
-``**FAIL** 1/4``, counted over specs x archs by :func:`.ledger.cell`): one row per release (its lane and
+``**FAIL** 1/4``, counted over specs x archs by :func:`..ledger.cell`): one row per release (its lane and
 the torch it pairs with), the compile cell, the static API-range cell, one compile cell per kernel and
 the spills; then every non-pass with Triton's own message, and the static findings per kernel.  It
 writes nothing but ``--output``; nothing of it enters this project's ledger.
@@ -20,12 +20,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .core import lane_table, project
-from . import ledger
-from .core.atomic import FileProblem, atomic_write_text, check_output
-from .core.command import Parser, fail
-from .lanes.team import spec_refs, team_records
-from .core.verdicts import BAD, NEUTRAL, SKIP, UNSUPPORTED
+from ..core import lane_table, project
+from .. import ledger
+from ..core.atomic import FileProblem, atomic_write_text, check_output
+from ..core.command import Parser, fail
+from ..lanes.team import spec_refs, team_records
+from ..core.verdicts import BAD, NEUTRAL, SKIP, UNSUPPORTED
 
 STATIC = "compile-static"
 MAX_SPILL_ITEMS = 3
@@ -72,7 +72,7 @@ def _release_cells(triton: str, recs: list[dict], table: lane_table.Table | None
 
 
 def render(recs: list[dict], table: lane_table.Table | None = None, source: str = "") -> str:
-    """The verdict table of a team's runs (records of :func:`.lanes.team.team_records`) as Markdown."""
+    """The verdict table of a team's runs (records of :func:`..lanes.team.team_records`) as Markdown."""
     by_release: dict[str, list[dict]] = {}
     for r in recs:
         by_release.setdefault(r["triton"], []).append(r)

@@ -4,7 +4,7 @@ Each sub-command lives in the module that owns its logic and exposes
 ``main(argv: list[str]) -> int``; this file routes, so the heavy imports
 (torch, triton) happen only for the command that needs them, and lists the
 exit statuses every command keeps.  What the commands share (one-line errors,
-the parser, ``--timeout``, ``--debug``) is :mod:`.core.command`.
+the parser, ``--timeout``, ``--debug``) is :mod:`..core.command`.
 
 Standard library only at import.
 """
@@ -15,19 +15,19 @@ import importlib
 import importlib.util
 import sys
 
-from .core.command import fail, set_debugging
+from ..core.command import fail, set_debugging
 
 COMMANDS = {
-    "doctor": ("nsa_triton_sel.compat.doctor", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
+    "doctor": ("nsa_triton_sel.compat.commands.doctor", "print the environment fingerprint (python, torch, triton, CUDA, GPU)"),
     "smoke": ("nsa_triton_sel.compat.smoke", "compile every registered kernel variant ahead of time, in child processes"),
     "capture": ("nsa_triton_sel.compat.registry.capture",
                 "run a command and write the Triton kernel launches it made as compile specs"),
     "pin": ("nsa_triton_sel.compat.ledger", "merge lane results into the ledger; render MATRIX.md and known-good.txt"),
-    "check-upgrade": ("nsa_triton_sel.compat.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one; "
+    "check-upgrade": ("nsa_triton_sel.compat.commands.upgrade", "compile + parity check of a Triton release; --admit records a SAFE one; "
                       "--specs M: your own kernels instead"),
-    "matrix": ("nsa_triton_sel.compat.team_matrix", "the verdict table of the compile lanes run over your spec module "
+    "matrix": ("nsa_triton_sel.compat.commands.team_matrix", "the verdict table of the compile lanes run over your spec module "
                "(-- --specs M --results DIR)"),
-    "releases": ("nsa_triton_sel.compat.releases", "Triton releases and torch pins on the index that lanes.toml lacks"),
+    "releases": ("nsa_triton_sel.compat.commands.releases", "Triton releases and torch pins on the index that lanes.toml lacks"),
 }
 
 EXIT_STATUS = """exit status (every command):
