@@ -9,5 +9,5 @@
 - :mod:`.team_upgrade` and :mod:`.team_matrix`: the same question and the verdict table for a team's
   own spec module (``check-upgrade --specs``, ``nsa-sel matrix``).
 
-No other package imports these.  May import: core, registry, canaries, smoke, ledger, lanes.
+No other package imports these.  May import: core, smoke, ledger, lanes.
 """

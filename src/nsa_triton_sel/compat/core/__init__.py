@@ -10,6 +10,6 @@
 - :mod:`.env`: the environment fingerprint and the interpreter probe;
 - :mod:`.command`: what every ``nsa-sel`` command shares (one-line errors, the parser, ``--debug``).
 
-May import: no other package of the toolkit (only the library's standard-library modules, such as
-``provenance`` and ``files``).
+Of the library it imports only ``provenance``, ``files`` and ``_toml`` (standard library only, like
+this package).  May import: nothing.
 """

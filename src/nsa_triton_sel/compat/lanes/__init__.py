@@ -10,6 +10,5 @@
 - :mod:`.gpu_refresh`: many releases through :mod:`.gpu_lane` at once on one GPU machine.
 
 The lanes table itself (``constraints/lanes.toml``) and this machine's cores and archs are
-:mod:`..core`; the records the lanes write are :mod:`..ledger`'s.  May import: core, registry,
-canaries, smoke, ledger.
+:mod:`..core`; the records the lanes write are :mod:`..ledger`'s.  May import: core, canaries, smoke, ledger.
 """
