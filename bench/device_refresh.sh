@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 13-release GPU refresh on the device machine (issue 36), driven over several device calls:
+# The 13-release GPU refresh on the device machine, driven over several device calls:
 #
 #   bash bench/device_refresh.sh feed       # call 1..K: take the parts this call carried in .carry/, start (once)
 #                                           #   the unpacker and the refresh in the background, print progress

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100, 550 s at most).
+# The whole GPU benchmark in one call (about 7 minutes on an H100, 550 s at most).
 #
 #   bench/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
 #   bench/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU evidence of one or more Triton releases in one call: wheel in, ledger run files and
-# benchmark JSON out (issue 21).  For each release, python -m nsa_triton_sel.compat.lanes.gpu_lane runs
+# benchmark JSON out.  For each release, python -m nsa_triton_sel.compat.lanes.gpu_lane runs
 # its stages: compile (this GPU's arch), parity (pytest -m gpu: forward and gradients), canary
 # (the GPU miscompile canaries, each in its own process), bench (pytest-benchmark against packed
 # SDPA at the seeds' packed shapes and the canonical NSA shape T=4K/32K, random and local, forward

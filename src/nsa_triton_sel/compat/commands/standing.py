@@ -30,7 +30,7 @@ def known_good(path: Path, triton: Version) -> tuple[str, str]:
     """``(status, why)`` from known-good.txt: "known-good", "excluded" (with the file's reason) or
     "not listed" (a release the table does not test).  An unreadable file (a FIFO, a directory, not UTF-8)
     is a :class:`..core.atomic.FileProblem` naming it."""
-    from ..core.atomic import read_text  # noqa: PLC0415 - non-blocking: a FIFO here used to hang doctor
+    from ..core.atomic import read_text  # noqa: PLC0415 - non-blocking: a FIFO here must not hang doctor
 
     lines = read_text(path).splitlines()
     spec_line = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("triton")), None)

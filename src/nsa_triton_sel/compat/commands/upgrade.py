@@ -123,7 +123,7 @@ def _regressions(cand: list[dict], base: list[dict], check: str) -> list[str]:
 
 
 # The PTX embeds absolute source paths, so its size moves with the install location: growth is
-# counted, never itemised (97 of 123 notes of one check were such noise, burying the ones below).
+# counted, never itemised (itemised, such noise would bury the notes that matter).
 PATH_DEPENDENT_METRICS = ("ptx_bytes",)
 RESOURCE_METRICS = ("spills", "registers", "stack", "local", "shared")  # listed first, in this order
 
@@ -342,7 +342,7 @@ def _slowdown(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:  # nan/inf/negative used to switch the speed gate off
+    if not math.isfinite(value) or value <= 0:  # nan/inf/negative would switch the speed gate off
         raise argparse.ArgumentTypeError(f"must be a finite positive fraction (0.10 = 10%), got {text!r}")
     return value
 

@@ -27,7 +27,7 @@ RC_WRAP = ("import subprocess, sys; rc = subprocess.call([sys.executable] + sys.
            "open(sys.argv[1], 'w').write(str(rc))")
 # pytest options of every lane run.  junit_family=xunit1: the suites attach their oracle errors
 # with record_property, a per-test-case property that only the xunit1 schema has (under the
-# default xunit2, pytest warned once per test: 37 warnings per parity lane).
+# default xunit2, pytest warns once per test).
 PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", PLUGIN, "-o", "junit_family=xunit1")
 
 
@@ -141,8 +141,8 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
     extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
-    # Interpreter tests are single-threaded and the 2-core box's main job waited on them with a core idle:
-    # pytest-xdist spreads them over the usable cores (``workers``; the parity lane installs it).
+    # Interpreter tests are single-threaded: pytest-xdist spreads them over the usable cores (``workers``;
+    # the parity lane installs it), so no core idles while they run.
     extra += ["-n", str(workers)] if workers > 1 else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,

@@ -12,8 +12,8 @@ imported another Triton, or a numpy outside the lane's range, becomes an ``error
 Torch: a CPU parity lane installs the torch its Triton pairs with (``lanes.toml``, the
 first of ``torch``: the CUDA build PyPI serves, which runs on a CPU too), so the interpreter parity,
 the backward, the custom op's ``opcheck`` and the ``torch.compile`` smoke run under the pair a user
-installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a download
-of 2.5-4 GB the first time and a hard-linked copy from uv's cache after (seconds).  A compile lane
+installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a large
+download the first time and a hard-linked copy from uv's cache after.  A compile lane
 needs no torch of its own (the AOT compile never calls it) and, like ``--torch-pairing borrow``
 (``NSA_SEL_TORCH_PAIRING=borrow``: offline boxes, or pip capped below the pair), borrows the invoking
 environment's CPU torch through a directory of links to *torch and its dependencies only* (never
@@ -370,8 +370,8 @@ def package_deps(root: Path) -> list[str]:
 
 # What the lanes' pytest runs import besides torch, triton and numpy (the lane decides those) and the
 # package: pytest-timeout for the suites' timeouts, hypothesis for tests/test_fuzz.py (an interp test:
-# without it the parity lane recorded two standing skips), pytest-xdist to run the interpreter tests on
-# every usable core.  Version floors come from pyproject's extras.
+# without it the parity lane records skips), pytest-xdist to run the interpreter tests on every usable
+# core.  Version floors come from pyproject's extras.
 TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "pytest-xdist")
 BENCH_TOOLS = ("pytest-benchmark",)
 

@@ -70,7 +70,7 @@ def _jobs(text: str) -> int:
 def _version(text: str) -> str:
     try:
         Version(text)
-    except InvalidVersion:  # used to fail only after the whole run
+    except InvalidVersion:  # refused before the run, not after it
         raise argparse.ArgumentTypeError(f"not a Triton version: {text!r} (e.g. 3.9.0)") from None
     return text
 
@@ -101,8 +101,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check_paths(args) -> None:
-    """--python, --keep, --json and --specs files, checked before the run (a bad --json used to lose the run's
-    result; a file that is not an interpreter used to end the run in an OSError)."""
+    """--python, --keep, --json and --specs files, checked before the run (a bad --json would lose the run's
+    result; a file that is not an interpreter would end the run in an OSError)."""
     if args.python is not None:
         check_interpreter(args.python, min(args.timeout, 60.0))
     if args.keep is not None:  # created only once every check passed (main): a refused run writes nothing

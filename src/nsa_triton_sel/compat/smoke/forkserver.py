@@ -1,8 +1,7 @@
 """A compile server: one child process that imports Triton once and forks a fresh process per compile.
 
-The smoke harness used to start a new Python for every compile, and importing Triton there cost
-0.25-0.6 s of the 1.2-8 s a compile takes (about a quarter of a lane's compile time on a 2-core
-box).  This server imports Triton and this package once, then forks one process per compile:
+Importing Triton is a sizeable part of a short compile, so a fresh Python per compile would pay it
+every time.  This server imports Triton and this package once, then forks one process per compile:
 each compile still runs in a process of its own (a compiler abort kills that process only, and
 is reported as a ``crash``), in its own process group (a timeout kills it with its ptxas), with
 its own ``TRITON_CACHE_DIR`` and its stderr in its own file, exactly as a separate child would.
