@@ -12,10 +12,21 @@
 What it compiles comes from :mod:`..registry` (and :mod:`..canaries`).  May import: core, registry, canaries.
 """
 
-from .children import child_env, child_paths, crash_message, is_site_dir, run_child
-from .cli import main
-from .report import SmokeReport, SmokeResult
-from .run import DEFAULT_ARCHS, make_result, parse_archs, run_smoke
+import importlib
 
-__all__ = ["DEFAULT_ARCHS", "SmokeReport", "SmokeResult", "child_env", "child_paths", "crash_message",
-           "is_site_dir", "main", "make_result", "parse_archs", "run_child", "run_smoke"]
+# The harness's names, each from the module that defines it, imported when first asked for: a compile child
+# (``python -m nsa_triton_sel.compat.smoke.aot``, the compile server) and ``python -m
+# nsa_triton_sel.compat.smoke.static_check`` load this package, never the harness around them.
+_HOMES = {
+    "child_env": "children", "child_paths": "children", "crash_message": "children", "is_site_dir": "children",
+    "run_child": "children", "main": "cli", "SmokeReport": "report", "SmokeResult": "report",
+    "DEFAULT_ARCHS": "run", "make_result": "run", "parse_archs": "run", "run_smoke": "run",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
