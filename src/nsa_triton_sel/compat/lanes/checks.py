@@ -76,7 +76,7 @@ def test_workers() -> int:
 
 
 def compile_body(session, lane, base, results, rest, m):
-    """nsa-sel smoke for the run's archs (:func:`.core.machine.compile_archs`: asked for, this machine's GPU, or the
+    """nsa-sel smoke for the run's archs (:func:`..core.machine.compile_archs`: asked for, this machine's GPU, or the
     GPU-less default), judged for the lane's release; verdicts from its JSON."""
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)

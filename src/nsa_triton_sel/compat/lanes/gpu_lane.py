@@ -10,7 +10,7 @@ nsa_triton_sel.compat.lanes.gpu_refresh`` does that for many releases at once):
   the ``backward`` column), records through the toolkit's pytest plugin;
 - ``contract``: ``pytest -m contract`` (the user contract on a GPU, ``tests/test_contract_gpu*.py``):
   the ``contract`` column, judged against the runtime hash (the stage to re-run after a host-side edit);
-- ``canary``: the GPU miscompile canaries (:mod:`.canaries.gpu`), each in its own process;
+- ``canary``: the GPU miscompile canaries (:mod:`..canaries.gpu`), each in its own process;
 - ``bench``: ``pytest bench/`` (pytest-benchmark against packed SDPA at the seeds' packed shapes and
   the canonical NSA shape, forward and forward+backward; and ``bench/test_auto_route.py``: the
   default ``backend="auto"`` within 5 % of ``backend="triton"``).
@@ -154,7 +154,7 @@ def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
 
 
 def canary_records(results: list[dict], base: dict, imported: dict | None = None) -> list[dict]:
-    """Ledger records (check ``gpu-canary``) from :func:`.canaries.gpu.run_all`'s results (made here, so the
+    """Ledger records (check ``gpu-canary``) from :func:`..canaries.gpu.run_all`'s results (made here, so the
     canaries never import the ledger, which renders them)."""
     return [ledger.record({**base, "check": "gpu-canary"}, kernel=f"gpu-canary/{r['name']}", verdict=r["verdict"],
                           message=r["message"], metrics=r["metrics"], imported=imported) for r in results]

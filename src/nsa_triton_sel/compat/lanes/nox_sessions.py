@@ -95,7 +95,7 @@ print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
 class Matrix:
     """What every lane session needs besides its lane: the table, the project root, the flavour, and
     (once a session has read its options) the archs its compile covers (None: decide from the
-    environment, :func:`.core.machine.compile_archs`) and the user's spec module it compiles instead of the
+    environment, :func:`..core.machine.compile_archs`) and the user's spec module it compiles instead of the
     registry (``--specs``)."""
 
     table: lane_table.Table
