@@ -1,6 +1,6 @@
 """Triton compatibility matrix: compile-X / parity-X / bench-X per release of constraints/lanes.toml.
 
-  nox                                the newest lane's compile-X parity-X (X: `python -m nsa_triton_sel.compat.lanes --newest`)
+  nox                                the newest lane's compile-X parity-X (X: `python -m nsa_triton_sel.compat.core.lane_table --newest`)
   nox -s parity-3.1 bench-3.1        one lane (compile runs first) nox -t compile parity   every CPU lane
   nox -s compile-3.3.0               a patch release of lane 3.3   nox -s constraints      regenerate triton-X.txt
   nox -s check-upgrade -- 3.10.0     pre-upgrade check (add --admit to record a SAFE one)
@@ -19,7 +19,7 @@ environment when its exact Triton is installed there.
 
 Every lane imports its own Triton and numpy (a CPU lane borrows only torch from this environment);
 what each process imported is recorded and checked.  The session bodies live in
-src/nsa_triton_sel/compat/nox_lanes.py; this file only declares them.
+src/nsa_triton_sel/compat/lanes/nox_sessions.py; this file only declares them.
 """
 
 from __future__ import annotations
@@ -37,20 +37,21 @@ nox.options.error_on_external_run = False
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # the toolkit needs only the stdlib and packaging (a nox dependency)
 
-from nsa_triton_sel.compat import lanes, nox_lanes  # noqa: E402
+from nsa_triton_sel.compat.core import lane_table, machine  # noqa: E402
+from nsa_triton_sel.compat.lanes import nox_sessions  # noqa: E402
 
-TABLE = lanes.load_table(ROOT / "constraints" / "lanes.toml")
-MATRIX = nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=nox_lanes.gpu_mode())
+TABLE = lane_table.load_table(ROOT / "constraints" / "lanes.toml")
+MATRIX = nox_sessions.Matrix(table=TABLE, root=ROOT, gpu=machine.gpu_mode())
 nox.options.sessions = [f"compile-{TABLE.newest().name}", f"parity-{TABLE.newest().name}"]
 
 
-def _lane_session(kind: str, lane: lanes.Lane) -> None:
+def _lane_session(kind: str, lane: lane_table.Lane) -> None:
     """Register ``{kind}-{lane.name}``: parity and bench require the lane's compile session."""
 
     def session_fn(session: nox.Session) -> None:
-        nox_lanes.run_lane(session, lane, kind, MATRIX)
+        nox_sessions.run_lane(session, lane, kind, MATRIX)
 
-    session_fn.__doc__ = nox_lanes.describe(kind, lane, TABLE)
+    session_fn.__doc__ = nox_sessions.describe(kind, lane, TABLE)
     session_fn.__name__ = f"{kind}_{lane.name}".replace(".", "_").replace("-", "_")
     tags = [kind, f"triton-{lane.label}"] + (["patch"] if lane.patch else []) + (["candidate"] if lane.candidate else [])
     globals()[session_fn.__name__] = nox.session(
@@ -63,30 +64,32 @@ def _lane_session(kind: str, lane: lanes.Lane) -> None:
 
 
 for _release in TABLE.releases:
-    for _kind in nox_lanes.KINDS:
+    for _kind in nox_sessions.KINDS:
         _lane_session(_kind, _release)
 
 if os.environ.get("NSA_SEL_CANDIDATE"):  # check-upgrade's temporary lane
-    for _kind in nox_lanes.KINDS:
-        _lane_session(_kind, lanes.candidate_lane(os.environ["NSA_SEL_CANDIDATE"], TABLE))
+    for _kind in nox_sessions.KINDS:
+        _lane_session(_kind, lane_table.candidate_lane(os.environ["NSA_SEL_CANDIDATE"], TABLE))
 
 
 @nox.session(venv_backend="none", default=False, tags=["ledger"])
 def pin(session: nox.Session) -> None:
     """Merge lane run files into constraints/ledger.jsonl; render MATRIX.md and known-good.txt."""
-    nox_lanes.pin(session)
+    nox_sessions.pin(session)
 
 
 @nox.session(venv_backend="none", default=False, tags=["ledger"])
 def constraints(session: nox.Session) -> None:
     """Regenerate constraints/triton-X.txt from constraints/lanes.toml."""
-    nox_lanes.constraints(session, MATRIX)
+    nox_sessions.constraints(session, MATRIX)
 
 
 @nox.session(name="check-upgrade", venv_backend="none", default=False, tags=["ledger"])
 def check_upgrade(session: nox.Session) -> None:
     """Pre-upgrade check of a Triton release: nox -s check-upgrade -- 3.10.0 [--admit]."""
-    nox_lanes.check_upgrade(session)
+    from nsa_triton_sel.compat.commands import upgrade  # noqa: PLC0415 - only this session needs it
+
+    upgrade.nox_session(session)
 
 
 if __name__ == "__main__":

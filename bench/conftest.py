@@ -143,7 +143,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_benchmark_update_machine_info(config, machine_info):
     """The environment fingerprint (versions, GPU, driver, knobs, commit) and ceilings."""
     try:
-        from nsa_triton_sel.compat.env import fingerprint
+        from nsa_triton_sel.compat.core.env import fingerprint
 
         machine_info["nsa_env"] = fingerprint()
     except Exception as exc:  # noqa: BLE001 - never lose a benchmark run over metadata

@@ -124,7 +124,7 @@ def test_common_helpers_fit_the_installed_triton():
     import triton
     from packaging.version import Version
 
-    from nsa_triton_sel.compat import static_check
+    from nsa_triton_sel.compat.smoke import static_check
 
     for name, rep in static_check.check_file(str(KERNELS / "common.py")).items():
         assert rep.allows(Version(triton.__version__)), (name, rep.to_dict())

@@ -1,10 +1,12 @@
-"""The two wings: the library never imports the toolkit; the toolkit loads without torch/triton;
-no import cycle; no module over 450 lines (kernel source excepted)."""
+"""The two wings: the library never imports the toolkit; the toolkit loads without torch/triton; each
+package of the toolkit imports only the sibling packages it declares; no import cycle; no folder of the
+package holds more than 15 modules."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +19,19 @@ PKG = Path(nsa_triton_sel.__file__).parent
 SRC = PKG.parent
 ROOT = SRC.parent
 TOOLKIT = "nsa_triton_sel.compat"
-MAX_LINES = 450
-KERNEL_SOURCE = {"nsa_triton_sel.kernels.forward", "nsa_triton_sel.kernels.backward"}  # Triton kernel source
+MAX_MODULES = 15  # per folder: past that a folder wants packages of its own, one per responsibility
+# The toolkit's packages, one per stage, and the sibling packages each may import (function-level imports
+# included): a stage imports only stages below it.  Each package's __init__ states the same in its
+# "May import:" line.  A package not listed here (or a module at the top of compat/) is an error.
+PACKAGE_IMPORTS = {
+    "core": set(),  # what every stage shares: project files, lanes table, machine, verdicts, env, command line
+    "registry": {"core"},  # what the compile smoke compiles: the spec format, the registry, capture
+    "canaries": {"core", "registry"},  # kernels the harness must classify; GPU miscompile canaries
+    "smoke": {"core", "registry", "canaries"},  # nsa-sel smoke: one compile per spec and arch, in children
+    "ledger": {"core", "canaries"},  # records, the ledger file, MATRIX.md, known-good.txt, nsa-sel pin
+    "lanes": {"core", "canaries", "smoke", "ledger"},  # one Triton release per environment: nox and GPU lanes
+    "commands": {"core", "smoke", "ledger", "lanes"},  # the nsa-sel router and the commands on top
+}
 
 
 def _name(path: Path) -> str:
@@ -84,6 +97,58 @@ def test_toolkit_modules_load_with_only_the_standard_library_and_packaging():
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
 
 
+def _package(module: str) -> str | None:
+    """The toolkit package a toolkit module belongs to (``nsa_triton_sel.compat.ledger.cells`` -> ``ledger``)."""
+    parts = module.split(".")
+    return parts[2] if module.startswith(TOOLKIT + ".") else None
+
+
+def _undeclared_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, imported toolkit module) for every import a toolkit module's package does not declare."""
+    out = []
+    for module in TOOLKIT_MODULES:
+        mine = _package(module)
+        allowed = PACKAGE_IMPORTS.get(mine, set()) | {mine}
+        out += [(module, dep) for dep in sorted(graph.get(module, ()))
+                if dep.startswith(TOOLKIT) and dep != TOOLKIT and _package(dep) not in allowed]
+    return out
+
+
+def test_the_toolkit_is_made_of_the_declared_packages():
+    """compat/ holds its __init__ and the packages of PACKAGE_IMPORTS, nothing else: a new module goes into
+    the package whose stage it belongs to, a new package is declared with what it may import."""
+    found = {_package(m) for m in TOOLKIT_MODULES if m != TOOLKIT}
+    assert found == set(PACKAGE_IMPORTS), f"undeclared: {sorted(found - set(PACKAGE_IMPORTS))}; " \
+                                          f"declared but missing: {sorted(set(PACKAGE_IMPORTS) - found)}"
+    for package in PACKAGE_IMPORTS:
+        assert f"{TOOLKIT}.{package}" in MODULES, f"compat/{package} is not a package (no __init__.py)"
+
+
+def test_each_toolkit_package_imports_only_the_siblings_it_declares():
+    bad = _undeclared_imports(_graph())
+    assert not bad, "imports outside the declared packages (PACKAGE_IMPORTS): " + "; ".join(
+        f"{m} ({_package(m)}) imports {d} ({_package(d)})" for m, d in bad)
+    top = sorted(m for m in _imports(TOOLKIT, top_level_only=False) if m.startswith(TOOLKIT + "."))
+    assert not top, f"compat/__init__.py imports {top}: importing the toolkit must load nothing of it"
+
+
+def test_the_package_rule_can_fail():
+    """An import a package does not declare is found, at function level too (core importing the ledger
+    inside a function, as a lazy import would)."""
+    graph = _graph()
+    env = f"{TOOLKIT}.core.env"
+    graph[env] = graph[env] | {f"{TOOLKIT}.ledger.store"}
+    assert (env, f"{TOOLKIT}.ledger.store") in _undeclared_imports(graph)
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_IMPORTS))
+def test_each_package_states_what_it_may_import(package):
+    """The package's docstring says, in a ``May import: a, b.`` line, what PACKAGE_IMPORTS allows it."""
+    doc = ast.get_docstring(ast.parse(MODULES[f"{TOOLKIT}.{package}"].read_text())) or ""
+    found = re.search(r"May import: ([a-z, ]+)\.", doc)
+    assert found, f"compat/{package}/__init__.py: its docstring lacks a 'May import: ...' line"
+    stated = set() if found.group(1).strip() == "nothing" else {s.strip() for s in found.group(1).split(",")}
+    assert stated == PACKAGE_IMPORTS[package]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -135,11 +200,13 @@ def test_the_cycle_check_walks_function_level_imports():
     assert "nsa_triton_sel.op" in top["nsa_triton_sel.api"]
 
 
-@pytest.mark.parametrize("path", sorted(list(PKG.rglob("*.py")) + list((ROOT / "bench").rglob("*.py"))
-                                        + [ROOT / "noxfile.py"]), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_over_450_lines(path):
-    if path.suffix == ".py" and path.is_relative_to(SRC) and _name(path) in KERNEL_SOURCE:
-        pytest.skip("kernel source")
-    limit = 200 if path.name == "noxfile.py" else MAX_LINES
-    n = len(path.read_text().splitlines())
-    assert n <= limit, f"{path.relative_to(ROOT)} has {n} lines (limit {limit})"
+FOLDERS = sorted({p.parent for p in SRC.rglob("*.py") if "__pycache__" not in p.parts})
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_folder_holds_more_than_15_modules(folder):
+    """A folder of src/ holds at most :data:`MAX_MODULES` modules (``__init__.py`` counted): a longer flat list
+    is split into packages by what each part does, never by a line count."""
+    modules = sorted(p.name for p in folder.glob("*.py"))
+    assert len(modules) <= MAX_MODULES, (f"{folder.relative_to(ROOT)} holds {len(modules)} modules "
+                                         f"(at most {MAX_MODULES}): {', '.join(modules)}")

@@ -34,9 +34,9 @@ def test_the_torch_range_is_what_the_lanes_table_runs():
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    from nsa_triton_sel.compat import lanes
+    from nsa_triton_sel.compat.core import lane_table
 
-    table = lanes.load_table()  # lanes sorted by Triton version; a lane installs (and its records ran) its first torch
+    table = lane_table.load_table()  # lanes sorted by Triton version; a lane installs (and its records ran) its first torch
     oldest, newest = Version(table.lanes[0].torch[0]), Version(table.newest().torch[0])
     (torch,) = [Requirement(d) for d in PROJECT["dependencies"] if _name(d) == "torch"]
     assert torch.specifier == SpecifierSet(f">={oldest},<{newest.major}.{newest.minor + 1}"), (
@@ -104,7 +104,7 @@ def test_lane_constraints_files_say_how_to_install_beside_a_pinned_pair():
 
 
 def test_the_docs_variant_count_is_the_registrys():
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     docs = (ROOT / "docs" / "matrix.md").read_text()  # the compile smoke's section
     counts = re.findall(r"(\d+) variants\)", docs)

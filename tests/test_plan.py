@@ -75,7 +75,7 @@ def test_plans_are_cached_per_signature():
 def test_a_new_head_dimension_is_one_table_entry(monkeypatch):
     """``plan/tiles.py``'s ``HEAD_DIMS`` is the one place: the compile registry's forward sweep and backward
     variants pick a new entry up, and the planner plans it."""
-    from nsa_triton_sel.compat import variants
+    from nsa_triton_sel.compat.registry import variants
     from nsa_triton_sel.device import Device
     from nsa_triton_sel.plan import tiles
 

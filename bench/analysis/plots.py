@@ -213,10 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         matplotlib.use("Agg")
     except ImportError:
         p.exit(2, "python -m bench.analysis.plots needs matplotlib: pip install -e '.[bench]'\n")
-    from nsa_triton_sel.compat import lanes, ledger  # noqa: PLC0415
+    from nsa_triton_sel.compat.core import lane_table  # noqa: PLC0415
+    from nsa_triton_sel.compat import ledger  # noqa: PLC0415
 
     args.out.mkdir(parents=True, exist_ok=True)
-    releases = [r.triton for r in lanes.load_table(LANES).releases]
+    releases = [r.triton for r in lane_table.load_table(LANES).releases]
     cells = release_cells(ledger.load_ledger(LEDGER), releases)
     written = [plot_contenders(load_train(), args.out),
                plot_releases(releases, cells, bench_medians(), args.out, tuple(bench_commits()))]

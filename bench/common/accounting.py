@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from nsa_triton_sel.compat.env import dist_version
+from nsa_triton_sel.compat.core.env import dist_version
 
 from .timers import CudaEventTimer
 
@@ -67,13 +67,13 @@ def measure_ceilings(dry_run: bool = False, copy_bytes: int = 1 << 30, mm_n: int
 
 
 def env_columns() -> dict:
-    """The environment columns of every CSV row, from ``nsa_triton_sel.compat.env.fingerprint``.
+    """The environment columns of every CSV row, from ``nsa_triton_sel.compat.core.env.fingerprint``.
 
     Imported lazily: the fingerprint module may be newer than this file, and a missing
     field must not stop a benchmark.
     """
     try:
-        from nsa_triton_sel.compat.env import fingerprint
+        from nsa_triton_sel.compat.core.env import fingerprint
 
         fp = fingerprint()
     except Exception as exc:  # noqa: BLE001 - the benchmark still runs, the CSV says why

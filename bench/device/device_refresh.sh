@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 13-release GPU refresh on the device machine (issue 36), driven over several device calls:
+# The 13-release GPU refresh on the device machine, driven over several device calls:
 #
 #   bash bench/device/device_refresh.sh feed       # call 1..K: take the parts this call carried in .carry/, start (once)
 #                                           #   the unpacker and the refresh in the background, print progress
@@ -11,7 +11,7 @@
 # Parts are bench/device/slim_triton.py's triton-slim.NNN-of-MMM.xz, carried in the ignored folder .carry/ (the device
 # tool replaces a carried folder on every call, so `feed` moves them at once into .refresh/parts/, which no call
 # names and which therefore stays while the machine is warm).  The unpacker (setsid, in the background) hands each
-# release over as soon as its parts are there; the refresh (python -m nsa_triton_sel.compat.gpu_refresh, setsid)
+# release over as soon as its parts are there; the refresh (python -m nsa_triton_sel.compat.lanes.gpu_refresh, setsid)
 # runs the installed Triton at once and every release tree as it appears: correctness stages side by side, then
 # the benchmarks one release at a time.  Everything lives under .refresh/ (ignored): parts/, trees/, out/, logs.
 #
@@ -60,7 +60,7 @@ feed() {
     if ! alive refresh && [ ! -f "$R/out/DONE" ]; then
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
         # shellcheck disable=SC2086  # REFRESH_ARGS is a list of options
-        setsid nohup "$PY" -m nsa_triton_sel.compat.gpu_refresh --out "$R/out" --trees "$R/trees" $INSTALLED \
+        setsid nohup "$PY" -m nsa_triton_sel.compat.lanes.gpu_refresh --out "$R/out" --trees "$R/trees" $INSTALLED \
             --expect "${REFRESH_EXPECT:-all}" --wait-s "${REFRESH_WAIT_S:-900}" \
             --deadline-s "${REFRESH_DEADLINE_S:-1380}" ${REFRESH_ARGS:-} > "$R/refresh.log" 2>&1 < /dev/null &
         echo $! > "$R/refresh.pid"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU benchmark of issue 6 in one call (about 7 minutes on an H100, 550 s at most).
+# The whole GPU benchmark in one call (about 7 minutes on an H100, 550 s at most).
 #
 #   bench/device/run_h100.sh OUTDIR            # on the GPU machine (OUTDIR = $OUT)
 #   bench/device/run_h100.sh OUTDIR --dry-run  # on a CPU: tiny shapes, interpreter, modelled clock
@@ -80,7 +80,7 @@ fi
 
 stage env "environment" "${LIM[0]}" "$PY" - <<'EOF'
 import json, subprocess
-from nsa_triton_sel.compat.env import fingerprint
+from nsa_triton_sel.compat.core.env import fingerprint
 print(json.dumps(fingerprint(), indent=1, default=str))
 try:
     print(subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout)

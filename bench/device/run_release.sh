@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU evidence of one or more Triton releases in one call: wheel in, ledger run files and
-# benchmark JSON out (issue 21).  For each release, python -m nsa_triton_sel.compat.gpu_lane runs
+# benchmark JSON out.  For each release, python -m nsa_triton_sel.compat.lanes.gpu_lane runs
 # its stages: compile (this GPU's arch), parity (pytest -m gpu: forward and gradients), canary
 # (the GPU miscompile canaries, each in its own process), bench (pytest-benchmark against packed
 # SDPA at the seeds' packed shapes and the canonical NSA shape T=4K/32K, random and local, forward
@@ -9,7 +9,7 @@
 #   bench/device/run_release.sh OUTDIR RELEASE [RELEASE ...]
 #
 # One release after the other, every stage in turn.  For many releases in one lease use
-# python -m nsa_triton_sel.compat.gpu_refresh (releases side by side, then the benchmarks alone) and, on the
+# python -m nsa_triton_sel.compat.lanes.gpu_refresh (releases side by side, then the benchmarks alone) and, on the
 # device machine, bench/device/device_refresh.sh (wheels packed by bench/device/slim_triton.py, carried over several calls).
 #
 # RELEASE is one of:
@@ -110,7 +110,7 @@ for rel in "$@"; do
     [ -n "$v" ] || { echo "=== release $rel: triton does not import from it; next"; rc_all=1; continue; }
     mkdir -p "$RESULTS/triton-$v"
     PYTHONPATH="$pp" TRITON_CACHE_DIR="$WORK/cache-$v" timeout -k 20 "${REL_LIMIT:-420}" \
-        $PY -m nsa_triton_sel.compat.gpu_lane --results "$RESULTS/triton-$v" ${STAGES:+--stages "$STAGES"}
+        $PY -m nsa_triton_sel.compat.lanes.gpu_lane --results "$RESULTS/triton-$v" ${STAGES:+--stages "$STAGES"}
     rc=$?
     [ $rc -eq 0 ] || rc_all=1
     echo "=== [$(date -u +%T)] release $rel = triton $v: exit $rc in $((SECONDS - t0)) s"

@@ -37,10 +37,10 @@ DIV16 = {"Dk", "Dv", "sq_b", "sq_s", "sq_g", "sq_h", "sk_b", "sk_g", "sk_t", "sv
 
 CHILD = r'''
 import json, sys
-from nsa_triton_sel.compat import aot
-from nsa_triton_sel.compat.compile_spec import derive_signature
+from nsa_triton_sel.compat.smoke import aot
+from nsa_triton_sel.compat.registry.compile_spec import derive_signature
 from nsa_triton_sel.plan import backward as bm
-from nsa_triton_sel.compat import variants as cv
+from nsa_triton_sel.compat.registry import variants as cv
 kind, arch, cfg, ones, div16 = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
 cap = 32 if arch == 90 and tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 1) else 64

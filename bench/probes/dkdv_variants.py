@@ -220,7 +220,7 @@ DIV16 = ("Dk", "Dv", "sq_b", "sq_s", "sq_g", "sq_h", "sk_b", "sk_g", "sk_t", "sv
 
 AOT_CHILD = r'''
 import json, sys
-from nsa_triton_sel.compat import aot
+from nsa_triton_sel.compat.smoke import aot
 name, hp, pf, rows, warps, stages, types, ones, div16, arch = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
 fn = aot._load_kernel("bench.probes.dkdv_variants:dkdv_variant_kernel")

@@ -45,7 +45,7 @@ COMPILER, RUNTIME = "compiler", "runtime"
 COMPILER_FACING = (
     "kernels/forward.py", "kernels/backward.py", "kernels/common.py",  # the @triton.jit sources
     "plan/*.py",  # tiles, warps, stages, tokens per program: constexprs of every launch
-    "compat/variants.py", "compat/specs.py",  # the compile registry: which constexpr sets are built
+    "compat/registry/variants.py", "compat/registry/specs.py",  # the compile registry: which constexpr sets are built
 )
 # Everything else the runtime package ships: its Python and its package data.
 RUNTIME_FACING = ("*.py", "data/*.toml", "data/*.json")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nsa_triton_sel.compat import gpu_lane, ledger
+from nsa_triton_sel.compat.lanes import gpu_lane
+from nsa_triton_sel.compat import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,9 +82,9 @@ def test_stage_limits_parse_and_refuse_typos():
 def test_an_off_pair_run_says_why_and_an_unlisted_release_gets_a_candidate_lane(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "compat"))  # ledger_factory, also when this file runs alone
     import ledger_factory as F
-    from nsa_triton_sel.compat import lanes
+    from nsa_triton_sel.compat.core import lane_table
 
-    table = lanes.load_table(ROOT / "constraints" / "lanes.toml")
+    table = lane_table.load_table(ROOT / "constraints" / "lanes.toml")
     monkeypatch.setenv("NSA_SEL_OFF_PAIR_NOTE", "no network here")
     fp = {**F.CPU_FP, "torch": "2.11.0+cu130", "cuda_runtime": "13.0", "gpu_name": "NVIDIA H100 80GB HBM3",
           "imported": {"triton": "3.4.0", "numpy": None, "torch": "2.11.0+cu130"}, "compiler_hash": "k"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from nsa_triton_sel.compat.specs import CompileSpec
+from nsa_triton_sel.compat.registry.specs import CompileSpec
 
 
 @triton.jit

@@ -67,7 +67,8 @@ def build_template(root: Path) -> Path:
     """A consistent project under ``root``: constraints/ (pinned), results/, cand/, index/, outside/."""
     import fake_index  # noqa: PLC0415
     import ledger_factory as F  # noqa: PLC0415
-    from nsa_triton_sel.compat import lanes, ledger  # noqa: PLC0415
+    from nsa_triton_sel.compat.core import lane_table  # noqa: PLC0415
+    from nsa_triton_sel.compat import ledger  # noqa: PLC0415
 
     cdir = F.constraints_dir(root)
     first = root / "first"
@@ -78,7 +79,7 @@ def build_template(root: Path) -> Path:
     later = "2026-11-23T00:00:00+00:00"
     F.write_runs(root / "results", F.recs("3.5", "parity", ["pass", "skip"], later)
                  + F.recs("3.1", "compile", ["pass", "fail"], later) + F.recs("3.9", "parity", ["pass"] * 3, later))
-    cand = lanes.Lane(label="3.10", triton=CAND_VERSION, torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
+    cand = lane_table.Lane(label="3.10", triton=CAND_VERSION, torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
     for check, kernels in (("compile", ["k0", "k1"]), ("parity", ["k0", "k1", "k2"])):
         base = ledger.base_record(cand, {**F.CPU_FP, "imported": {"triton": CAND_VERSION, "numpy": "1.26.4",
                                                                   "torch": "2.13.0+cpu"}, "date": later},
@@ -278,7 +279,7 @@ def child_env(root: Path, extra=()) -> dict:
 
 def _run_forked(argv: list[str], cwd: Path, env: dict, io_dir: Path, timeout: float) -> tuple[int | None, float]:
     """``cli.main(argv)`` in a forked child (stdout/stderr to files in ``io_dir``); (status, seconds)."""
-    from nsa_triton_sel.compat import cli  # noqa: PLC0415 - imported once, before the forks
+    from nsa_triton_sel.compat.commands import cli  # noqa: PLC0415 - imported once, before the forks
 
     out_fd = os.open(io_dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err_fd = os.open(io_dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -336,7 +337,7 @@ def _run_forked(argv: list[str], cwd: Path, env: dict, io_dir: Path, timeout: fl
 
 def _guard() -> None:
     """A case must never start a real smoke run or a candidate's lanes (minutes of compiles, and writes)."""
-    from nsa_triton_sel.compat import upgrade  # noqa: PLC0415
+    from nsa_triton_sel.compat.commands import upgrade  # noqa: PLC0415
     from nsa_triton_sel.compat.smoke import cli as smoke_cli  # noqa: PLC0415
 
     def refuse(*args, **kwargs):
@@ -350,7 +351,7 @@ def _guard() -> None:
 def _run_fresh(argv: list[str], cwd: Path, env: dict, io_dir: Path, timeout: float) -> tuple[int | None, float]:
     t0 = time.monotonic()
     with open(io_dir / "stdout", "wb") as out, open(io_dir / "stderr", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "nsa_triton_sel.compat.cli", *argv], cwd=cwd, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", *argv], cwd=cwd, env=env,
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         try:
             return proc.wait(timeout=timeout), time.monotonic() - t0
@@ -431,7 +432,9 @@ def scratch_dir() -> Path:
 
 def prepare() -> None:
     """Import what the commands import and compute the cached fingerprint once, before any fork."""
-    from nsa_triton_sel.compat import cli, doctor, env, ledger, releases, standing, team_matrix, upgrade  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat.commands import cli, doctor, releases, standing, team_matrix, upgrade  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat import ledger  # noqa: F401, PLC0415
+    from nsa_triton_sel.compat.core import env  # noqa: F401, PLC0415
     from nsa_triton_sel.compat.smoke import cli as smoke_cli  # noqa: F401, PLC0415
 
     env.fingerprint()

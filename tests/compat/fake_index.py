@@ -12,13 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-from nsa_triton_sel.compat import lanes, project
+from nsa_triton_sel.compat.core import lane_table, project
 
 FILE = [{"filename": "x.whl", "yanked": False}]
 YANKED = [{"filename": "x.whl", "yanked": True}]
 
 
-def default_releases(table: lanes.Table) -> tuple[dict, dict]:
+def default_releases(table: lane_table.Table) -> tuple[dict, dict]:
     """``(triton releases -> files, torch release -> its triton requirement or None)``."""
     tritons = {r.triton: FILE for r in table.releases}
     tritons.update({"3.10.0": FILE, "3.11.0rc1": FILE, "3.6.1": YANKED, "2.3.1": FILE})
@@ -48,5 +48,5 @@ def write_index(root: Path, tritons: dict, torch: dict) -> str:
 
 
 if __name__ == "__main__":
-    table = lanes.load_table(project.constraints_dir() / "lanes.toml")
+    table = lane_table.load_table(project.constraints_dir() / "lanes.toml")
     print(write_index(Path(sys.argv[1]), *default_releases(table)))

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from nsa_triton_sel.compat import lanes, ledger
+from nsa_triton_sel.compat.core import lane_table
+from nsa_triton_sel.compat import ledger
 
-LANE_31 = lanes.Lane(label="3.1", triton="3.1.0", torch=("2.5.1",), python=">=3.9", numpy="<2")
-LANE_33 = lanes.Lane(label="3.3", triton="3.3.1", torch=("2.7.1",), python=">=3.9", numpy="<2.4")
-LANE_35 = lanes.Lane(label="3.5", triton="3.5.1", torch=("2.9.1",), python=">=3.10", numpy="<2.4")
-LANE_39 = lanes.Lane(label="3.9", triton="3.9.0", torch=("2.15.0",), python=">=3.11", numpy=">=1.26")
-PATCH_330 = lanes.Lane(label="3.3", triton="3.3.0", torch=("2.7.0",), python=">=3.9", numpy="<2.4", patch=True)
-PATCH_350 = lanes.Lane(label="3.5", triton="3.5.0", torch=("2.9.0",), python=">=3.10", numpy="<2.4", patch=True)
-TABLE = lanes.Table(lanes=(LANE_31, LANE_33, LANE_35, LANE_39), patches=(PATCH_330, PATCH_350),
+LANE_31 = lane_table.Lane(label="3.1", triton="3.1.0", torch=("2.5.1",), python=">=3.9", numpy="<2")
+LANE_33 = lane_table.Lane(label="3.3", triton="3.3.1", torch=("2.7.1",), python=">=3.9", numpy="<2.4")
+LANE_35 = lane_table.Lane(label="3.5", triton="3.5.1", torch=("2.9.1",), python=">=3.10", numpy="<2.4")
+LANE_39 = lane_table.Lane(label="3.9", triton="3.9.0", torch=("2.15.0",), python=">=3.11", numpy=">=1.26")
+PATCH_330 = lane_table.Lane(label="3.3", triton="3.3.0", torch=("2.7.0",), python=">=3.9", numpy="<2.4", patch=True)
+PATCH_350 = lane_table.Lane(label="3.5", triton="3.5.0", torch=("2.9.0",), python=">=3.10", numpy="<2.4", patch=True)
+TABLE = lane_table.Table(lanes=(LANE_31, LANE_33, LANE_35, LANE_39), patches=(PATCH_330, PATCH_350),
                     required=("compile", "parity"))
 CPU_FP = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda_runtime": None, "numpy": "1.26.4",
           "git_commit": "abc", "triton_env": {"TRITON_DEFAULT_FP_FUSION": "1", "TRITON_CACHE_DIR": "/x"}}
 DATE = "2026-11-22T16:00:00+00:00"
 
 
-def release(name: str) -> lanes.Lane:
+def release(name: str) -> lane_table.Lane:
     """A lane by label ("3.5" -> 3.5.1) or a release by version ("3.5.0", a patch)."""
     return TABLE.lane(name) if name in TABLE.labels else TABLE.for_version(name)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ledger_factory as F
-from nsa_triton_sel.compat import admit, lanes, ledger, upgrade
+from nsa_triton_sel.compat.commands import upgrade
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.core import lane_table
 
 
 def _candidate_runs(results, version, verdict="pass"):
-    table = lanes.load_table(F.constraints_dir(results.parent / "c0") / "lanes.toml")
-    cand = lanes.candidate_lane(version, table)
+    table = lane_table.load_table(F.constraints_dir(results.parent / "c0") / "lanes.toml")
+    cand = lane_table.candidate_lane(version, table)
     fp = {**F.CPU_FP, "imported": {"triton": version, "numpy": "1.26.4", "torch": "2.13.0+cpu"}, "date": F.DATE}
     recs = []
     for check in ("compile", "parity"):
@@ -34,8 +36,8 @@ def test_admitting_a_listed_patch_release_pins_its_records(tmp_path, capsys):
 def test_admitting_a_new_minor_adds_a_lane_with_the_rules_of_the_lane_below(tmp_path):
     cdir = F.constraints_dir(tmp_path)
     cand = _candidate_runs(tmp_path / "cand", "3.10.0")
-    admit.admit("3.10.0", cand, cdir, cdir / "ledger.jsonl", log=lambda *_: None)
-    table = lanes.load_table(cdir / "lanes.toml")
+    upgrade.admit("3.10.0", cand, cdir, cdir / "ledger.jsonl", log=lambda *_: None)
+    table = lane_table.load_table(cdir / "lanes.toml")
     lane = table.lane("3.10")
     assert (lane.triton, lane.torch, lane.numpy, lane.python) == ("3.10.0", (), ">=1.26", ">=3.11")
     assert "lane 3.9 (the nearest below)" in lane.numpy_reason
@@ -45,13 +47,13 @@ def test_admitting_a_new_minor_adds_a_lane_with_the_rules_of_the_lane_below(tmp_
 
 def test_admitting_an_unlisted_patch_attaches_it_to_its_lane(tmp_path):
     cdir = F.constraints_dir(tmp_path)
-    admit.add_release(cdir / "lanes.toml", "3.3.2")
-    table = lanes.load_table(cdir / "lanes.toml")
+    upgrade.add_release(cdir / "lanes.toml", "3.3.2")
+    table = lane_table.load_table(cdir / "lanes.toml")
     patch = table.for_version("3.3.2")
     assert patch.patch and patch.label == "3.3" and patch.numpy == "<2.4" and patch.torch == ()
     assert [p.triton for p in table.patches] == ["3.3.0", "3.3.2", "3.5.0"]
-    admit.add_release(cdir / "lanes.toml", "3.3.2")  # again: nothing changes
-    assert len(lanes.load_table(cdir / "lanes.toml").patches) == 3
+    upgrade.add_release(cdir / "lanes.toml", "3.3.2")  # again: nothing changes
+    assert len(lane_table.load_table(cdir / "lanes.toml").patches) == 3
 
 
 def test_a_candidate_that_is_not_safe_is_not_admitted(tmp_path, capsys):

@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-from nsa_triton_sel.compat import aot
+from nsa_triton_sel.compat.smoke import aot
 from nsa_triton_sel.plan.tiles import MODE_RANGES, kernel_meta
-from nsa_triton_sel.compat.compile_spec import CompileSpec, arg_type, derive_signature, kernel_params
-from nsa_triton_sel.compat.specs import SEL_TYPES, SPECS
+from nsa_triton_sel.compat.registry.compile_spec import CompileSpec, arg_type, derive_signature, kernel_params
+from nsa_triton_sel.compat.registry.specs import SEL_TYPES, SPECS
 
 
 class _New:
@@ -125,7 +125,7 @@ def test_type_override_substitutes_dtype():
 
 def test_every_registered_spec_matches_its_kernel():
     """Cheap guard (no compile): a constexpr renamed in forward.py/meta.py breaks here first."""
-    from nsa_triton_sel.compat.compile_spec import load_object
+    from nsa_triton_sel.compat.registry.compile_spec import load_object
 
     for spec in SPECS:
         derive_signature(load_object(spec.kernel), spec.request(80))

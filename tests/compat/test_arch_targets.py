@@ -18,12 +18,16 @@ from blackwell_reproducers import SHFL_REDUCE
 import pytest
 
 from nsa_triton_sel import device, known_bad
-from nsa_triton_sel.compat import aot, doctor, env, ledger, variants
+from nsa_triton_sel.compat.smoke import aot
+from nsa_triton_sel.compat.commands import doctor
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.registry import variants
+from nsa_triton_sel.compat.core import env
 from nsa_triton_sel.compat.ledger import archs
 from nsa_triton_sel.compat.smoke import run as smoke_run
 from nsa_triton_sel.compat.canaries import SPECS as CANARIES
-from nsa_triton_sel.compat.specs import SPECS
-from nsa_triton_sel.compat.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
+from nsa_triton_sel.compat.registry.specs import SPECS
+from nsa_triton_sel.compat.core.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 
 # What `ptxas --version` and `ptxas --help` of CUDA 12.4 (Triton 3.0's bundled one) print, abridged.
 PTXAS_124 = textwrap.dedent("""\
@@ -341,10 +345,10 @@ def test_the_registry_is_what_the_planner_launches_on_every_matrix_arch():
     (planned once, for sm_90): one table for every arch (rows from known_bad.toml, tiles/warps/stages from
     kernels/meta.py, shared memory per program from device.SHARED_PER_BLOCK)."""
     from nsa_triton_sel import plan
-    from nsa_triton_sel.compat import lanes
+    from nsa_triton_sel.compat.core import lane_table
 
     hopper = device.Device.target(90, "3.9.0")
-    for arch in lanes.load_table(REPO / "constraints" / "lanes.toml").archs:
+    for arch in lane_table.load_table(REPO / "constraints" / "lanes.toml").archs:
         dev = device.Device.target(arch, "3.9.0")
         assert replace(dev, arch=90) == hopper and device.shared_limit(arch) is not None, arch
     forward = [s.name for s in SPECS if not s.name.startswith("sel_bwd") and not s.only]  # +cap: 3.0/3.1 sm_90 only

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nsa_triton_sel.compat import atomic
+from nsa_triton_sel.compat.core import atomic
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):

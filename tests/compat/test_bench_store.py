@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import bench_store, lane_bodies, ledger, upgrade
+from nsa_triton_sel.compat.lanes import bench_store, checks
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import upgrade
 from test_nox_lanes import FakeSession
 from test_upgrade import BASE, CAND, _good, _recs
 
@@ -48,7 +50,7 @@ def _bench_pytest(rc):
     def run(args, env):
         xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
         xml.write_text('<testsuite><testcase classname="bench.t" name="test_a"/></testsuite>')
-        Path(env[lane_bodies.IMPORTED_ENV]).write_text(json.dumps({"imported": {"triton": "3.1.0"}}))
+        Path(env[checks.IMPORTED_ENV]).write_text(json.dumps({"imported": {"triton": "3.1.0"}}))
         Path(args[3]).write_text(str(rc))
         run.args = args
     return run
@@ -59,7 +61,7 @@ def test_a_regression_under_the_gate_is_a_failed_bench_record(tmp_path, monkeypa
     monkeypatch.setenv(bench_store.COMPARE_FAIL_ENV, "median:10%")
     run = _bench_pytest(1)  # every test passed; pytest-benchmark's compare-fail set the exit status
     s = FakeSession("bench-3.1", tmp_path, {"pytest": run})
-    recs, problem = lane_bodies.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
+    recs, problem = checks.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
     assert "--benchmark-compare=0003" in run.args and "--benchmark-compare-fail=median:10%" in run.args
     gate = recs[-1]
     assert gate["kernel"] == bench_store.GATE_KERNEL and gate["verdict"] == "fail" and gate["check"] == "bench"
@@ -69,7 +71,7 @@ def test_a_regression_under_the_gate_is_a_failed_bench_record(tmp_path, monkeypa
 
 def test_without_the_gate_a_passing_bench_run_is_not_a_regression(tmp_path):
     s = FakeSession("bench-3.1", tmp_path, {"pytest": _bench_pytest(0)})
-    recs, problem = lane_bodies.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
+    recs, problem = checks.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
     assert [r["kernel"] for r in recs] == ["bench.t::test_a"] and problem is None
 
 

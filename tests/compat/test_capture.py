@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nsa_triton_sel.compat import capture
-from nsa_triton_sel.compat.compile_spec import CompileSpec, arg_type, load_specs, resolve
+from nsa_triton_sel.compat.registry import capture
+from nsa_triton_sel.compat.registry.compile_spec import CompileSpec, arg_type, load_specs, resolve
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE / "capture_kernels.py"
@@ -46,7 +46,7 @@ def captured(tmp_path_factory):
     """``nsa-sel capture`` of ``python capture_kernels.py`` under the interpreter: the spec module's path."""
     out = tmp_path_factory.mktemp("capture") / "team_specs.py"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    res = subprocess.run([sys.executable, "-m", "nsa_triton_sel.compat.cli", "capture", "-o", str(out), "--",
+    res = subprocess.run([sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", "capture", "-o", str(out), "--",
                           sys.executable, str(KERNELS)], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "4 specialisation(s) of 3 kernel(s)" in res.stderr, res.stderr[-2000:]
@@ -101,6 +101,6 @@ def test_captured_specs_compile_as_the_rule_types_them(captured):
 
 def test_capture_says_when_nothing_ran(tmp_path):
     out = tmp_path / "specs.py"
-    res = subprocess.run([sys.executable, "-m", "nsa_triton_sel.compat.cli", "capture", "-o", str(out), "--",
+    res = subprocess.run([sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", "capture", "-o", str(out), "--",
                           sys.executable, "-c", "print('no kernels')"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "launched no Triton kernel" in res.stderr and not out.exists()

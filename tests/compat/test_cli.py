@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import types
 
 import pytest
 
-from nsa_triton_sel.compat import cli
+from nsa_triton_sel.compat.commands import cli
+from nsa_triton_sel.compat.core.command import seconds, set_debugging
 
 
 @pytest.fixture
@@ -17,7 +19,7 @@ def command(monkeypatch):
             raise exc
         monkeypatch.setattr(cli.importlib, "import_module", lambda name: types.SimpleNamespace(main=main))
     yield install
-    cli._debug = False
+    set_debugging(False)
 
 
 @pytest.mark.parametrize("exc, needle", [
@@ -56,6 +58,6 @@ def test_usage_errors_are_one_line(capsys):
 
 @pytest.mark.parametrize("text", ["inf", "-inf", "nan", "0", "-1", "1e300", "86401", "x", ""])
 def test_seconds_are_finite_positive_and_at_most_a_day(text):
-    with pytest.raises(cli.argparse.ArgumentTypeError):
-        cli.seconds(text)
-    assert cli.seconds("0.5") == 0.5 and cli.seconds("86400") == 86400.0
+    with pytest.raises(argparse.ArgumentTypeError):
+        seconds(text)
+    assert seconds("0.5") == 0.5 and seconds("86400") == 86400.0

@@ -13,7 +13,8 @@ from importlib import metadata
 import pytest
 import torch
 
-from nsa_triton_sel.compat import doctor, env
+from nsa_triton_sel.compat.commands import doctor
+from nsa_triton_sel.compat.core import env
 
 REQUIRED = {
     "date", "python", "platform", "torch", "triton", "numpy", "cuda_runtime", "cuda_driver",
@@ -143,7 +144,7 @@ def test_doctor_text_without_probe(capsys):
 
 
 def test_nsa_sel_doctor_routes_through_the_cli(capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     assert cli.main(["doctor", "--no-interp"]) == 0
     assert "compute_capability" in capsys.readouterr().out
@@ -153,7 +154,7 @@ def test_nsa_sel_doctor_json_command_runs_with_the_probe():
     # The real command line in a fresh process, interpreter probe included (the one
     # run of the probe in this file: it costs a few seconds).
     res = subprocess.run(
-        [sys.executable, "-m", "nsa_triton_sel.compat.cli", "doctor", "--json"],
+        [sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", "doctor", "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr
@@ -174,7 +175,7 @@ def test_doctor_text_on_a_terminal_uses_a_table(capsys, monkeypatch):
 def test_doctor_says_which_threshold_applies_and_why(capsys):
     """Doctor names the thresholds entry (or the default) in force, and why: a user on an unmeasured pair
     must see that the default applies, not a figure measured elsewhere."""
-    from nsa_triton_sel.compat.doctor import threshold_in_force
+    from nsa_triton_sel.compat.commands.doctor import threshold_in_force
 
     measured = threshold_in_force("NVIDIA H100 80GB HBM3", "3.6.0")
     assert measured["value"] == 1 and "measured for NVIDIA H100 80GB HBM3 with Triton 3.6.0" in measured["why"]
@@ -199,7 +200,7 @@ def test_the_callers_commit_wins_over_a_copied_checkouts_git(monkeypatch):
 def _copy_constraints(tmp_path):
     import shutil
 
-    from nsa_triton_sel.compat import project
+    from nsa_triton_sel.compat.core import project
 
     cdir = tmp_path / "constraints"
     shutil.copytree(project.constraints_dir(), cdir)
@@ -217,7 +218,7 @@ def _copy_constraints(tmp_path):
 def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_path, capsys, which, damage, needle):
     """A damaged project file is one line, never a traceback (LedgerError, TableError, UnicodeDecodeError,
     IsADirectoryError) or a hang (a FIFO known-good.txt), and the rest of doctor's report still prints."""
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     cdir = _copy_constraints(tmp_path)
     damage(cdir / which)
@@ -230,7 +231,8 @@ def test_doctor_on_a_damaged_project_file_prints_its_report_and_one_line(tmp_pat
 
 
 def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
+    from nsa_triton_sel.compat.core.command import set_debugging
 
     cdir = _copy_constraints(tmp_path)
     (cdir / "ledger.jsonl").write_text("garbage\n")
@@ -239,14 +241,14 @@ def test_debug_shows_the_traceback_behind_the_line(tmp_path, capsys):
     try:
         assert cli.main(["--debug", "doctor", "--no-interp", "--constraints", str(cdir)]) == 2
     finally:
-        cli._debug = False
+        set_debugging(False)
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "LedgerError" in err
     assert err.rstrip().splitlines()[-1].startswith("nsa-sel doctor: ")
 
 
 def test_a_named_constraints_directory_that_is_not_one_is_an_error(tmp_path, capsys):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     assert cli.main(["doctor", "--no-interp", "--constraints", str(tmp_path)]) == 2
     assert "no lanes.toml there" in capsys.readouterr().err
@@ -260,16 +262,16 @@ def test_without_numpy_the_probe_says_what_to_install(monkeypatch):
     res = env.interpreter_usable()
     assert res["status"] == "error" and res["detail"].startswith("numpy not installed")
     assert res["fix"].startswith("pip install ") and "numpy" in res["fix"]
-    from nsa_triton_sel.compat import lanes, project
+    from nsa_triton_sel.compat.core import lane_table, project
 
-    release = lanes.load_table(project.constraints_dir() / "lanes.toml").for_version(env.dist_version("triton"))
+    release = lane_table.load_table(project.constraints_dir() / "lanes.toml").for_version(env.dist_version("triton"))
     if release is not None and release.numpy:  # the numpy lanes.toml pairs with the installed Triton
         assert f"numpy{release.numpy}" in res["fix"]
 
 
 @pytest.mark.parametrize("arch", ["0", "-80", "1" + "0" * 40, "eighty", "sm_", "9" * 5000])
 def test_doctor_arch_must_be_a_compute_capability(capsys, arch):
-    from nsa_triton_sel.compat import cli
+    from nsa_triton_sel.compat.commands import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(["doctor", "--no-interp", "--arch", arch])

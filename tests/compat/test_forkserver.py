@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from nsa_triton_sel.compat import forkserver
-from nsa_triton_sel.compat.aot import write_json
+from nsa_triton_sel.compat.smoke import forkserver
+from nsa_triton_sel.compat.smoke.aot import write_json
 from nsa_triton_sel.compat.smoke import children
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the compile server needs os.fork (POSIX)")

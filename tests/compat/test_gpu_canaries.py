@@ -56,7 +56,7 @@ def test_without_cuda_a_canary_is_skipped_with_the_reason():
 
 def test_results_become_gpu_canary_records():
     base = F.base("3.9", "parity", mode="gpu")
-    from nsa_triton_sel.compat.gpu_lane import canary_records
+    from nsa_triton_sel.compat.lanes.gpu_lane import canary_records
 
     recs = canary_records([{"name": "odd_k_tail", "verdict": "crash", "message": "died", "metrics": {"seconds": 1.0}}],
                           base, imported={"triton": "3.9.0", "numpy": None, "torch": "2.11.0"})

@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from nsa_triton_sel.compat import gpu_refresh, ledger, lanes, project
+from nsa_triton_sel.compat.lanes import gpu_refresh
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.core import lane_table, project
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
+TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")
 
 
 def _tree(trees: Path, version: str) -> None:
@@ -29,7 +31,7 @@ def test_a_release_that_arrives_later_joins_and_every_result_is_kept(tmp_path):
     trees.mkdir()
     _tree(trees, "3.8.0")
     env = {**os.environ, "NSA_SEL_CANARY_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "NSA_SEL_GIT_COMMIT": "abc123"}
-    proc = subprocess.Popen([sys.executable, "-m", "nsa_triton_sel.compat.gpu_refresh", "--out", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "nsa_triton_sel.compat.lanes.gpu_refresh", "--out", str(out),
                              "--trees", str(trees), "--expect", "3.8.0,3.9.0", "--stages", "canary",
                              "--wait-s", "120", "--deadline-s", "200"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from nsa_triton_sel.compat import project
+from nsa_triton_sel.compat.core import project
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from nsa_triton_sel import provenance
 from nsa_triton_sel.compat.ledger import backfill
 
 FILES = {"kernels/forward.py": b"x = 1\n", "kernels/bind.py": b"bind = 1\n", "plan/tiles.py": b"TILE = 64\n",
-         "api.py": b"api = 1\n", "data/known_bad.toml": b"schema = 1\n", "compat/cli.py": b"toolkit = 1\n",
+         "api.py": b"api = 1\n", "data/known_bad.toml": b"schema = 1\n", "compat/commands/cli.py": b"toolkit = 1\n",
          "kernels/notes.txt": b"not a source\n"}
 
 

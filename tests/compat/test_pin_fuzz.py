@@ -34,8 +34,9 @@ from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import ledger_factory as F  # noqa: E402
-from nsa_triton_sel.compat import atomic, ledger  # noqa: E402
-from nsa_triton_sel.compat.verdicts import BAD  # noqa: E402
+from nsa_triton_sel.compat.core import atomic  # noqa: E402
+from nsa_triton_sel.compat import ledger  # noqa: E402
+from nsa_triton_sel.compat.core.verdicts import BAD  # noqa: E402
 
 MAX_EXAMPLES = int(os.environ.get("NSA_SEL_FUZZ_EXAMPLES", "500"))
 THREE = ("ledger.jsonl", "MATRIX.md", "known-good.txt")

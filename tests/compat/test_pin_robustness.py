@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import atomic, ledger
+from nsa_triton_sel.compat.core import atomic
+from nsa_triton_sel.compat import ledger
 
 
 def _paths(cdir: Path) -> tuple[Path, Path, Path]:

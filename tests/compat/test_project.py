@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsa_triton_sel.compat import project
+from nsa_triton_sel.compat.core import project
 
 
 def _project(tmp_path):

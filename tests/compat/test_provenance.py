@@ -73,11 +73,12 @@ def test_a_changed_planner_tile_size_stales_compile_evidence(pkg):
 
 @pytest.mark.parametrize("path, kind", [
     ("kernels/forward.py", "compiler"), ("kernels/backward.py", "compiler"), ("kernels/common.py", "compiler"),
-    ("plan/tiles.py", "compiler"), ("plan/deeper/new.py", "compiler"), ("compat/variants.py", "compiler"),
-    ("compat/specs.py", "compiler"),
+    ("plan/tiles.py", "compiler"), ("plan/deeper/new.py", "compiler"),
+    ("compat/registry/variants.py", "compiler"), ("compat/registry/specs.py", "compiler"),
+    ("compat/registry/compile_spec.py", None), ("compat/registry/capture.py", None),
     ("kernels/bind.py", "runtime"), ("kernels/launch.py", "runtime"), ("arguments/route.py", "runtime"),
     ("api.py", "runtime"), ("op.py", "runtime"), ("data/known_bad.toml", "runtime"), ("data/thresholds.json", "runtime"),
-    ("compat/cli.py", None), ("compat/ledger/matrix.py", None), ("provenance.py", None), ("py.typed", None),
+    ("compat/commands/cli.py", None), ("compat/ledger/matrix.py", None), ("provenance.py", None), ("py.typed", None),
     ("kernels/__pycache__/x.py", None),
     ("data/notes.txt", None),
 ])
@@ -99,14 +100,15 @@ def test_every_triton_kernel_source_is_compiler_facing():
 
 def test_every_runtime_file_is_hashed_and_the_toolkit_is_not():
     files = provenance.package_files()
-    assert {"kernels/forward.py", "plan/tiles.py", "compat/variants.py", "kernels/bind.py", "data/known_bad.toml"} <= set(files)
-    assert not any(n.startswith("compat/") and n not in ("compat/variants.py", "compat/specs.py") for n in files)
+    registry = ("compat/registry/variants.py", "compat/registry/specs.py")
+    assert {"kernels/forward.py", "plan/tiles.py", *registry, "kernels/bind.py", "data/known_bad.toml"} <= set(files)
+    assert not any(n.startswith("compat/") and n not in registry for n in files)
     shipped = {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py") if "__pycache__" not in p.parts}
     assert {n for n in shipped if not n.startswith("compat/")} - {"provenance.py"} <= set(files)
 
 
 def test_both_hashes_are_recorded_and_kernel_source_hash_is_the_compiler_facing_one():
-    from nsa_triton_sel.compat import env
+    from nsa_triton_sel.compat.core import env
 
     fp = env.fingerprint()
     assert fp["compiler_hash"] == provenance.compiler_hash() == provenance.kernel_source_hash()

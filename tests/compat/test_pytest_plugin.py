@@ -10,7 +10,7 @@ import sys
 def test_plugin_writes_the_imported_versions(tmp_path):
     (tmp_path / "test_x.py").write_text("import numpy\n\ndef test_x():\n    assert numpy.__version__\n")
     out = tmp_path / "imported.json"
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.pytest_plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.lanes.pytest_plugin",
                           "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
                          env={**__import__("os").environ, "NSA_SEL_IMPORTED_JSON": str(out)},
                          capture_output=True, text=True)
@@ -27,7 +27,7 @@ def test_plugin_prints_a_progress_line_every_n_tests_without_a_terminal(tmp_path
     tests = "import pytest\n" + "".join(f"def test_{i}():\n    pass\n" for i in range(5))
     tests += "@pytest.mark.skip(reason='x')\ndef test_s():\n    pass\ndef test_f():\n    assert 0\n"
     (tmp_path / "test_x.py").write_text(tests)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.pytest_plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.lanes.pytest_plugin",
                           "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
                          env={**__import__("os").environ, "NSA_SEL_PROGRESS_EVERY": "3"},
                          capture_output=True, text=True)
@@ -39,7 +39,7 @@ def test_plugin_prints_a_progress_line_every_n_tests_without_a_terminal(tmp_path
 
 def test_plugin_rejects_a_bad_progress_setting(tmp_path):
     (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.pytest_plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.lanes.pytest_plugin",
                           "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
                          env={**__import__("os").environ, "NSA_SEL_PROGRESS_EVERY": "often"},
                          capture_output=True, text=True)

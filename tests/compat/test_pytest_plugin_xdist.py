@@ -17,7 +17,7 @@ def test_each_worker_reports_its_imports_and_progress_counts_every_test(tmp_path
     tests = "import numpy\n" + "".join(f"def test_{i}():\n    assert numpy.__version__\n" for i in range(6))
     (tmp_path / "test_x.py").write_text(tests)
     out = tmp_path / "imported.json"
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "nsa_triton_sel.compat.pytest_plugin",
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "nsa_triton_sel.compat.lanes.pytest_plugin",
                           "-p", "no:cacheprovider", str(tmp_path / "test_x.py")], cwd=tmp_path,
                          env={**os.environ, "NSA_SEL_IMPORTED_JSON": str(out), "NSA_SEL_PROGRESS_EVERY": "3"},
                          capture_output=True, text=True, timeout=300)

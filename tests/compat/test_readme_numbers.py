@@ -5,7 +5,7 @@ A count written by hand drifts as soon as the registry, the archs or the suite c
 other work misleads whoever plans by it.  Here each such number is recomputed:
 
 - counts from what the code decides now: the compiles from the registry, the canaries and the archs a lane
-  compiles for (lanes.NO_GPU_ARCHS on a GPU-less box; the table's archs for the full sweep), the interpreter
+  compiles for (machine.NO_GPU_ARCHS on a GPU-less box; the table's archs for the full sweep), the interpreter
   tests from pytest's collection, the newest lane from lanes.toml;
 - minutes from the committed measurement (``timing.json`` in the results folder the README names), whose own
   counts must stay within 10 % of today's: past that the minutes describe other work, and the main job has
@@ -22,14 +22,14 @@ import sys
 
 import pytest
 
-from nsa_triton_sel.compat import lanes, project
+from nsa_triton_sel.compat.core import lane_table, machine, project
 
 ROOT = project.project_root()
 TEXT = (ROOT / "README.md").read_text()
 README = " ".join(TEXT.split())  # whitespace-normalised: sentences wrap anywhere
 MATRIX_TEXT = (ROOT / "docs" / "matrix.md").read_text()  # the compile smoke, a team's kernels, the matrix
 MATRIX_DOC = " ".join(MATRIX_TEXT.split())
-TABLE = lanes.load_table()
+TABLE = lane_table.load_table()
 NEWEST = TABLE.newest()
 
 
@@ -47,7 +47,7 @@ def duration(seconds: float) -> str:
 def compiles(archs, version: str) -> dict:
     """What a smoke run with canaries decides for these archs on this release: (spec, arch) pairs."""
     from nsa_triton_sel.compat.canaries import SPECS as CANARIES
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     specs = list(SPECS) + list(CANARIES)
     skipped = sum(s.skipped(version, a) for s in specs for a in archs)
@@ -78,7 +78,7 @@ def test_the_main_job_is_the_newest_lane_of_the_table():
 
 
 def test_the_main_jobs_counts_are_what_it_decides():
-    main = compiles(lanes.NO_GPU_ARCHS, NEWEST.triton)
+    main = compiles(machine.NO_GPU_ARCHS, NEWEST.triton)
     tests = interp_tests()
     assert f"({main['pairs']} compiles), then its interpreter parity suite ({tests} tests)," in README
     sweep = compiles(TABLE.archs, NEWEST.triton)
@@ -87,7 +87,7 @@ def test_the_main_jobs_counts_are_what_it_decides():
     _close(t["main_job"]["compiles"], main["pairs"], "compiles")
     _close(t["main_job"]["interp_tests"], tests, "interpreter tests")
     _close(t["sweep"]["compiles"], sweep["pairs"], "compiles in the sweep")
-    assert t["main_job"]["archs"] == list(lanes.NO_GPU_ARCHS) and t["sweep"]["archs"] == list(TABLE.archs)
+    assert t["main_job"]["archs"] == list(machine.NO_GPU_ARCHS) and t["sweep"]["archs"] == list(TABLE.archs)
 
 
 def test_the_readmes_minutes_are_the_measured_ones():
@@ -149,7 +149,7 @@ def test_the_team_lanes_shown_are_a_run_the_results_keep():
 @pytest.mark.parametrize("pattern", [r"one compile per tile class and constexpr value the launchers can pick: "
                                      r"(\d+) of them, (\d+) forward and (\d+) backward, plus the (\d+)"])
 def test_the_registry_breakdown(pattern):
-    from nsa_triton_sel.compat.specs import SPECS
+    from nsa_triton_sel.compat.registry.specs import SPECS
 
     got = [int(x) for x in re.search(pattern, MATRIX_DOC).groups()]
     capped = [s for s in SPECS if getattr(s, "only", None)]

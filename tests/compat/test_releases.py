@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import fake_index
-from nsa_triton_sel.compat import cli, lanes, project, releases
+from nsa_triton_sel.compat.commands import cli, releases
+from nsa_triton_sel.compat.core import lane_table, project
 
-TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
+TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")
 
 
 @pytest.fixture

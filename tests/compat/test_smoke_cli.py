@@ -150,7 +150,7 @@ def test_an_empty_spec_list_is_a_usage_error(tmp_path, capsys, no_run):
 def test_a_json_report_on_a_full_disk_is_one_line_and_never_a_0_byte_file(tmp_path, capsys, monkeypatch):
     import errno
 
-    from nsa_triton_sel.compat import atomic
+    from nsa_triton_sel.compat.core import atomic
     from nsa_triton_sel.compat.smoke.report import SmokeReport
 
     report = SmokeReport(triton="3.9.0", archs=[80], jobs=1, env={}, started="now")

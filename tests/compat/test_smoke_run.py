@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from nsa_triton_sel.compat import smoke
 from nsa_triton_sel.compat.canaries import SPECS as CANARIES
-from nsa_triton_sel.compat.specs import SPECS, CompileSpec, uncovered_kernels
+from nsa_triton_sel.compat.registry.specs import SPECS, CompileSpec, uncovered_kernels
 
 HERE = Path(__file__).parent
 REAL = "sel_fwd/ranges/fp16/dk64-dv64/h16/"

@@ -6,9 +6,10 @@ import json
 
 from packaging.version import Version
 
-from nsa_triton_sel.compat import cli, doctor, lanes, project, standing
+from nsa_triton_sel.compat.commands import cli, doctor, standing
+from nsa_triton_sel.compat.core import lane_table, project
 
-TABLE = lanes.load_table(project.constraints_dir() / "lanes.toml")
+TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")
 KNOWN_GOOD = """# GENERATED
 # admitted  3.1.0   (lane 3.1; torch 2.5.1 / 2.5.0)
 # excluded  3.2.0   (lane 3.2; torch 2.6.0): parity: 3 fail

@@ -4,10 +4,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from nsa_triton_sel.compat import static_check
+import nsa_triton_sel
+from nsa_triton_sel.compat import canaries
+from nsa_triton_sel.compat.smoke import static_check
 
-CANARIES = Path(static_check.__file__).parent / "canaries" / "kernels.py"
-JIT = Path(static_check.__file__).parents[1] / "kernels" / "forward.py"
+CANARIES = Path(canaries.__file__).parent / "kernels.py"
+JIT = Path(nsa_triton_sel.__file__).parent / "kernels" / "forward.py"
 
 
 def _needs(source, kernel):

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, team_matrix, upgrade
+from nsa_triton_sel.compat.core import lane_table
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import team_matrix, upgrade
 from test_team_specs import LEDGER_FILES, ROOT, TABLE, LaneFailed, LaneSession, _digest, write_team
-from nsa_triton_sel.compat import nox_lanes
+from nsa_triton_sel.compat.lanes import nox_sessions
 
 FP = {**F.CPU_FP, "date": F.DATE}
 
@@ -33,8 +35,8 @@ def test_a_lane_refuses_specs_it_cannot_use_before_installing_anything(tmp_path,
     write_team(tmp_path)
     session = NoRun(name, posargs, tmp_path, tmp_path / "cache")
     with pytest.raises(LaneFailed, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        nox_lanes.run_lane(session, TABLE.for_version("3.9.0"), name.partition("-")[0],
-                           nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=False))
+        nox_sessions.run_lane(session, TABLE.for_version("3.9.0"), name.partition("-")[0],
+                           nox_sessions.Matrix(table=TABLE, root=ROOT, gpu=False))
     assert not (tmp_path / "out").exists()
 
 
@@ -80,7 +82,7 @@ def test_team_options_without_specs_are_refused(team_dir, capsys):
 def team_runs(results, ref: str, verdicts: dict, table=TABLE) -> None:
     """Run files of compile lanes over a spec module: ``{release: [verdict per spec]}``."""
     for version, vs in verdicts.items():
-        lane = table.for_version(version) or lanes.candidate_lane(version, table)
+        lane = table.for_version(version) or lane_table.candidate_lane(version, table)
         base = ledger.base_record(lane, {**FP, "imported": {"triton": version}}, check="compile", mode="aot",
                                   session=f"compile-{lane.name}", run_id=f"compile-{lane.name}@{F.DATE}")
         base.update({ledger.SPECS_FIELD: ref, "paired_torch": lane.paired_torch})

@@ -24,11 +24,14 @@ from pathlib import Path
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import lanes, ledger, nox_lanes, project, team_matrix, upgrade
+from nsa_triton_sel.compat.core import lane_table, project
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import team_matrix, upgrade
+from nsa_triton_sel.compat.lanes import nox_sessions
 
 HERE = Path(__file__).resolve().parent
 ROOT = project.project_root()
-TABLE = lanes.load_table(ROOT / "constraints" / "lanes.toml")
+TABLE = lane_table.load_table(ROOT / "constraints" / "lanes.toml")
 OLD_VENV = ROOT / ".nox" / "compile-3-0" / "bin" / "python"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 
@@ -51,7 +54,7 @@ def write_team(where: Path) -> Path:
     (where / "block_kernels.py").write_text(BLOCK_KERNEL)
     k = f"{HERE / 'capture_kernels.py'}"
     (where / "team_specs.py").write_text(textwrap.dedent(f"""\
-        from nsa_triton_sel.compat.compile_spec import CompileSpec
+        from nsa_triton_sel.compat.registry.compile_spec import CompileSpec
 
         SPECS = [
             CompileSpec(name="add_one/01", kernel="{k}:add_one", dtype="fp32", constexprs={{"BLOCK": 32}}, num_warps=1),
@@ -99,9 +102,9 @@ class LaneSession:
 def run_lane(name: str, version: str, posargs, invoked_from: Path, cache: Path, python=sys.executable):
     kind = name.partition("-")[0]
     session = LaneSession(name, posargs, invoked_from, cache, python)
-    matrix = nox_lanes.Matrix(table=TABLE, root=ROOT, gpu=False)
+    matrix = nox_sessions.Matrix(table=TABLE, root=ROOT, gpu=False)
     try:
-        nox_lanes.run_lane(session, TABLE.for_version(version), kind, matrix)
+        nox_sessions.run_lane(session, TABLE.for_version(version), kind, matrix)
     except LaneFailed as exc:
         return session, str(exc)
     return session, None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from nsa_triton_sel import known_bad
-from nsa_triton_sel.compat import lanes, ledger, upgrade
-from nsa_triton_sel.compat.verdicts import ENVIRONMENT
+from nsa_triton_sel.compat.core import lane_table
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import upgrade
+from nsa_triton_sel.compat.core.verdicts import ENVIRONMENT
 
-CAND = lanes.Lane(label="3.10", triton="3.10.0", torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
-BASE = lanes.Lane(label="3.9", triton="3.9.0", torch=("2.15.0",), python=">=3.11", numpy=">=1.26")
+CAND = lane_table.Lane(label="3.10", triton="3.10.0", torch=(), python=">=3.11", numpy=">=1.26", candidate=True)
+BASE = lane_table.Lane(label="3.9", triton="3.9.0", torch=("2.15.0",), python=">=3.11", numpy=">=1.26")
 FP = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda_runtime": None, "numpy": "2.4.6"}
 
 
@@ -101,7 +103,7 @@ def test_bench_slowdown_blocks_and_metric_growth_is_a_note():
 
 
 def test_baseline_is_the_nearest_known_good_release():
-    table = lanes.Table(lanes=(BASE, lanes.Lane(label="3.8", triton="3.8.0", torch=("2.14.1",),
+    table = lane_table.Table(lanes=(BASE, lane_table.Lane(label="3.8", triton="3.8.0", torch=("2.14.1",),
                                                 python=">=3.10", numpy=">=1.26")))
     recs = _good(table.lanes[0]) + _good(table.lanes[1])
     assert upgrade.baseline_release(table, recs, [], "3.10.0").triton == "3.9.0"

@@ -11,7 +11,8 @@ import json
 import pytest
 
 import ledger_factory as F
-from nsa_triton_sel.compat import ledger, releases, upgrade
+from nsa_triton_sel.compat import ledger
+from nsa_triton_sel.compat.commands import releases, upgrade
 from test_upgrade import BASE, CAND, _good, _recs
 
 

@@ -1,4 +1,4 @@
-"""The compile-smoke variants derived from the planner (``compat/variants.py``): the forward's cover
+"""The compile-smoke variants derived from the planner (``compat/registry/variants.py``): the forward's cover
 everything the planner can pick; the backward's cover every kernel, name every constexpr, include the
 launcher's own choices, and one compiles for real."""
 
@@ -9,10 +9,10 @@ import itertools
 import pytest
 
 from nsa_triton_sel import device, known_bad, plan
-from nsa_triton_sel.compat.compile_spec import derive_signature, load_object
-from nsa_triton_sel.compat.specs import SPECS, backward_specs, uncovered_kernels
-from nsa_triton_sel.compat.variants import (BACKWARD_MODULE, _features, _sweep, _tile_class, backward_variants,
-                                            smoke_cases)
+from nsa_triton_sel.compat.registry.compile_spec import derive_signature, load_object
+from nsa_triton_sel.compat.registry.specs import SPECS, backward_specs, uncovered_kernels
+from nsa_triton_sel.compat.registry.variants import (BACKWARD_MODULE, _features, _sweep, _tile_class,
+                                                     backward_variants, smoke_cases)
 from nsa_triton_sel.plan import tiles as M
 from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
 
@@ -23,7 +23,7 @@ def test_every_backward_kernel_is_registered(full):
     assert uncovered_kernels(BACKWARD_MODULE, specs) == []
     assert len({s.name for s in specs}) == len(specs)
     if not full:
-        from nsa_triton_sel.compat.variants import SMOKE_SUBSET
+        from nsa_triton_sel.compat.registry.variants import SMOKE_SUBSET
 
         assert {s.name for s in specs} == SMOKE_SUBSET  # no stale name in the subset
 
@@ -140,7 +140,7 @@ def test_under_a_row_cap_window_the_registry_compiles_what_the_capped_planner_la
     variant: one outside every variant would reach users with its compile never checked."""
     import dataclasses
 
-    from nsa_triton_sel.compat.specs import _ident
+    from nsa_triton_sel.compat.registry.specs import _ident
 
     for window in (w for w in known_bad.load() if w.max_rows is not None):
         version = next(v for v in ("3.0.0", "3.1.0") if window.triton.contains(v))

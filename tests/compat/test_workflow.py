@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from nsa_triton_sel.compat import project
+from nsa_triton_sel.compat.core import project
 
 WORKFLOW = (project.project_root() / ".github" / "workflows" / "compat.yml").read_text()
 
@@ -42,7 +42,7 @@ def test_ci_lanes_and_check_upgrade_compile_every_arch(monkeypatch, tmp_path):
     verdicts speak for every arch of lanes.toml, ask for all of them."""
     for job in ("cpu", "gpu"):
         assert "NSA_SEL_ARCHS: all" in _job(job), job
-    from nsa_triton_sel.compat import upgrade
+    from nsa_triton_sel.compat.commands import upgrade
 
     seen = {}
     monkeypatch.setattr(upgrade.subprocess, "call", lambda cmd, env: seen.setdefault("cmd", cmd) and 0)

@@ -15,7 +15,7 @@ options are given; the runtime arguments are read from the kernel and typed by t
 import triton
 import triton.language as tl
 
-from nsa_triton_sel.compat.specs import CompileSpec
+from nsa_triton_sel.compat.registry.specs import CompileSpec
 
 
 @triton.jit

@@ -12,7 +12,7 @@ bound.  The launchers in ``kernels/`` only read what it decided.
 - :mod:`.tokens`: tokens per program (the sharing probe in :mod:`.share`);
 - :mod:`.backward`: the backward kernels' configuration (``BackwardMeta``).
 
-Pure Python at import (no torch, no triton): the compile-smoke registry (``compat/variants.py``)
+Pure Python at import (no torch, no triton): the compile-smoke registry (``compat/registry/variants.py``)
 sweeps these functions in processes that may have no torch.
 """
 

@@ -1,7 +1,7 @@
 """The backward's launch plan: tiles, warps, stages, chunks and the multi-token dq kernel.
 
 Pure Python (no torch, no triton), like :mod:`.tiles`: the launcher (``kernels/launch.py``), the
-compile-smoke registry (``compat/variants.py``) and the tests read the same numbers from here.
+compile-smoke registry (``compat/registry/variants.py``) and the tests read the same numbers from here.
 :func:`backward_meta` is the one entry: ``plan.plan_call`` asks it for the operator's plan (with the
 multi-token dq kernel where the forward took the multi-token kernel), ``kernels/direct.py`` with overrides.
 

@@ -11,7 +11,7 @@ layouts) return a :class:`Launch`:
 - splits (:func:`decode_splits`), tile sizes, warps and stages (:mod:`.tiles`), and the grids.
 
 The launchers (``kernels/launch.py``) launch what a plan says and decide nothing; the
-compile-smoke registry (``compat/variants.py``) sweeps these functions, so the variants that
+compile-smoke registry (``compat/registry/variants.py``) sweeps these functions, so the variants that
 ship are the variants compiled.  Pure Python (no torch, no triton); plans are cached per
 signature, so a repeated call costs a dict lookup.
 """

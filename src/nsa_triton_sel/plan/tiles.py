@@ -22,7 +22,7 @@ MIN_DOT = 16  # smallest M/N/K tl.dot accepts on every Triton 3.x
 
 @dataclass(frozen=True)
 class HeadDims:
-    """One (Dk, Dv) class the kernels are built for: the compile registry (``compat/variants.py``) sweeps
+    """One (Dk, Dv) class the kernels are built for: the compile registry (``compat/registry/variants.py``) sweeps
     the forward over every entry and the backward over the ``backward`` ones."""
 
     Dk: int

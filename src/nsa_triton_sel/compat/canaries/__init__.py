@@ -4,10 +4,12 @@
 the seeds' kernels failed, on the Triton versions where that failure class exists, so the
 harness is proven to still tell the classes apart.  They ship inside the package, so an
 installed toolkit runs them too.  The kernels are referenced by name: only the compile
-children import them (and Triton).
+children import them (and Triton).  The GPU miscompile canaries are :mod:`.gpu` (their kernels in
+:mod:`.gpu_kernels`), and :mod:`.notes` says why a canary that fired does not hit this package's
+kernels.  May import: core, registry.
 """
 
-from ..compile_spec import CompileSpec
+from ..registry.compile_spec import CompileSpec
 
 KERNELS = "nsa_triton_sel.compat.canaries.kernels"
 _BCAST = "Cannot broadcast"

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..verdicts import CRASH, ERROR, FAIL, PASS, SKIP, TIMEOUT
+from ..core.verdicts import CRASH, ERROR, FAIL, PASS, SKIP, TIMEOUT
 
 MODULE = "nsa_triton_sel.compat.canaries.gpu"
 KERNELS = "nsa_triton_sel.compat.canaries.gpu_kernels"

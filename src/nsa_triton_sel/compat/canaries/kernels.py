@@ -1,6 +1,6 @@
 """Canary kernels: tiny reproductions of the failure classes that broke the seeds.
 
-Each canary has a :class:`~nsa_triton_sel.compat.compile_spec.CompileSpec` in
+Each canary has a :class:`~nsa_triton_sel.compat.registry.compile_spec.CompileSpec` in
 :data:`nsa_triton_sel.compat.canaries.SPECS` that says which verdict the smoke harness must
 reach on which Triton version (``nsa-sel smoke --canaries``):
 

@@ -6,7 +6,11 @@
 - :mod:`.store`: the ledger file (strict reading, merge, generation digest);
 - :mod:`.cells`: verdicts per release and check, admission to known-good;
 - :mod:`.known_good`, :mod:`.matrix`: the two rendered files;
-- :mod:`.pinning`: ``nsa-sel pin`` (lock, one commit for the three files, ``--check``, ``--reset``).
+- :mod:`.pinning`: ``nsa-sel pin`` (lock, one commit for the three files, ``--check``, ``--reset``);
+- :mod:`.archs`, :mod:`.evidence`, :mod:`.gpu_tables`: evidence per arch, which kernels and GPUs a record
+  is about, the GPU tables of MATRIX.md (with the canaries' notes); :mod:`.backfill`: hashes for old records.
+
+May import: core, canaries.
 """
 
 from .cells import NOT_RUN, by_release_check, cell, first_line, reasons, release_verdicts

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..verdicts import BAD, PASS, UNSUPPORTED, XFAIL
+from ..core.verdicts import BAD, PASS, UNSUPPORTED, XFAIL
 from .cells import cell, first_line
 
 COMPILE_CHECKS = ("compile", "backward")  # the kernel variants of this package (not canaries)

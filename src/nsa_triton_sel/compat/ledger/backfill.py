@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ... import provenance
-from ..atomic import atomic_write_text
+from ..core.atomic import atomic_write_text
 from .store import dump_ledger, load_ledger
 
 LEGACY_FIELD = "kernel_hash"  # the older records' hash: kernels/*.py by base name

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from ... import known_bad
 from . import evidence
-from ..verdicts import BAD, BAD_ORDER, NEUTRAL, PASS, SKIP
+from ..core.verdicts import BAD, BAD_ORDER, NEUTRAL, PASS, SKIP
 
 NOT_RUN = "not run"
 CURRENT = object()  # release_verdicts' default: the kernel sources of this checkout

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ... import provenance
-from ..verdicts import BAD, PASS
+from ..core.verdicts import BAD, PASS
 
 GPU_ADMISSION_CHECKS = ("parity", "backward", "contract")  # each needs a pass and no failure, per GPU
 GPU_BLOCKING_CHECKS = ("parity", "backward", "bench")  # any failure here refuses GPU use

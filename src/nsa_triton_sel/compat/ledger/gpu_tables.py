@@ -21,7 +21,7 @@ import statistics
 
 from packaging.version import Version
 
-from ..verdicts import BAD, PASS
+from ..core.verdicts import BAD, PASS
 from ..canaries import notes as canary_notes
 from .evidence import COMPILER_FIELD, hashes_text, is_gpu, is_stale, on_gpu_machine, runtime_stale, short_gpu
 

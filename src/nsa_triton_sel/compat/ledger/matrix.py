@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from ..verdicts import BAD, PASS
+from ..core.verdicts import BAD, PASS
 from . import evidence
 from .archs import matrix_section
 from .cells import NOT_RUN, by_release_check, cell, reasons
@@ -97,7 +97,7 @@ def contract_runs(recs: list[dict], runtime: str | None) -> str:
             done.setdefault(r["triton"], set()).add(evidence.short_gpu(r.get("machine")))
     if not done:
         return ("**no GPU contract run of this runtime**: run the GPU contract suite on a GPU, newest and oldest "
-                "release at least (`python -m nsa_triton_sel.compat.gpu_lane --stages contract --results DIR`, or "
+                "release at least (`python -m nsa_triton_sel.compat.lanes.gpu_lane --stages contract --results DIR`, or "
                 "`bench/device/device_refresh.sh` with `REFRESH_ARGS=\"--stages contract\"`), and pin it.")
     runs = [f"{v} ({', '.join(sorted(done[v]))})" for v in sorted(done, key=Version)]
     return f"GPU contract runs of this runtime: {', '.join(runs)}."

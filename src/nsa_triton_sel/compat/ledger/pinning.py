@@ -4,7 +4,7 @@ What keeps the three files trustworthy:
 
 - a file lock beside the ledger serialises concurrent pins (without it, two pins at once lost
   the second one's records in 4 of 10 runs);
-- the three files are replaced as one commit with a journal (:func:`..atomic.commit`), and every
+- the three files are replaced as one commit with a journal (:func:`..core.atomic.commit`), and every
   pin first finishes a commit a killed pin left behind; MATRIX.md and known-good.txt name the
   ledger generation they were rendered from, and ``nsa-sel pin --check`` verifies it;
 - file modes are kept;
@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 
 from ... import known_bad
-from .. import lanes, project
-from ..atomic import FileProblem, JournalError, commit, journal_path, locked, read_text, recover
-from ..cli import Parser, fail
+from ..core import lane_table, project
+from ..core.atomic import FileProblem, JournalError, commit, journal_path, locked, read_text, recover
+from ..core.command import Parser, fail
 from .cells import release_verdicts
 from .known_good import render_known_good
 from .matrix import render_matrix
@@ -47,7 +47,7 @@ class PinError(ValueError):
 
 
 def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_good_path: Path,
-        table: lanes.Table | None = None, windows: list | None = None, log=print, reset: bool = False,
+        table: lane_table.Table | None = None, windows: list | None = None, log=print, reset: bool = False,
         admitted: list[dict] | None = None) -> dict:
     """Merge run files into the ledger and regenerate MATRIX.md and known-good.txt as one commit.
 
@@ -55,7 +55,7 @@ def pin(result_dirs: list[Path], ledger_path: Path, matrix_path: Path, known_goo
     ``admitted`` are records of a checked candidate already relabelled as a release of the table
     (``nsa-sel check-upgrade --admit``).
     """
-    table = table or lanes.load_table()
+    table = table or lane_table.load_table()
     windows = known_bad.load() if windows is None else windows
     ledger_path, matrix_path, known_good_path = Path(ledger_path), Path(matrix_path), Path(known_good_path)
     targets = [ledger_path, matrix_path, known_good_path]
@@ -119,7 +119,7 @@ def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[
     """Problems that make the three files disagree (empty: they are one generation).
 
     A file that cannot be read, or a ledger line that is not a valid record (NaN and Infinity included),
-    is not a disagreement but bad input: a :class:`..atomic.FileProblem` or :class:`.store.LedgerError`.
+    is not a disagreement but bad input: a :class:`..core.atomic.FileProblem` or :class:`.store.LedgerError`.
     """
     ledger_path = Path(ledger_path)
     out = []
@@ -139,7 +139,7 @@ def verify(ledger_path: Path, matrix_path: Path, known_good_path: Path) -> list[
     return out
 
 
-def normalise_releases(recs: list[dict], table: lanes.Table, where: str) -> list[dict]:
+def normalise_releases(recs: list[dict], table: lane_table.Table, where: str) -> list[dict]:
     """Each record's ``triton`` spelled as the table's release (``"3.9"`` -> ``"3.9.0"``, else it would
     be grouped apart and its verdict ignored); a release not in the table is a :class:`PinError`."""
     out = []
@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             raise PinError(f"--results {given_missing[0]}: no such directory")
         if not args.results and not dirs[0].is_dir():
             print(f"nsa-sel pin: no results directory {dirs[0]} (re-rendering from the ledger only)", file=sys.stderr)
-        table = lanes.load_table(cdir / project.TABLE_NAME)
+        table = lane_table.load_table(cdir / project.TABLE_NAME)
         pin(dirs, *paths, table=table, reset=args.reset)
-    except (PinError, FileProblem, LedgerError, lanes.TableError, project.ProjectNotFound, TimeoutError) as exc:
+    except (PinError, FileProblem, LedgerError, lane_table.TableError, project.ProjectNotFound, TimeoutError) as exc:
         return fail("pin", exc)
     except OSError as exc:  # a read-only filesystem, a full disk: before the commit point, nothing was written
         after = paths is not None and journal_path(Path(paths[0])).exists()

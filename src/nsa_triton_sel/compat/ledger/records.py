@@ -31,7 +31,7 @@ import math
 
 from packaging.version import InvalidVersion, Version
 
-from ..verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
+from ..core.verdicts import CHECKS, ERROR, VERDICTS, check_record_verdict
 
 SCHEMA = 3
 IMPORTED_FIELDS = ("triton_imported", "process")
@@ -198,7 +198,8 @@ def problems(rec) -> list[str]:
 
 
 _NONE = type(None)
-# What the renderers and the merge assume of a field (a wrong type used to surface as a traceback).
+# What the renderers and the merge assume of a field (checked, so a wrong type is a problem naming the field,
+# not a traceback).
 FIELD_TYPES = {"lane": str, "triton": str, "kernel": str, "run_id": str, "check": str, "verdict": str,
                "mode": (str, _NONE), "session": (str, _NONE), "machine": (str, _NONE), "message": (str, _NONE),
                "date": (str, _NONE), "triton_imported": (str, _NONE), "process": (dict, _NONE),

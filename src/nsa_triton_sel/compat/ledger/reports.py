@@ -3,7 +3,7 @@ pytest-benchmark's JSON.
 
 Each record carries the versions its producing process imported: a compile child reports
 them with its result, pytest through the toolkit's pytest plugin
-(:mod:`nsa_triton_sel.compat.pytest_plugin`), which the lane passes in as ``imported``.
+(:mod:`nsa_triton_sel.compat.lanes.pytest_plugin`), which the lane passes in as ``imported``.
 A failure covered by a known-bad window becomes ``xfail`` naming the window, so the matrix
 tells an expected failure from a new one.
 """
@@ -15,8 +15,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from ... import known_bad
-from .. import project
-from ..verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL, backward_check
+from ..core import project
+from ..core.verdicts import BAD, ERROR, FAIL, FROM_COMPILE, PASS, SKIP, XFAIL, backward_check
 from .records import record
 
 

@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from ..atomic import FileProblem, atomic_write_text, dumps_json, loads_json, read_text
-from ..verdicts import ERROR, INTERRUPTED
+from ..core.atomic import FileProblem, atomic_write_text, dumps_json, loads_json, read_text
+from ..core.verdicts import ERROR, INTERRUPTED
 from .records import SCHEMA, migrate, now_iso, problems, record
 
 KIND = "lane-run"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..atomic import FileProblem, dumps_json, loads_json, read_text
+from ..core.atomic import FileProblem, dumps_json, loads_json, read_text
 from .records import migrate, problems
 
 

@@ -14,7 +14,7 @@ started for, never another one that happens to be on the parent's ``sys.path``:
   ``PYTHONPATH``, it made lanes 3.0-3.8 compile with Triton 3.9.)
 - what the child needs from such a directory (this package, when it is installed there) is
   appended *after* the child's own site-packages by a small bootstrap (:data:`BOOT`).
-- every child reports the versions it imported (:func:`..env.imported_versions`), so a leak
+- every child reports the versions it imported (:func:`..core.env.imported_versions`), so a leak
   that slips through anyway is caught by the harness and the ledger.
 """
 
@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..verdicts import CRASH, TIMEOUT
+from ..core.verdicts import CRASH, TIMEOUT
 
 FP_FUSION_DEFAULT = "1"  # Triton 3.9 warns when unset; 3.10 flips the default to "disabled"
 SHARED_PATH_ENV = "NSA_SEL_SHARED_PATH"
@@ -161,7 +161,7 @@ def run_child(req: dict, workdir: Path, timeout: float, python: str) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path = workdir / "request.json", workdir / "result.json"
     req_path.write_text(json.dumps(req))
-    rc, seconds = run_module("nsa_triton_sel.compat.aot", [str(req_path), str(res_path)], workdir, timeout, python)
+    rc, seconds = run_module("nsa_triton_sel.compat.smoke.aot", [str(req_path), str(res_path)], workdir, timeout, python)
     imported = _read_imported(Path(f"{res_path}.imported"))  # written before the compile: survives an abort
     return _outcome(rc, seconds, timeout, res_path, stderr_tail(workdir / "stderr.txt"), imported)
 
@@ -180,7 +180,7 @@ def _outcome(rc, seconds, timeout, res_path: Path, tail: str, imported: dict) ->
 
 
 class CompileServer:
-    """A compile server child (:mod:`..forkserver`): imports Triton once, forks one process per compile.
+    """A compile server child (:mod:`.forkserver`): imports Triton once, forks one process per compile.
 
     :meth:`compile` returns what :func:`run_child` does.  A server that died (it should not: the
     compiles crash in their own processes) answers with a ``crash`` and is not used again.
@@ -190,7 +190,7 @@ class CompileServer:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self._err = open(workdir / "server-stderr.txt", "wb")
-        self.proc = subprocess.Popen(child_command(python, "nsa_triton_sel.compat.forkserver"),
+        self.proc = subprocess.Popen(child_command(python, "nsa_triton_sel.compat.smoke.forkserver"),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                                      cwd=os.getcwd(), env=child_env(str(workdir / "cache")),
                                      start_new_session=True, text=True)

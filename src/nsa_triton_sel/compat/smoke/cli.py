@@ -1,6 +1,6 @@
 """``nsa-sel smoke``: compile every registered kernel variant ahead of time, without a GPU.
 
-Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.aot``)
+Each (spec, arch) compile runs in its own child process (``python -m nsa_triton_sel.compat.smoke.aot``)
 with its own ``TRITON_CACHE_DIR`` and a timeout, several at once, because some compiler
 failures are C++ assertion aborts that kill the process - a try/except in the parent
 would never see them.  The verdicts:
@@ -33,9 +33,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from ..atomic import FileProblem, atomic_write_text, check_output
-from ..cli import Parser, fail, seconds
-from ..compile_spec import CompileSpec, check_unique, spec_from_dict
+from ..core.atomic import FileProblem, atomic_write_text, check_output
+from ..core.command import Parser, fail, seconds
+from ..registry.compile_spec import CompileSpec, check_unique, spec_from_dict
 from .children import FP_FUSION_DEFAULT, run_module, stderr_tail
 from .report import EXIT_USAGE
 from .run import DEFAULT_ARCHS, parse_archs, run_smoke
@@ -70,7 +70,7 @@ def _jobs(text: str) -> int:
 def _version(text: str) -> str:
     try:
         Version(text)
-    except InvalidVersion:  # used to fail only after the whole run
+    except InvalidVersion:  # refused before the run, not after it
         raise argparse.ArgumentTypeError(f"not a Triton version: {text!r} (e.g. 3.9.0)") from None
     return text
 
@@ -101,8 +101,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check_paths(args) -> None:
-    """--python, --keep, --json and --specs files, checked before the run (a bad --json used to lose the run's
-    result; a file that is not an interpreter used to end the run in an OSError)."""
+    """--python, --keep, --json and --specs files, checked before the run (a bad --json would lose the run's
+    result; a file that is not an interpreter would end the run in an OSError)."""
     if args.python is not None:
         check_interpreter(args.python, min(args.timeout, 60.0))
     if args.keep is not None:  # created only once every check passed (main): a refused run writes nothing
@@ -154,7 +154,7 @@ def check_interpreter(python: str, timeout: float) -> None:
 
 def _check_spec_file(ref: str) -> None:
     """A ``--specs`` reference is ``module[:ATTR]`` or ``path/file.py[:ATTR]`` (ATTR defaults to SPECS, as
-    :func:`..compile_spec.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
+    :func:`..registry.compile_spec.load_specs` reads it), and a path names a regular file (a FIFO there would hang the child
     until --timeout): checked here, before a child is started for it."""
     if ref == "builtin":
         return
@@ -176,7 +176,8 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[Com
     child found them (``module <file>`` or ``file <path>``)."""
     with tempfile.TemporaryDirectory(prefix="nsa-smoke-specs-") as tmp:
         out = Path(tmp) / "specs.json"
-        rc, seconds = run_module("nsa_triton_sel.compat.compile_spec", [ref, str(out)], Path(tmp), timeout, python)
+        rc, seconds = run_module("nsa_triton_sel.compat.registry.compile_spec", [ref, str(out)], Path(tmp), timeout,
+                                 python)
         if rc is None:
             raise UsageError(f"--specs {ref}: importing it did not finish in {timeout:g} s (does the module hang "
                              "at import? raise --timeout if it is only slow)")
@@ -194,7 +195,7 @@ def load_specs_in_child(ref: str, python: str, timeout: float) -> tuple[list[Com
 
 
 def collect_specs(args) -> list[CompileSpec]:
-    from ..specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
+    from ..registry.specs import SPECS  # noqa: PLC0415 - the registry, only when asked for
 
     specs, found = [], []
     for ref in args.specs or ["builtin"]:

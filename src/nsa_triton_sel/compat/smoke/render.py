@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ..verdicts import COMPILE_STYLE, OK
+from ..core.verdicts import COMPILE_STYLE, OK
 from .report import SmokeReport, SmokeResult
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from ..verdicts import OK
+from ..core.verdicts import OK
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANARY, EXIT_WRONG_TRITON = 0, 1, 2, 3, 4
 

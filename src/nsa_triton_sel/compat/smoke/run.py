@@ -20,10 +20,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .. import static_check
-from ..lanes import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
-from ..compile_spec import CompileSpec, check_unique, load_specs
-from ..verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
+from . import static_check
+from ..core.machine import parse_archs, usable_cores  # noqa: F401 - parse_archs re-exported: smoke.parse_archs, the CLI's --arch
+from ..registry.compile_spec import CompileSpec, check_unique, load_specs
+from ..core.verdicts import COMPILE_ERROR, CRASH, OK, UNSUPPORTED
 from .children import ServerPool, child_env, forking, kill_live_children, recorded_env, run_child
 from .report import SmokeReport, SmokeResult
 
@@ -96,7 +96,7 @@ def run_smoke(specs=None, archs=DEFAULT_ARCHS, jobs=None, timeout=120.0, progres
 
 def _resolve_specs(specs) -> list[CompileSpec]:
     if specs is None:
-        from ..specs import SPECS  # noqa: PLC0415
+        from ..registry.specs import SPECS  # noqa: PLC0415
 
         specs = SPECS
     elif isinstance(specs, str):

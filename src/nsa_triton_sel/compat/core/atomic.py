@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from ..files import READ_LIMIT, FileProblem, _kind, read_text  # noqa: F401 - the toolkit's names for them
+from ...files import READ_LIMIT, FileProblem, _kind, read_text  # noqa: F401 - the toolkit's names for them
 
 LOCK_TIMEOUT_S = 600.0  # a pin takes seconds; a lock held this long belongs to a hung process
 

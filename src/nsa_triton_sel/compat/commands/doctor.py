@@ -1,6 +1,6 @@
 """``nsa-sel doctor``: the environment fingerprint, the interpreter probe, and where the installed pair stands.
 
-The fingerprint and the probe live in :mod:`.env` (benchmarks and lanes use them too); this module
+The fingerprint and the probe live in :mod:`..core.env` (benchmarks and lanes use them too); this module
 assembles the report and prints it.  A project file that cannot be read (``lanes.toml``,
 ``known-good.txt``, ``ledger.jsonl``) does not stop the report: its section says ``error`` with the
 reason, and the command ends with one stderr line naming the file and exit status 2.
@@ -15,7 +15,7 @@ import sys
 import traceback
 import warnings
 
-from . import env
+from ..core import env
 
 
 def _doctor_report(probe: bool, arch: int | None = None, constraints: str | None = None) -> dict:
@@ -28,7 +28,7 @@ def _doctor_report(probe: bool, arch: int | None = None, constraints: str | None
     report["knobs"] = {k: os.environ.get(k) for k in env.TRITON_KNOBS + env.OTHER_KNOBS} | report["triton_env"]
     report["interpreter"] = env.interpreter_usable(constraints=constraints) if probe else {"status": "skipped"}
     report["sel_triton_min_L"] = threshold_in_force(report.get("gpu_name"), report.get("triton"))
-    from . import project  # noqa: PLC0415
+    from ..core import project  # noqa: PLC0415
     from .standing import standing  # noqa: PLC0415 - reads the project's constraints files
 
     problems = []
@@ -56,7 +56,7 @@ def _doctor_report(probe: bool, arch: int | None = None, constraints: str | None
 
 def _reason(exc: BaseException) -> str:
     """One line about a project file doctor could not read (under ``--debug``, its traceback on stderr first)."""
-    from .cli import debugging, describe, one_line  # noqa: PLC0415
+    from ..core.command import debugging, describe, one_line  # noqa: PLC0415
 
     if debugging():
         traceback.print_exception(type(exc), exc, exc.__traceback__)
@@ -71,14 +71,14 @@ def arch_evidence(arch: int | None, constraints: str | None = None) -> str:
     """The ledger's answer for ``arch`` (a Blackwell user must hear that its evidence is compile-only).
 
     Without a project it says so; a project file that cannot be read raises (TableError, LedgerError)."""
-    from . import lanes, project  # noqa: PLC0415 - only doctor needs the project's files
-    from .ledger import archs, load_ledger  # noqa: PLC0415
+    from ..core import lane_table, project  # noqa: PLC0415 - only doctor needs the project's files
+    from ..ledger import archs, load_ledger  # noqa: PLC0415
 
     try:
         where = project.constraints_dir(constraints)
     except project.ProjectNotFound:
         return archs.doctor_answer(arch, None, None)
-    table = lanes.load_table(where / "lanes.toml")
+    table = lane_table.load_table(where / "lanes.toml")
     recs = load_ledger(where / "ledger.jsonl") or None
     return archs.doctor_answer(arch, recs, table)
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     """``nsa-sel doctor [--json] [--no-interp] [--arch CC] [--constraints DIR]``; the process exit code: 0, or 2
     when the arguments are bad or a project file cannot be read (the report is printed all the same, and one
     stderr line names the file)."""
-    from .cli import Parser, fail  # noqa: PLC0415
+    from ..core.command import Parser, fail  # noqa: PLC0415
 
     p = Parser(
         prog="nsa-sel doctor",

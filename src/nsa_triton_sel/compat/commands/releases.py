@@ -10,7 +10,7 @@ its files and whether they are yanked) and ``URL/<project>/<version>/json`` (a r
 ``requires_dist``).  ``--index-url`` (or ``$NSA_SEL_INDEX_URL``) points it at a mirror or at a
 ``file://`` tree of the same layout (the tests use one; nothing here needs the network otherwise).
 
-Every read is bounded: a ``file://`` document is read as :func:`.atomic.read_text` reads a file (a
+Every read is bounded: a ``file://`` document is read as :func:`..core.atomic.read_text` reads a file (a
 regular file only, never blocking on a FIFO, at most 64 MiB), an ``http(s)://`` one with ``--timeout``
 per request and a deadline for the whole body; other schemes are refused.  A document of the wrong
 shape (``releases`` not an object, a file list that is not a list, ...) is an error naming the URL.
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
-from . import lanes, project
-from .atomic import FileProblem, atomic_write_text, check_output, loads_json, read_text
-from .cli import Parser, fail, seconds
+from ..core import lane_table, project
+from ..core.atomic import FileProblem, atomic_write_text, check_output, loads_json, read_text
+from ..core.command import Parser, fail, seconds
 
 DEFAULT_INDEX = "https://pypi.org/pypi"
 ENV_INDEX = "NSA_SEL_INDEX_URL"
@@ -196,15 +196,15 @@ class Report:
                 "commands": self.commands()}
 
 
-def known_releases(table: lanes.Table) -> dict:
+def known_releases(table: lane_table.Table) -> dict:
     return {r.version: f"lane {r.label}" + (" patch" if r.patch else "") for r in table.releases}
 
 
-def torch_lanes(table: lanes.Table) -> dict:
+def torch_lanes(table: lane_table.Table) -> dict:
     return {Version(t): r.label for r in table.releases for t in r.torch}
 
 
-def watch(table: lanes.Table, index: str, pre: bool = False, timeout: float = 30.0) -> Report:
+def watch(table: lane_table.Table, index: str, pre: bool = False, timeout: float = 30.0) -> Report:
     """Read the index and compare it with the table."""
     index = check_index_url(index).rstrip("/")
     tritons = available(_shape(f"{index}/triton/json", fetch_json(f"{index}/triton/json", timeout), True), pre)
@@ -266,11 +266,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        table = lanes.load_table(project.constraints_dir(args.constraints) / "lanes.toml")
+        table = lane_table.load_table(project.constraints_dir(args.constraints) / "lanes.toml")
         if args.json is not None:  # before the index is read: a bad path must not cost the run
             check_output(args.json, "--json")
         report = watch(table, args.index_url, pre=args.pre, timeout=args.timeout)
-    except (project.ProjectNotFound, lanes.TableError, FileProblem) as exc:
+    except (project.ProjectNotFound, lane_table.TableError, FileProblem) as exc:
         return fail("releases", exc)
     except IndexError_ as exc:  # it names the URL it could not read
         return fail("releases", exc)

@@ -12,12 +12,14 @@ import json
 import os
 from pathlib import Path
 
-from . import bench_store, lanes, ledger, team
-from .verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+from .. import ledger
+from ..core import machine
+from ..core.verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
+from . import bench_store, team
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
-PLUGIN = "nsa_triton_sel.compat.pytest_plugin"
-PROBE = ("import json, nsa_triton_sel.compat.env as e; "
+PLUGIN = "nsa_triton_sel.compat.lanes.pytest_plugin"
+PROBE = ("import json, nsa_triton_sel.compat.core.env as e; "
          "print('NSA_SEL_PROBE ' + json.dumps(e.interpreter_usable()))")
 # Runs a command and stores its exit status in a file: nox's session.run reports only pass/fail,
 # and the lanes need to tell "tests failed" (1) from "nothing collected" (5) or a crash (signal).
@@ -25,7 +27,7 @@ RC_WRAP = ("import subprocess, sys; rc = subprocess.call([sys.executable] + sys.
            "open(sys.argv[1], 'w').write(str(rc))")
 # pytest options of every lane run.  junit_family=xunit1: the suites attach their oracle errors
 # with record_property, a per-test-case property that only the xunit1 schema has (under the
-# default xunit2, pytest warned once per test: 37 warnings per parity lane).
+# default xunit2, pytest warns once per test).
 PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", PLUGIN, "-o", "junit_family=xunit1")
 
 
@@ -46,11 +48,17 @@ def run_rc(session, rc_file: Path, *args: str, env: dict | None = None) -> int |
         return None
 
 
-def summary(records: list[dict]) -> str:
-    """Counts per check and verdict, the same everywhere a lane reports them (lane_summary)."""
-    from .lane_summary import counts_by_check  # noqa: PLC0415 - lane_summary is the one definition
+CHECK_ORDER = ("compile", "backward", "parity", "bench", "compile-canary", "compile-static")
 
-    return counts_by_check(records)
+
+def counts_by_check(records: list[dict]) -> str:
+    """``compile 135 pass, 20 skip; backward 22 pass; ...``: one count per (check, verdict)."""
+    by: dict[str, dict[str, int]] = {}
+    for r in records:
+        verdicts = by.setdefault(r.get("check") or "?", {})
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    order = sorted(by, key=lambda c: (CHECK_ORDER.index(c) if c in CHECK_ORDER else len(CHECK_ORDER), c))
+    return "; ".join(f"{c} " + ", ".join(f"{n} {v}" for v, n in sorted(by[c].items())) for c in order) or "none"
 
 
 def jobs_override() -> str:
@@ -64,15 +72,15 @@ def jobs_override() -> str:
 
 def test_workers() -> int:
     """pytest-xdist workers of an interpreter lane: the usable cores, or ``NSA_SEL_JOBS`` (as the compiles)."""
-    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else lanes.usable_cores()
+    return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else machine.usable_cores()
 
 
 def compile_body(session, lane, base, results, rest, m):
-    """nsa-sel smoke for the run's archs (:func:`.lanes.compile_archs`: asked for, this machine's GPU, or the
+    """nsa-sel smoke for the run's archs (:func:`..core.machine.compile_archs`: asked for, this machine's GPU, or the
     GPU-less default), judged for the lane's release; verdicts from its JSON."""
     report_path = raw_path(results, session, "smoke.json")
     report_path.unlink(missing_ok=True)
-    choice = m.archs or lanes.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
+    choice = m.archs or machine.compile_archs(m.table, os.environ.get("NSA_SEL_ARCHS"), what="NSA_SEL_ARCHS")
     again = f" --specs {m.team.ref} --results {m.team.results}" if m.team else ""
     rest = (f"; not compiled here: {', '.join(f'sm_{a}' for a in choice.rest)} (all: nox -s {session.name} -- "
             f"--all-archs{again})")
@@ -86,7 +94,7 @@ def compile_body(session, lane, base, results, rest, m):
         extra += team.smoke_args(m.team)
     elif os.environ.get("NSA_SEL_CANARIES") != "0":
         extra += ["--canaries"]
-    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.cli", "smoke",
+    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "nsa_triton_sel.compat.commands.cli", "smoke",
                 "--arch", ",".join(map(str, choice.archs)), "--json", str(report_path), "--progress", "lines",
                 "--expect-triton", lane.triton, *extra, env=team.smoke_env(m.team, session.env))
     if not report_path.exists():
@@ -98,7 +106,7 @@ def compile_body(session, lane, base, results, rest, m):
     records = ledger.records_from_smoke(report, base, windows=[] if m.team else None)
     records = team.tag(records, report) if m.team else records
     session.log(f"compile-{lane.name}: the compile children imported triton "
-                f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {summary(records)}")
+                f"{' + '.join(report.get('imported_tritons') or ['(none)'])}; {counts_by_check(records)}")
     bad = [r for r in records if r["check"] in ("compile", "backward") and r["verdict"] in BAD]
     return records, (f"{len(bad)} compile verdict(s) not ok (see {report_path})" if bad else None)
 
@@ -133,8 +141,8 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
         stale.unlink(missing_ok=True)
     bench_json = raw_path(results, session, "benchmark.json")
     extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
-    # Interpreter tests are single-threaded and the 2-core box's main job waited on them with a core idle:
-    # pytest-xdist spreads them over the usable cores (``workers``; the parity lane installs it).
+    # Interpreter tests are single-threaded: pytest-xdist spreads them over the usable cores (``workers``;
+    # the parity lane installs it), so no core idles while they run.
     extra += ["-n", str(workers)] if workers > 1 else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
@@ -181,13 +189,13 @@ def parity_body(session, lane, base, results, rest, m):
                                   workers=test_workers())
     # One count for the lane: the records it keeps (the probe is one of them), as its summary says.
     session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
-                f"{summary([probe_rec] + records)}")
+                f"{counts_by_check([probe_rec] + records)}")
     return [probe_rec] + records, problem
 
 
 def probe(session, base) -> dict:
     """The tiny known kernel under the interpreter (env.interpreter_usable) as a parity record."""
-    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.env)")
+    session.log("interpreter probe: a masked add and a tl.dot under TRITON_INTERPRET=1 (nsa_triton_sel.compat.core.env)")
     out = session.run("python", "-c", PROBE, silent=True, log=False, success_codes=range(256)) or ""
     found = [ln for ln in out.splitlines() if ln.startswith("NSA_SEL_PROBE ")]
     if not found:

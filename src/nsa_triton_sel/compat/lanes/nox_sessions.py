@@ -1,8 +1,9 @@
-"""What the noxfile's lane sessions do: install a lane, run its check, write its run file.
+"""What the noxfile's lane sessions do: install a lane, run its check, write its run file, and say so.
 
 The noxfile only declares sessions (options, the table, a loop); every session body lives here
-as a plain function of a nox session object, so a test drives it with a fake one.  Standard
-library and ``packaging`` only at import, like the rest of the toolkit.
+as a plain function of a nox session object, so a test drives it with a fake one.  The checks
+themselves (compile, parity, bench) are :mod:`.checks`.  Standard library and ``packaging`` only at
+import, like the rest of the toolkit.
 
 Isolation: a lane imports its own Triton and numpy, never the invoking
 environment's.  Every process the lane starts reports what it imported; a record whose process
@@ -11,17 +12,23 @@ imported another Triton, or a numpy outside the lane's range, becomes an ``error
 Torch: a CPU parity lane installs the torch its Triton pairs with (``lanes.toml``, the
 first of ``torch``: the CUDA build PyPI serves, which runs on a CPU too), so the interpreter parity,
 the backward, the custom op's ``opcheck`` and the ``torch.compile`` smoke run under the pair a user
-installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a download
-of 2.5-4 GB the first time and a hard-linked copy from uv's cache after (seconds).  A compile lane
+installs, and its records say ``torch_paired``.  With uv (the default backend) a pair is a large
+download the first time and a hard-linked copy from uv's cache after.  A compile lane
 needs no torch of its own (the AOT compile never calls it) and, like ``--torch-pairing borrow``
 (``NSA_SEL_TORCH_PAIRING=borrow``: offline boxes, or pip capped below the pair), borrows the invoking
 environment's CPU torch through a directory of links to *torch and its dependencies only* (never
 triton, never numpy), appended after the lane's own site-packages by a ``.pth`` file.
+
+Summary: the last lines of a lane session say what ran, with which Triton and torch (paired or not),
+how many records of each check and verdict (the same counts MATRIX.md's cells are made of), which
+archs the lane's compile covered, where the run file is, and the next command, so a user who reads
+only the end of a long nox log knows what happened and what to do next (:func:`summary_lines`).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import os
 import platform
@@ -36,12 +43,13 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import lanes, ledger, team
-from .lane_bodies import BODIES, bench_skip, jobs_override, raw_path
-from .lanes import gpu_mode  # re-exported: the noxfile asks it
-from .lane_summary import summary_lines
+from .. import ledger
+from ..core import lane_table, machine
+from ..core.verdicts import ERROR
+from . import team
+from .checks import BODIES, bench_skip, counts_by_check, jobs_override
 from .team import TeamRun
-from .verdicts import ERROR
+from .team import summary_line as team_line
 
 KINDS = ("compile", "parity", "bench")
 SHARED_DIR = "nsa-sel-shared-torch"
@@ -54,15 +62,8 @@ PAIRINGS = (PAIRED, BORROW)
 # Runs inside the lane: the fingerprint plus what this process imports (triton, numpy, torch).
 FINGERPRINT = """
 import json
-from nsa_triton_sel.compat import env
-fp = env.fingerprint()
-for name in ("triton", "numpy", "torch"):
-    try:
-        __import__(name)
-    except Exception as exc:
-        fp.setdefault("import_errors", {})[name] = repr(exc)
-fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
-print("NSA_SEL_FP " + json.dumps(fp))
+from nsa_triton_sel.compat.core import env
+print("NSA_SEL_FP " + json.dumps(env.lane_fingerprint()))
 """
 # Runs in the invoking environment: torch's files and those of the distributions it requires,
 # transitively, except triton and numpy (the lane brings its own).
@@ -94,13 +95,13 @@ print(json.dumps({"entries": sorted(entries), "dists": sorted(seen)}))
 class Matrix:
     """What every lane session needs besides its lane: the table, the project root, the flavour, and
     (once a session has read its options) the archs its compile covers (None: decide from the
-    environment, :func:`.lanes.compile_archs`) and the user's spec module it compiles instead of the
+    environment, :func:`..core.machine.compile_archs`) and the user's spec module it compiles instead of the
     registry (``--specs``)."""
 
-    table: lanes.Table
+    table: lane_table.Table
     root: Path
     gpu: bool
-    archs: lanes.ArchChoice | None = None
+    archs: machine.ArchChoice | None = None
     team: TeamRun | None = None  # a compile lane over a user's spec module (:mod:`.team`)
 
 
@@ -113,16 +114,16 @@ def options(session) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--allow-off-pair", action="store_true", default=os.environ.get("NSA_SEL_ALLOW_OFF_PAIR") == "1")
     p.add_argument("--torch-pairing", choices=PAIRINGS, default=os.environ.get("NSA_SEL_TORCH_PAIRING") or PAIRED,
                    help="CPU parity lanes: install the paired torch (default) or borrow the invoking one")
-    # The compile's archs: this machine's GPU, else lanes.NO_GPU_ARCHS; --all-archs (NSA_SEL_ARCHS=all) is
+    # The compile's archs: this machine's GPU, else machine.NO_GPU_ARCHS; --all-archs (NSA_SEL_ARCHS=all) is
     # the table's full sweep.  Every session of one nox call gets the same posargs, so parity accepts them too.
     p.add_argument("--archs", dest="archs", default=os.environ.get("NSA_SEL_ARCHS"))
-    p.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL)
+    p.add_argument("--all-archs", dest="archs", action="store_const", const=machine.ALL)
     # A user's spec module compiled instead of the registry, its records kept in the user's --results (team.py).
     p.add_argument("--specs", action="append", metavar="MODULE[:ATTR]")
     return p.parse_known_args(session.posargs)
 
 
-def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
+def describe(kind: str, lane: lane_table.Lane, table: lane_table.Table) -> str:
     pair = f"triton {lane.triton} (torch {' / '.join(lane.torch) or 'none'}, python {lane.python})"
     if kind == "compile":
         return f"AOT compile smoke for sm_{'/'.join(map(str, table.archs))}: {pair}"
@@ -131,7 +132,7 @@ def describe(kind: str, lane: lanes.Lane, table: lanes.Table) -> str:
     return f"pytest-benchmark vs SDPA (needs a GPU; skips without one): {pair}"
 
 
-def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
+def run_lane(session, lane: lane_table.Lane, kind: str, m: Matrix) -> None:
     """One lane session: run file marked running, prepare, body, isolation check, run file completed.
 
     The run file is rewritten atomically at each step, so a lane that crashes or is killed
@@ -140,7 +141,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
     t0 = time.monotonic()
     opts, rest = options(session)
     try:  # a bad --archs is one line before anything is installed
-        m = replace(m, archs=lanes.compile_archs(m.table, opts.archs,
+        m = replace(m, archs=machine.compile_archs(m.table, opts.archs,
                                                  what="--archs" if any(a.startswith("--archs") for a in session.posargs) else "NSA_SEL_ARCHS"))
         if os.environ.get("NSA_SEL_JOBS"):
             jobs_override()
@@ -198,7 +199,7 @@ def run_lane(session, lane: lanes.Lane, kind: str, m: Matrix) -> None:
         session.error(problem)
 
 
-def isolate(records: list[dict], lane: lanes.Lane) -> tuple[list[dict], str | None]:
+def isolate(records: list[dict], lane: lane_table.Lane) -> tuple[list[dict], str | None]:
     """Records whose process imported another Triton, or (interpreter records) a numpy outside the
     lane's range, become errors; the problem names what was imported (None: the lane was isolated).
 
@@ -231,12 +232,83 @@ def imported_summary(records: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def versions_line(base: dict, records: list[dict]) -> str:
+    seen = {name: sorted({str(v) for r in records if (v := ledger.imported_versions(r)[name])})
+            for name in ("triton", "torch", "numpy")}
+    torch = " + ".join(seen["torch"]) or base.get("torch") or "not imported"
+    pairing = "paired" if base.get("torch_paired") else f"off-pair: {base.get('off_pair_reason') or 'unknown'}"
+    return (f"triton {' + '.join(seen['triton']) or base.get('triton')} (lane {base.get('lane')}), "
+            f"torch {torch} ({pairing}), numpy {' + '.join(seen['numpy']) or 'not imported'}")
+
+
+def compile_coverage(session_name: str, records: list[dict], run_path: Path, seconds: float):
+    """(archs, seconds) of the lane's compile: this session's records when it is the compile, else the
+    compile run file beside this one (the main job's parity ends the log: its summary says what the
+    compile before it covered).  None when there is no compile run to read."""
+    kind, _, lane = session_name.partition("-")
+    if kind != "compile":
+        try:
+            doc = json.loads((run_path.parent / f"compile-{lane}.json").read_text())
+            records = doc["records"]
+            seconds = (_dt.datetime.fromisoformat(doc["finished"]) - _dt.datetime.fromisoformat(doc["started"])).total_seconds()
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    archs = sorted({r["arch"] for r in records if isinstance(r.get("arch"), int)})
+    return (archs, seconds) if archs else None
+
+
+def arch_lines(session_name: str, records: list[dict], run_path: Path, seconds: float, table_archs) -> list[str]:
+    """``archs:`` (what the compile covered, of lanes.toml's archs) and, where it left some out, ``next:``
+    with the command for the rest and the time it would take at this run's pace."""
+    got = compile_coverage(session_name, records, run_path, seconds)
+    if got is None or not table_archs:
+        return []
+    archs, secs = got
+    lane = session_name.partition("-")[2]
+    rest = [a for a in table_archs if a not in archs]
+    who = "" if session_name.startswith("compile-") else f"compile-{lane} compiled for "
+    names = ", ".join(f"sm_{a}" for a in archs)
+    if not rest:
+        return [f"archs:    {who}{names} (all {len(table_archs)} archs of lanes.toml)"]
+    left = ", ".join(f"sm_{a}" for a in rest)
+    pace = secs / len(archs) * len(rest) / 60
+    covered = sum(a in table_archs for a in archs)  # a GPU's own arch may be one the table does not list
+    return [f"archs:    {who}{names} ({covered} of lanes.toml's "
+            f"{len(table_archs)} archs; not compiled: {left})",
+            f"next:     nox -s compile-{lane} -- --all-archs   (the other {len(rest)} archs, about {max(1, round(pace))} "
+            "min at this run's pace; CI runs all of them)"]
+
+
+def summary_lines(session_name: str, base: dict, records: list[dict], run_path: Path, problem: str | None,
+                  seconds: float, table=None) -> list[str]:
+    results = run_path.parent
+    status = "PASSED" if not problem else "SKIPPED" if problem == "skip" else f"FAILED: {problem}"
+    archs = arch_lines(session_name, records, run_path, seconds, table.archs if table else ())
+    if base.get(ledger.SPECS_FIELD):  # the rest of a team's sweep is over the same module, into the same results
+        archs = [line.replace("-- --all-archs", f"-- --all-archs --specs {base[ledger.SPECS_FIELD]} --results {results}")
+                 for line in archs]
+    partial = any(line.startswith("next:") for line in archs)
+    return [
+        f"== {session_name}: {status} ({seconds:.0f} s) ==",
+        f"ran:      {base.get('check')} ({base.get('mode')}), {len(records)} records: {counts_by_check(records)}",
+        *[line for line in archs if line.startswith("archs:")],
+        f"versions: {versions_line(base, records)}",
+        f"results:  {run_path} (raw outputs: {results / 'raw'}/{session_name}.*)",
+        *[line for line in archs if line.startswith("next:")],
+        team_line(results) if base.get(ledger.SPECS_FIELD) else
+        f"ledger:   maintainers only: nox -s pin -- --results {results}   (rewrites the tracked "
+        "constraints/ledger.jsonl, MATRIX.md and known-good.txt, to be committed together; a user's checkout needs "
+        "none of it" + ("; pin a full sweep only: a compile of fewer archs replaces the ledger's records of the "
+                        "others)" if partial else ")"),
+    ]
+
+
 def passthrough(session) -> bool:
     """True under --no-venv / -fb none: run in the current environment, install nothing."""
     return session.venv_backend == "none"
 
 
-def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | None:
+def prepare(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> dict | None:
     """Install the lane (unless passthrough), set its env, check what it imports; the fingerprint."""
     version = session.python if isinstance(session.python, str) else platform.python_version()
     if not passthrough(session) and not lane.python_ok(version):
@@ -263,7 +335,7 @@ def prepare(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> dict | Non
     return fp
 
 
-def environment_problem(fp: dict, lane: lanes.Lane, passthrough_mode: bool = False,
+def environment_problem(fp: dict, lane: lane_table.Lane, passthrough_mode: bool = False,
                         interpreter: bool = True) -> str | None:
     """Why the lane environment does not import the lane's Triton (and, where its checks run the
     Triton interpreter, the lane's numpy), or None."""
@@ -288,7 +360,7 @@ def package_deps(root: Path) -> list[str]:
     """The library's requirements except torch and triton (the lane decides those), plus the toolkit's
     runtime ones from the ``matrix`` extra (rich, filelock) but not its drivers (nox, uv): a lane runs
     ``nsa-sel smoke`` and pytest, never nox."""
-    from .. import _toml  # noqa: PLC0415
+    from ... import _toml  # noqa: PLC0415
 
     project = _toml.loads((root / "pyproject.toml").read_text())["project"]
     deps = project["dependencies"] + project.get("optional-dependencies", {}).get("matrix", [])
@@ -298,8 +370,8 @@ def package_deps(root: Path) -> list[str]:
 
 # What the lanes' pytest runs import besides torch, triton and numpy (the lane decides those) and the
 # package: pytest-timeout for the suites' timeouts, hypothesis for tests/test_fuzz.py (an interp test:
-# without it the parity lane recorded two standing skips), pytest-xdist to run the interpreter tests on
-# every usable core.  Version floors come from pyproject's extras.
+# without it the parity lane records skips), pytest-xdist to run the interpreter tests on every usable
+# core.  Version floors come from pyproject's extras.
 TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "pytest-xdist")
 BENCH_TOOLS = ("pytest-benchmark",)
 
@@ -307,7 +379,7 @@ BENCH_TOOLS = ("pytest-benchmark",)
 def test_tools(root: Path, kind: str) -> list[str]:
     """The requirement strings (``hypothesis>=6.100``) of what a ``kind`` lane's pytest needs, as the
     ``test`` and ``bench`` extras of pyproject.toml spell them."""
-    from .. import _toml  # noqa: PLC0415
+    from ... import _toml  # noqa: PLC0415
 
     extras = _toml.loads((root / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
     # Without the extras' own extras (pytest-benchmark[histogram]: plots no lane draws, wheels an offline
@@ -318,7 +390,7 @@ def test_tools(root: Path, kind: str) -> list[str]:
     return [by_name.get(n, n) for n in names]
 
 
-def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
+def install_lane(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> None:
     """GPU: the paired CUDA torch + exact Triton under the lane constraints.  CPU: never a CUDA torch.
 
     The package itself is not installed: PYTHONPATH points at src/ (no build step, works offline).
@@ -327,7 +399,7 @@ def install_lane(session, lane: lanes.Lane, kind: str, opts, m: Matrix) -> None:
     """
     unshare_torch(session)
     tools = test_tools(m.root, kind) + package_deps(m.root)
-    cfile = lanes.constraints_path(lane, m.root / "constraints")
+    cfile = lane_table.constraints_path(lane, m.root / "constraints")
     cons = ["-c", str(cfile)] if cfile.exists() and not (lane.candidate or lane.patch) else []
     if m.gpu and lane.paired_torch:
         _install_gpu(session, lane, opts, cons, tools)
@@ -421,18 +493,8 @@ def pin(session) -> None:
 
 def constraints(session, m: Matrix) -> None:
     """Body of ``nox -s constraints``."""
-    changed = lanes.write_constraints(m.table, m.root / "constraints")
+    changed = lane_table.write_constraints(m.table, m.root / "constraints")
     session.log(f"{len(changed)} constraints file(s) rewritten: {', '.join(p.name for p in changed) or 'none'}")
 
 
-def check_upgrade(session) -> None:
-    """Body of ``nox -s check-upgrade -- VERSION``."""
-    from . import upgrade  # noqa: PLC0415 - only this nox session needs it
-
-    rc = upgrade.main(list(session.posargs))
-    if rc:
-        session.error(f"check-upgrade: exit status {rc}")
-
-
-__all__ = ["KINDS", "Matrix", "check_upgrade", "constraints", "describe", "gpu_mode", "isolate", "pin",
-           "raw_path", "run_lane"]
+__all__ = ["KINDS", "Matrix", "constraints", "describe", "isolate", "pin", "run_lane", "summary_lines"]

@@ -5,7 +5,7 @@ matrix runs (each release's own Triton in its own environment, the compile child
 checked), but the lane compiles the module's specs instead of this package's registry and its
 records are kept apart from this project's evidence:
 
-- every record carries the module's reference (:data:`.ledger.SPECS_FIELD`), and ``nsa-sel pin``
+- every record carries the module's reference (:data:`..ledger.SPECS_FIELD`), and ``nsa-sel pin``
   refuses results holding such records;
 - ``--results DIR`` must be given, and may not be this project's own results directory (where the
   lanes' run files of the same names are what ``pin`` merges) or lie under ``constraints/``;
@@ -13,8 +13,8 @@ records are kept apart from this project's evidence:
 - no canaries (they check the harness for this project's matrix) and no known-bad windows (they
   describe this project's kernels): a team's failure is its own, never relabelled ``xfail``.
 
-``nsa-sel matrix --results DIR`` (:mod:`.team_matrix`) renders what the lanes wrote; ``nsa-sel
-check-upgrade VERSION --specs M`` (:mod:`.team_upgrade`) runs two of them and judges the candidate.
+``nsa-sel matrix --results DIR`` (:mod:`..commands.team_matrix`) renders what the lanes wrote; ``nsa-sel
+check-upgrade VERSION --specs M`` (:mod:`..commands.team_upgrade`) runs two of them and judges the candidate.
 Standard library only, like the lanes that import it.
 """
 
@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ledger import SPECS_FIELD
-from .smoke.children import is_site_dir
+from ..ledger import SPECS_FIELD
+from ..smoke.children import is_site_dir
 
 DEFAULT_ATTR = "SPECS"
 

@@ -13,7 +13,7 @@ same through ``tl.store`` compiles on no 3.x.  The shape inference is deliberate
 (``tl.arange``, ``[:, None]``/``[None, :]``, arithmetic, ``where``, ``.to``); anything
 it cannot follow is left alone rather than guessed.
 
-Run as ``python -m nsa_triton_sel.compat.static_check FILE.py...``.  Imports neither triton nor torch.
+Run as ``python -m nsa_triton_sel.compat.smoke.static_check FILE.py...``.  Imports neither triton nor torch.
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print what each kernel of the given files needs; exit 1 if one needs no 3.x at all."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: python -m nsa_triton_sel.compat.static_check FILE.py...", file=sys.stderr)
+        print("usage: python -m nsa_triton_sel.compat.smoke.static_check FILE.py...", file=sys.stderr)
         return 2
     bad = False
     for path in argv:

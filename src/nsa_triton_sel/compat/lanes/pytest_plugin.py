@@ -1,4 +1,4 @@
-"""A pytest plugin the lanes load (``-p nsa_triton_sel.compat.pytest_plugin``): it reports what
+"""A pytest plugin the lanes load (``-p nsa_triton_sel.compat.lanes.pytest_plugin``): it reports what
 the pytest process imported, and shows progress where there is no terminal.
 
 At the end of the session it writes ``{"triton": ..., "numpy": ..., "torch": ...}`` (the
@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from .env import imported_origins, imported_versions
+from ..core.env import imported_origins, imported_versions
 
 ENV = "NSA_SEL_IMPORTED_JSON"
 EVERY_ENV = "NSA_SEL_PROGRESS_EVERY"

@@ -6,7 +6,7 @@ release is paired with (a CUDA build of a torch whose wheel pins it); and what t
 read from ``constraints/ledger.jsonl``: which machines ran which checks on that release (CPU only:
 AOT compiles and the interpreter; or which GPUs), and whether this machine's GPU is among them.
 
-Needs the project's constraints directory (found as :mod:`.project` says); without one it says
+Needs the project's constraints directory (found as :mod:`..core.project` says); without one it says
 so instead of guessing.  Standard library and ``packaging`` only at import, like the toolkit.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import lanes, project
+from ..core import lane_table, project
 
 CHECK_ORDER = ("compile", "backward", "parity", "contract", "bench")
 STALE = " (stale: other kernel sources)"
@@ -29,8 +29,8 @@ COMPILER_FIELD, RUNTIME_FIELD = "compiler_hash", "runtime_hash"  # nsa_triton_se
 def known_good(path: Path, triton: Version) -> tuple[str, str]:
     """``(status, why)`` from known-good.txt: "known-good", "excluded" (with the file's reason) or
     "not listed" (a release the table does not test).  An unreadable file (a FIFO, a directory, not UTF-8)
-    is a :class:`.atomic.FileProblem` naming it."""
-    from .atomic import read_text  # noqa: PLC0415 - non-blocking: a FIFO here used to hang doctor
+    is a :class:`..core.atomic.FileProblem` naming it."""
+    from ..core.atomic import read_text  # noqa: PLC0415 - non-blocking: a FIFO here must not hang doctor
 
     lines = read_text(path).splitlines()
     spec_line = next((ln.strip() for ln in reversed(lines) if ln.strip().startswith("triton")), None)
@@ -49,7 +49,7 @@ def known_good(path: Path, triton: Version) -> tuple[str, str]:
                           f"`nsa-sel check-upgrade {triton}` decides it")
 
 
-def pairing(table: lanes.Table, triton: Version, torch: str | None, cuda: str | None) -> str:
+def pairing(table: lane_table.Table, triton: Version, torch: str | None, cuda: str | None) -> str:
     rel = table.for_version(str(triton))
     if rel is None:
         return "unknown: no lane tests this Triton release"
@@ -149,12 +149,12 @@ def standing(fp: dict, constraints: str | None = None) -> dict:
     status, why = known_good(kg, triton) if kg.exists() or kg.is_symlink() else (
         "unknown", f"no known-good.txt in {cdir}")
     out = {"status": f"{status}: triton {triton}", "why": why,
-           "pair": pairing(lanes.load_table(cdir / "lanes.toml"), triton, fp.get("torch"), fp.get("cuda_runtime"))}
+           "pair": pairing(lane_table.load_table(cdir / "lanes.toml"), triton, fp.get("torch"), fp.get("cuda_runtime"))}
     ledger_path = cdir / "ledger.jsonl"
     if not ledger_path.exists():
         out["evidence"] = f"unknown: no {ledger_path}"
         return out
-    from .ledger import load_ledger  # noqa: PLC0415 - the ledger only when there is one to read
+    from ..ledger import load_ledger  # noqa: PLC0415 - the ledger only when there is one to read
 
     per_machine = evidence(load_ledger(ledger_path), triton, fp.get(COMPILER_FIELD), fp.get(RUNTIME_FIELD))
     out["evidence"] = summary(per_machine, fp.get("gpu_name"))

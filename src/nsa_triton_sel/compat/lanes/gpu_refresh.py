@@ -1,6 +1,6 @@
 """The GPU evidence of every Triton release in one go, on one GPU machine.
 
-``python -m nsa_triton_sel.compat.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
+``python -m nsa_triton_sel.compat.lanes.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
 
 runs :mod:`.gpu_lane`'s stages for many releases at once: the installed Triton (``--installed``) and every
 release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.ready`` beside it, as
@@ -39,7 +39,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import gpu_lane, lanes, project
+from ..core import lane_table, machine, project
+from . import gpu_lane
 
 # After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
 # (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
@@ -61,10 +62,6 @@ BENCH_ENV = {"NSA_BENCH_T": "4096,32768", "NSA_BENCH_FLEX": "0"}
 POLL_S = 2.0
 
 
-def usable_cores() -> int:
-    return gpu_lane.usable_cores()
-
-
 @dataclass
 class Task:
     version: str
@@ -83,14 +80,14 @@ class Task:
 
 
 class Refresh:
-    def __init__(self, args, table: lanes.Table, repo: Path):
+    def __init__(self, args, table: lane_table.Table, repo: Path):
         self.args, self.table, self.repo = args, table, repo
         self.out = args.out
         self.t0 = time.monotonic()
         self.tasks: list[Task] = []
         self.releases: dict[str, Path | None] = {}
         self.expect = expected(args.expect, table)
-        self.cores = args.cores or usable_cores()
+        self.cores = args.cores or machine.usable_cores()
         self.limits = {**LIMITS, **parse_limits(args.limits)}
         self.looked_installed = False
         for sub in ("results", "logs", "cache"):
@@ -186,7 +183,7 @@ class Refresh:
             for k, v in BENCH_ENV.items():
                 env.setdefault(k, v)
         results = self.out / ("warm" if t.stage == "warm" else "results") / f"triton-{t.version}"  # warm: scratch
-        cmd = [sys.executable, "-c", gpu_lane.SIGNALS_RESET, sys.executable, "-m", "nsa_triton_sel.compat.gpu_lane",
+        cmd = [sys.executable, "-c", gpu_lane.SIGNALS_RESET, sys.executable, "-m", "nsa_triton_sel.compat.lanes.gpu_lane",
                "--results", str(results), "--stages", stage,
                "--constraints", str(self.repo / "constraints")]
         log = (self.out / "logs" / f"{t.version}-{t.stage}.log").open("w")
@@ -300,7 +297,7 @@ def installed_version() -> str | None:
     return res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else None
 
 
-def expected(text: str, table: lanes.Table) -> list[str]:
+def expected(text: str, table: lane_table.Table) -> list[str]:
     if text in ("", "none"):
         return []
     if text == "all":
@@ -322,7 +319,7 @@ def parse_limits(text: str | None) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.gpu_refresh", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.gpu_refresh", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="results, logs, status.json, progress.log, DONE")
     p.add_argument("--trees", type=Path, help="folder of triton-X.Y.Z/ trees, each with triton-X.Y.Z.ready beside it")
     p.add_argument("--installed", action="store_true", help="also the Triton installed here")
@@ -338,16 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", help="per-stage seconds, e.g. parity=600,bench=240")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     args = p.parse_args(argv)
-    args.stages = [s for s in args.stages.split(",") if s]
-    bad = [s for s in args.stages if s not in gpu_lane.STAGES]
-    if bad:
-        print(f"gpu_refresh: unknown stage(s) {bad}; accepted: {', '.join(gpu_lane.STAGES)}", file=sys.stderr)
+    try:
+        args.stages = gpu_lane.parse_stages(args.stages)
+    except ValueError as exc:
+        print(f"gpu_refresh: {exc}", file=sys.stderr)
         return 2
     if not args.installed and not args.trees:
         print("gpu_refresh: nothing to run: give --installed and/or --trees DIR", file=sys.stderr)
         return 2
     cdir = project.constraints_dir(args.constraints)
-    table = lanes.load_table(cdir / project.TABLE_NAME)
+    table = lane_table.load_table(cdir / project.TABLE_NAME)
     args.out.mkdir(parents=True, exist_ok=True)
     args.out = args.out.resolve()
     if args.trees:

@@ -4,7 +4,7 @@ It builds a temporary lane for the candidate (``NSA_SEL_CANDIDATE=VERSION`` make
 generate ``compile-candidate``, ``parity-candidate`` and, on a GPU machine, ``bench-candidate``),
 runs it with results in a temporary directory, and judges its records against the nearest
 known-good release in the ledger.  The candidate gets its Python range, numpy and extras from
-the rules of the lanes around its version (:func:`.lanes.rules_for`; a release the table
+the rules of the lanes around its version (:func:`..core.lane_table.rules_for`; a release the table
 already lists keeps its row), never blindly from the newest lane, and compiles with its own
 Triton (the lane is isolated like every lane).
 
@@ -33,6 +33,7 @@ statuses, and nothing written to constraints/.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -46,14 +47,15 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from .. import known_bad
-from . import bench_store, lanes, ledger, project
-from .admit import admit
-from .atomic import FileProblem
-from .cli import Parser, fail
-from .lanes import gpu_mode
-from .ledger.pinning import PinError, normalise_releases
-from .verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
+from ... import known_bad
+from .. import ledger
+from ..core import lane_table, machine, project
+from ..core.atomic import FileProblem, atomic_write_text, read_text
+from ..core.command import Parser, fail
+from ..core.machine import gpu_mode
+from ..core.verdicts import BAD, BLOCKED, ENVIRONMENT, ERROR, PASS, SAFE
+from ..lanes import bench_store
+from ..ledger.pinning import PinError, normalise_releases
 
 EXIT = {SAFE: 0, BLOCKED: 1, ENVIRONMENT: 3}
 MAX_SLOWDOWN = 0.10
@@ -121,7 +123,7 @@ def _regressions(cand: list[dict], base: list[dict], check: str) -> list[str]:
 
 
 # The PTX embeds absolute source paths, so its size moves with the install location: growth is
-# counted, never itemised (97 of 123 notes of one check were such noise, burying the ones below).
+# counted, never itemised (itemised, such noise would bury the notes that matter).
 PATH_DEPENDENT_METRICS = ("ptx_bytes",)
 RESOURCE_METRICS = ("spills", "registers", "stack", "local", "shared")  # listed first, in this order
 
@@ -198,7 +200,7 @@ def judge(candidate: str, cand_recs: list[dict], baseline: str | None, base_recs
     return d
 
 
-def baseline_release(table: lanes.Table, recs: list[dict], windows: list, candidate: str) -> lanes.Lane | None:
+def baseline_release(table: lane_table.Table, recs: list[dict], windows: list, candidate: str) -> lane_table.Lane | None:
     """The known-good release nearest the candidate: the newest at or below it, else the oldest above."""
     verdicts = ledger.release_verdicts(table, recs, windows)
     good = [r for r in table.releases if verdicts[r.triton][0] and r.version != Version(candidate)]
@@ -266,6 +268,71 @@ def _candidate_records(version: str, args, root: Path, gpu: bool, team=None) -> 
     return recs, None
 
 
+# ---------------------------------------------------------------- --admit: a SAFE candidate joins the table
+
+def release_block(version: str, table: lane_table.Table) -> tuple[str | None, str]:
+    """(label of the lane to attach to, or None for a new lane; the TOML text to add)."""
+    v = Version(version)
+    same = [lane for lane in table.lanes if (lane.version.major, lane.version.minor) == (v.major, v.minor)]
+    note = "# admitted by `nsa-sel check-upgrade --admit`: no torch release is known to pin it yet"
+    if same:
+        return same[0].label, f"[[lane.patch]]\n{note}\ntriton = {json.dumps(str(v))}\ntorch = []\n"
+    rules, why = lane_table.rules_for(version, table)
+    lines = ["[[lane]]", note, f'label = "{v.major}.{v.minor}"', f"triton = {json.dumps(str(v))}", "torch = []",
+             f"python = {json.dumps(rules.python)}", f"numpy = {json.dumps(rules.numpy)}",
+             f"numpy_reason = {json.dumps(f'from {why}: {rules.numpy_reason}')}"]
+    if rules.extras:
+        lines += [f"extras = {json.dumps(list(rules.extras))}", f"extras_reason = {json.dumps(rules.extras_reason)}"]
+    return None, "\n".join(lines) + "\n"
+
+
+def add_release(table_path: Path, version: str) -> None:
+    """Insert the release into lanes.toml (after its lane's block, or as a new lane at the end)."""
+    table = lane_table.load_table(table_path)
+    if table.for_version(version):
+        return
+    label, block = release_block(version, table)
+    lines = read_text(table_path).splitlines(keepends=True)
+    at = len(lines)
+    if label is not None:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == f'label = "{label}"')
+        at = next((i for i in range(start, len(lines)) if lines[i].strip() == "[[lane]]"), len(lines))
+    text = "".join(lines[:at]).rstrip("\n") + "\n\n" + block + ("\n" + "".join(lines[at:]) if at < len(lines) else "")
+    atomic_write_text(table_path, text)
+    lane_table.load_table(table_path)  # what was written must parse
+
+
+def relabel(rec: dict, release: lane_table.Lane) -> dict:
+    """A candidate record as a record of ``release``."""
+    out = {**rec, "candidate": False, "lane": release.label, "triton": release.triton}
+    for key in ("session", "run_id"):
+        if isinstance(out.get(key), str):
+            out[key] = out[key].replace("-candidate", f"-{release.name}", 1)
+    return out
+
+
+def admit(version: str, cand_recs: list[dict], cdir: Path, ledger_path: Path, log=print) -> None:
+    """``--admit``: a SAFE candidate becomes a release of the table, in this order, each step re-runnable:
+
+    1. the release joins ``constraints/lanes.toml`` when it is not there yet: as a ``[[lane.patch]]`` of
+       the lane of its minor, or as a new ``[[lane]]`` that follows the rules of the lanes around it
+       (:func:`..core.lane_table.rules_for`); its torch list starts empty (no torch release is known to
+       pin it) and the per-lane constraints files are regenerated;
+    2. the candidate's records are relabelled as that release's (lane, session names, no ``candidate``
+       flag);
+    3. ``nsa-sel pin`` merges them into the ledger and re-renders MATRIX.md and known-good.txt.
+    """
+    table_path = cdir / project.TABLE_NAME
+    add_release(table_path, version)
+    table = lane_table.load_table(table_path)
+    release = table.for_version(version)
+    changed = lane_table.write_constraints(table, cdir)
+    log(f"admit: triton {version} is {'lane ' + release.label if not release.patch else 'a patch of lane ' + release.label}"
+        f" in {table_path}" + (f"; rewrote {', '.join(p.name for p in changed)}" if changed else ""))
+    recs = [relabel(r, release) for r in cand_recs]
+    ledger.pin([], ledger_path, cdir / "MATRIX.md", cdir / "known-good.txt", table=table, admitted=recs, log=log)
+
+
 class UsageError(ValueError):
     """A bad argument or an unreadable input, found before the long run (exit 2)."""
 
@@ -275,7 +342,7 @@ def _slowdown(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:  # nan/inf/negative used to switch the speed gate off
+    if not math.isfinite(value) or value <= 0:  # nan/inf/negative would switch the speed gate off
         raise argparse.ArgumentTypeError(f"must be a finite positive fraction (0.10 = 10%), got {text!r}")
     return value
 
@@ -304,7 +371,7 @@ def index_versions() -> set[Version] | None:
     return found or None
 
 
-def _check_release(version: str, table: lanes.Table, args) -> None:
+def _check_release(version: str, table: lane_table.Table, args) -> None:
     """Refuse, before anything runs, a release the check cannot say anything useful about."""
     oldest = table.releases[0]
     if Version(version) < oldest.version:
@@ -346,7 +413,7 @@ def _parser() -> argparse.ArgumentParser:
                            "below the candidate)")
     team.add_argument("--archs", metavar="LIST", help="with --specs: compile for these archs (default: this "
                                                      "machine's GPU, else sm_90)")
-    team.add_argument("--all-archs", dest="archs", action="store_const", const=lanes.ALL,
+    team.add_argument("--all-archs", dest="archs", action="store_const", const=machine.ALL,
                       help="with --specs: every arch of lanes.toml")
     return p
 
@@ -357,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _check_upgrade(args)
-    except (UsageError, project.ProjectNotFound, lanes.TableError, ledger.LedgerError, ledger.RunFileError,
+    except (UsageError, project.ProjectNotFound, lane_table.TableError, ledger.LedgerError, ledger.RunFileError,
             PinError, FileProblem, TimeoutError) as exc:
         return fail("check-upgrade", exc)
     except OSError as exc:  # --admit on a read-only filesystem or a full disk
@@ -379,7 +446,7 @@ def _check_upgrade(args) -> int:
                              "known-good release of its ledger, on every arch of lanes.toml)")
     cdir = project.constraints_dir(args.constraints)
     t0 = time.perf_counter()
-    table, windows = lanes.load_table(cdir / project.TABLE_NAME), known_bad.load()
+    table, windows = lane_table.load_table(cdir / project.TABLE_NAME), known_bad.load()
     _check_release(version, table, args)
     if args.specs:
         return _check_team(args, version, cdir, table, t0)
@@ -389,7 +456,7 @@ def _check_upgrade(args) -> int:
     root = None
     if not args.from_results:
         root = cdir.parent if (cdir.parent / "noxfile.py").is_file() else project.project_root(None)
-    cand = lanes.candidate_lane(version, table)
+    cand = lane_table.candidate_lane(version, table)
     listed = table.for_version(version)
     print(f"check-upgrade: triton {version}: " + (f"release of lane {listed.label} in the table, checked with its "
           f"row" if listed else f"python {cand.python}, numpy{cand.numpy}, extras {list(cand.extras)} ({cand.numpy_reason})"))
@@ -413,7 +480,7 @@ def _check_upgrade(args) -> int:
     return EXIT[report.verdict]
 
 
-def _check_team(args, version: str, cdir: Path, table: lanes.Table, t0: float) -> int:
+def _check_team(args, version: str, cdir: Path, table: lane_table.Table, t0: float) -> int:
     """``--specs``: the compile lanes of the candidate and the baseline over a user's spec module, judged, with the
     verdict table first (:mod:`.team_upgrade`); nothing written to constraints/."""
     from . import team_upgrade  # noqa: PLC0415 - only a check of a user's spec module needs it
@@ -440,6 +507,13 @@ def _check_team(args, version: str, cdir: Path, table: lanes.Table, t0: float) -
     print(report.render())
     print(f"check-upgrade: {report.verdict.upper()} in {time.perf_counter() - t0:.0f} s")
     return EXIT[report.verdict]
+
+
+def nox_session(session) -> None:
+    """Body of ``nox -s check-upgrade -- VERSION``."""
+    rc = main(list(session.posargs))
+    if rc:
+        session.error(f"check-upgrade: exit status {rc}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ SEL_TYPES = {
 
 # ---------------------------------------------------------------- this package's registry
 #
-# Derived from the launch planner (compat/variants.py sweeps nsa_triton_sel.plan): the variants are the launches
+# Derived from the launch planner (registry/variants.py sweeps nsa_triton_sel.plan): the variants are the launches
 # the launchers can pick, and a variant whose dot is wider than a known-bad window's max_rows
 # (data/known_bad.toml) is skipped there, because the planner never launches it there.  Nothing
 # here is written by hand, so the registry cannot drift from the launchers.
@@ -39,7 +39,7 @@ def _skips(rows: int, name: str = "") -> dict | None:
     """{triton specifier: archs} where this variant is not compiled: the variants a row-cap window
     names (``variants``: the ones that abort there), or, for a window that names none, every variant
     wider than its cap (the capped planner never launches those there)."""
-    from .. import known_bad
+    from ... import known_bad
 
     skips = {}
     for w in known_bad.load():
@@ -60,8 +60,8 @@ def capped_specs(specs: list[CompileSpec]) -> list[CompileSpec]:
     """What the planner launches under each row-cap window (``max_rows`` on some archs) that ``specs``
     do not already compile: ``variants.smoke_cases`` on a device capped at the window's rows, compiled only
     on the window's Triton releases and archs (``only``), named ``<case>+cap<rows>``."""
-    from .. import known_bad
-    from ..device import Device
+    from ... import known_bad
+    from ...device import Device
     from .variants import smoke_cases
 
     have = {_ident(s.kernel, s.constexprs, s.num_warps, s.num_stages, s.dtype, s.types) for s in specs}
@@ -90,7 +90,7 @@ def registry() -> list[CompileSpec]:
     ``variants.smoke_cases()`` sweeps the planner over head dims (64/96/128/192/256, Dk != Dv),
     head blocks (16/32/64 rows and the per-head path), the ranges, block-index, dense and varlen
     layouts, decode split (with its merge), the multi-token kernel, fp16 and bf16, and keeps the
-    fewest launches that cover them; about 60 compiles per arch (each 1.5 - 4 s).
+    fewest launches that cover them: about 60 compiles per arch.
     """
     from .variants import smoke_cases
 

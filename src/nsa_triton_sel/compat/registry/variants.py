@@ -4,7 +4,7 @@ The forward's: :func:`smoke_cases` sweeps the planner (``nsa_triton_sel.plan``) 
 head counts, span layouts, decode split, the multi-token kernel and both dtypes, and keeps the
 fewest launches that compile every tile class and constexpr value it picks.  The backward's:
 :func:`backward_variants` asks ``plan.backward_meta`` for every configuration class its launcher
-can pick.  ``compat/specs.py`` turns both into the registry the compile smoke runs, so the variants
+can pick.  ``compat/registry/specs.py`` turns both into the registry the compile smoke runs, so the variants
 that ship are exactly the variants compiled.  Imports no torch and no triton.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import plan
-from ..device import ROWS, Device
-from ..plan import tiles as M
-from ..plan import tokens
-from ..plan.backward import (READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, REDUCE_WARPS, backward_meta,
-                             dq_tokens_per_program)
+from ... import plan
+from ...device import ROWS, Device
+from ...plan import tiles as M
+from ...plan import tokens
+from ...plan.backward import (READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, REDUCE_WARPS, backward_meta,
+                              dq_tokens_per_program)
 
 @dataclass(frozen=True)
 class SmokeCase:
@@ -161,9 +161,9 @@ def backward_variants(full: bool = False) -> list[dict]:
 
     ``full=False`` gives :data:`SMOKE_SUBSET` (16 variants), ``full=True`` every class (54).
 
-    Each dict has the ``compat.specs.CompileSpec`` keys ``name``, ``kernel``, ``constexprs``,
+    Each dict has the :class:`.compile_spec.CompileSpec` keys ``name``, ``kernel``, ``constexprs``,
     ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
-    ``compat.specs.registry()`` turns it into the skips of the known-bad row caps (where the
+    :func:`.specs.registry` turns it into the skips of the known-bad row caps (where the
     launcher, reading the same windows through ``plan``, caps M, the capped variants are listed
     too).  The reduce kernel does not depend on h; the dq kernel's M does (h = 16, 64), and so does the dk/dv
     kernel's walk (whole entries per step at h = 16, the flat walk at h = 64).

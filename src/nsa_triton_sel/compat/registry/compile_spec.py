@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .verdicts import COMPILE_VERDICTS
+from ..core.verdicts import COMPILE_VERDICTS
 
 DTYPES = ("fp16", "bf16", "fp32")
 FLOAT_ARGS = frozenset({"qk_scale", "sm_scale", "scale", "softmax_scale", "eps"})
@@ -83,7 +83,7 @@ class CompileSpec:
         return self.kernel.rpartition(":")[2]
 
     def request(self, arch: int, warp_size: int = 32) -> dict:
-        """The JSON request a child process compiles (see :func:`nsa_triton_sel.compat.aot.compile_request`)."""
+        """The JSON request a child process compiles (see :func:`nsa_triton_sel.compat.smoke.aot.compile_request`)."""
         return {
             "name": self.name, "kernel": self.kernel, "dtype": self.dtype,
             "constexprs": dict(self.constexprs), "types": dict(self.types),
@@ -304,7 +304,7 @@ def check_unique(specs: list[CompileSpec]) -> None:
 # ---------------------------------------------------------------- loading user specs in a child
 
 def _child_main(argv: list[str]) -> int:
-    """``python -m nsa_triton_sel.compat.compile_spec REF OUT.json``: load ``REF``'s specs, write them as JSON.
+    """``python -m nsa_triton_sel.compat.registry.compile_spec REF OUT.json``: load ``REF``'s specs, write them as JSON.
 
     ``nsa-sel smoke --specs`` imports a user's spec module here, in a child under a timeout: a
     module that hangs, crashes or raises at import cannot take the harness down.  OUT gets
@@ -312,7 +312,7 @@ def _child_main(argv: list[str]) -> int:
     """
     import json  # noqa: PLC0415
 
-    from nsa_triton_sel.compat import compile_spec as specs  # noqa: PLC0415 - the module a user's imports see
+    from nsa_triton_sel.compat.registry import compile_spec as specs  # noqa: PLC0415 - the module a user's imports see
 
     ref, out = argv
     try:

@@ -1,19 +1,18 @@
 """A compile server: one child process that imports Triton once and forks a fresh process per compile.
 
-The smoke harness used to start a new Python for every compile, and importing Triton there cost
-0.25-0.6 s of the 1.2-8 s a compile takes (about a quarter of a lane's compile time on a 2-core
-box).  This server imports Triton and this package once, then forks one process per compile:
+Importing Triton is a sizeable part of a short compile, so a fresh Python per compile would pay it
+every time.  This server imports Triton and this package once, then forks one process per compile:
 each compile still runs in a process of its own (a compiler abort kills that process only, and
 is reported as a ``crash``), in its own process group (a timeout kills it with its ptxas), with
 its own ``TRITON_CACHE_DIR`` and its stderr in its own file, exactly as a separate child would.
 
-Protocol (``python -m nsa_triton_sel.compat.forkserver``, started by
-:class:`..smoke.children.CompileServer`): the server first writes one line
+Protocol (``python -m nsa_triton_sel.compat.smoke.forkserver``, started by
+:class:`.children.CompileServer`): the server first writes one line
 ``{"imported": {...}}`` (the versions it imported); then for each line read on stdin,
 ``{"request": path, "result": path, "stderr": path, "cache": dir, "timeout": seconds}``, it
 compiles the request in a forked process and writes ``{"rc": status or null, "seconds": s}``
 (``null``: killed after the timeout).  The forked process writes the result as
-``python -m nsa_triton_sel.compat.aot`` does.  POSIX only (``os.fork``).
+``python -m nsa_triton_sel.compat.smoke.aot`` does.  POSIX only (``os.fork``).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def main() -> int:
     except Exception:  # noqa: BLE001 - each compile reports it as a verdict
         pass
     from .aot import compile_request, write_json
-    from .env import imported_versions
+    from ..core.env import imported_versions
 
     proto.write(json.dumps({"imported": imported_versions()}) + "\n")
     proto.flush()

@@ -1,7 +1,7 @@
 """``nsa-sel check-upgrade VERSION --specs M [--baseline V]``: may a team move its own kernels to a Triton release?
 
 The same question this project asks of its kernels, asked of a user's spec module (``nsa-sel capture``
-writes one from a real run): the compile lanes run over the module (:mod:`.team`) for the candidate and
+writes one from a real run): the compile lanes run over the module (:mod:`..lanes.team`) for the candidate and
 for the baseline, the release the team uses now (``--baseline``, one of lanes.toml; default the newest
 lane below the candidate), each with its own Triton in its own environment; the records are judged with
 :func:`.upgrade.judge` on the checks a spec module has (its compiles, and the static API range of its
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
-from . import lanes
-from .ledger import first_line
-from .team import check_spec_path, normalise_ref, spec_refs, team_records
+from ..core import lane_table, machine
+from ..ledger import first_line
+from ..lanes.team import check_spec_path, normalise_ref, spec_refs, team_records
 from .team_matrix import render
-from .verdicts import BLOCKED, ENVIRONMENT, PASS, UNSUPPORTED
+from ..core.verdicts import BLOCKED, ENVIRONMENT, PASS, UNSUPPORTED
 
 REQUIRED = ("compile", "compile-static")  # what a spec module's lane checks: its compiles and its sources
 SPEC_LOAD_TIMEOUT_S = 60.0
@@ -37,7 +37,7 @@ class TeamPlan:
 
     ref: str
     candidate: str
-    baseline: lanes.Lane | None
+    baseline: lane_table.Lane | None
     sessions: tuple[str, ...]
     posargs: tuple[str, ...]
     env: dict = field(default_factory=dict)
@@ -46,7 +46,7 @@ class TeamPlan:
         return ["--specs", self.ref, "--results", str(results), *self.posargs]
 
 
-def pick_baseline(table: lanes.Table, candidate: str, asked: str | None) -> lanes.Lane | None:
+def pick_baseline(table: lane_table.Table, candidate: str, asked: str | None) -> lane_table.Lane | None:
     """``--baseline`` as a release of the table, else the newest lane below the candidate (None: there is none)."""
     cand = Version(candidate)
     if asked is None:
@@ -63,7 +63,7 @@ def pick_baseline(table: lanes.Table, candidate: str, asked: str | None) -> lane
     return release
 
 
-def plan(args, version: str, table: lanes.Table, cwd: str) -> TeamPlan:
+def plan(args, version: str, table: lane_table.Table, cwd: str) -> TeamPlan:
     """The run, checked before anything is installed; a ValueError (one line) for what cannot be used."""
     if args.admit:
         raise ValueError("--admit with --specs: a team's kernels are not this project's evidence, nothing of a "
@@ -77,7 +77,7 @@ def plan(args, version: str, table: lanes.Table, cwd: str) -> TeamPlan:
     baseline = pick_baseline(table, version, args.baseline)
     posargs = ("--archs", args.archs) if args.archs else ()
     if args.archs:
-        lanes.compile_archs(table, args.archs, gpus=[], what="--archs")  # a bad value is one line, now
+        machine.compile_archs(table, args.archs, gpus=[], what="--archs")  # a bad value is one line, now
     listed = table.for_version(version)
     cand_session = f"compile-{listed.name}" if listed else "compile-candidate"
     sessions = ((f"compile-{baseline.name}",) if baseline else ()) + (cand_session,)
@@ -88,7 +88,7 @@ def plan(args, version: str, table: lanes.Table, cwd: str) -> TeamPlan:
 def load_module(team: TeamPlan) -> str:
     """The spec module imported in a child (a module that does not load is refused before the lanes run): the
     line saying what it holds and where it came from."""
-    from .smoke.cli import load_specs_in_child  # noqa: PLC0415 - the smoke's own loader, under a timeout
+    from ..smoke.cli import load_specs_in_child  # noqa: PLC0415 - the smoke's own loader, under a timeout
 
     specs, source = load_specs_in_child(team.ref, sys.executable, SPEC_LOAD_TIMEOUT_S)
     if not specs:
@@ -154,7 +154,7 @@ def lost_kernels(cand: list[dict], base: list[dict]) -> list[str]:
     return out
 
 
-def table_text(cand: list[dict], base: list[dict], table: lanes.Table) -> str:
+def table_text(cand: list[dict], base: list[dict], table: lane_table.Table) -> str:
     return render(base + cand, table, source="nsa-sel check-upgrade --specs")
 
 

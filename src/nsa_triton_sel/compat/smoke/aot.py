@@ -1,7 +1,7 @@
 """Ahead-of-time compile of one kernel specialisation, without a GPU, on Triton 3.0 - 3.9.
 
 This module runs inside the smoke harness's child processes (``python -m
-nsa_triton_sel.compat.aot REQUEST.json RESULT.json``); it imports triton and the kernel's
+nsa_triton_sel.compat.smoke.aot REQUEST.json RESULT.json``); it imports triton and the kernel's
 module, never torch.  A compiler abort (a C++ assertion) kills the child, not the
 harness: the parent turns the missing result plus the exit status into a ``crash``.
 
@@ -33,9 +33,9 @@ import tempfile
 import time
 import traceback
 
-from .env import imported_versions
-from .compile_spec import derive_signature, load_object
-from .verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
+from ..core.env import imported_versions
+from ..registry.compile_spec import derive_signature, load_object
+from ..core.verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
 
@@ -342,10 +342,10 @@ def resource_usage(cubin: bytes) -> dict:
 # ---------------------------------------------------------------- child entry point
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m nsa_triton_sel.compat.aot REQUEST.json RESULT.json``: compile, write the result, exit 0."""
+    """``python -m nsa_triton_sel.compat.smoke.aot REQUEST.json RESULT.json``: compile, write the result, exit 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2:
-        print("usage: python -m nsa_triton_sel.compat.aot REQUEST.json RESULT.json", file=sys.stderr)
+        print("usage: python -m nsa_triton_sel.compat.smoke.aot REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         req = json.load(f)

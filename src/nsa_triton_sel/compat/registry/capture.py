@@ -162,7 +162,7 @@ SITECUSTOMIZE = '''\
 # environment had (if any).
 import importlib.util, os, sys
 _here = os.path.dirname(os.path.abspath(__file__))
-from nsa_triton_sel.compat import capture as _capture
+from nsa_triton_sel.compat.registry import capture as _capture
 _capture.install()
 for _entry in sys.path:
     _file = os.path.join(_entry or os.getcwd(), "sitecustomize.py")
@@ -216,7 +216,7 @@ def module_text(specs: list[dict], command: list[str], triton: str, launches: in
              f"{datetime.date.today()}, Triton {triton}: {len(specs)} specialisation(s) of {kernels} kernel(s), "
              f"{launches} launch(es).",
              "Check them on any release: nsa-sel smoke --specs THIS_FILE.py:SPECS --arch 90 [--python OTHER_PYTHON]",
-             '"""', "", "from nsa_triton_sel.compat.compile_spec import CompileSpec", "", "SPECS = ["]
+             '"""', "", "from nsa_triton_sel.compat.registry.compile_spec import CompileSpec", "", "SPECS = ["]
     for s in specs:
         fields = ", ".join(f"{k}={v!r}" for k, v in s.items())
         lines.append(f"    CompileSpec({fields}),")
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE)
         records = Path(tmp) / "records.jsonl"
         records.touch()
-        package = str(Path(__file__).resolve().parents[2])  # this package's root, for the command's Pythons
+        package = str(Path(__file__).resolve().parents[3])  # this package's root, for the command's Pythons
         path = os.pathsep.join(x for x in (tmp, package, os.environ.get("PYTHONPATH", "")) if x)
         env = {**os.environ, "PYTHONPATH": path, RECORDS_ENV: str(records)}
         print(f"capture: running {shlex.join(command)}", file=sys.stderr)

@@ -1,9 +1,9 @@
 """``nsa-sel matrix --results DIR``: the verdict table of a user's spec module over the releases its lanes ran.
 
 The compile lanes run over a team's module (``nox -s compile-3.0 compile-3.9 -- --specs M --results DIR``,
-or every release: ``nox -t compile -- ...``; :mod:`.team`) leave one run file per release in DIR.  This
+or every release: ``nox -t compile -- ...``; :mod:`..lanes.team`) leave one run file per release in DIR.  This
 renders them as constraints/MATRIX.md renders this project's ledger, with the same cells (``pass 4/4``,
-``**FAIL** 1/4``, counted over specs x archs by :func:`.ledger.cell`): one row per release (its lane and
+``**FAIL** 1/4``, counted over specs x archs by :func:`..ledger.cell`): one row per release (its lane and
 the torch it pairs with), the compile cell, the static API-range cell, one compile cell per kernel and
 the spills; then every non-pass with Triton's own message, and the static findings per kernel.  It
 writes nothing but ``--output``; nothing of it enters this project's ledger.
@@ -20,11 +20,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from . import lanes, ledger, project
-from .atomic import FileProblem, atomic_write_text, check_output
-from .cli import Parser, fail
-from .team import spec_refs, team_records
-from .verdicts import BAD, NEUTRAL, SKIP, UNSUPPORTED
+from ..core import lane_table, project
+from .. import ledger
+from ..core.atomic import FileProblem, atomic_write_text, check_output
+from ..core.command import Parser, fail
+from ..lanes.team import spec_refs, team_records
+from ..core.verdicts import BAD, NEUTRAL, SKIP, UNSUPPORTED
 
 STATIC = "compile-static"
 MAX_SPILL_ITEMS = 3
@@ -61,7 +62,7 @@ def spills(recs: list[dict]) -> str:
     return ", ".join(items) + (f" (+{len(hit) - MAX_SPILL_ITEMS} more)" if len(hit) > MAX_SPILL_ITEMS else "")
 
 
-def _release_cells(triton: str, recs: list[dict], table: lanes.Table | None) -> tuple[str, str]:
+def _release_cells(triton: str, recs: list[dict], table: lane_table.Table | None) -> tuple[str, str]:
     listed = table.for_version(triton) if table else None
     lane = str(recs[0].get("lane") or "?") + (" (patch)" if listed and listed.patch else "")
     if listed is None and any(r.get("candidate") for r in recs):
@@ -70,8 +71,8 @@ def _release_cells(triton: str, recs: list[dict], table: lanes.Table | None) -> 
     return lane, torch or "—"
 
 
-def render(recs: list[dict], table: lanes.Table | None = None, source: str = "") -> str:
-    """The verdict table of a team's runs (records of :func:`.team.team_records`) as Markdown."""
+def render(recs: list[dict], table: lane_table.Table | None = None, source: str = "") -> str:
+    """The verdict table of a team's runs (records of :func:`..lanes.team.team_records`) as Markdown."""
     by_release: dict[str, list[dict]] = {}
     for r in recs:
         by_release.setdefault(r["triton"], []).append(r)
@@ -150,10 +151,10 @@ def load(results: Path) -> list[dict]:
     return mine
 
 
-def _table(explicit) -> lanes.Table | None:
+def _table(explicit) -> lane_table.Table | None:
     """The project's table for the lanes' torch pairs, when there is one (the verdicts need none)."""
     try:
-        return lanes.load_table(project.constraints_dir(explicit) / project.TABLE_NAME)
+        return lane_table.load_table(project.constraints_dir(explicit) / project.TABLE_NAME)
     except project.ProjectNotFound:
         if explicit:
             raise
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         text = render(recs, _table(args.constraints), source=f"nsa-sel matrix --results {args.results}")
         if args.output is not None:
             atomic_write_text(args.output, text)
-    except (ValueError, FileProblem, ledger.RunFileError, lanes.TableError, project.ProjectNotFound) as exc:
+    except (ValueError, FileProblem, ledger.RunFileError, lane_table.TableError, project.ProjectNotFound) as exc:
         return fail("matrix", exc)
     except OSError as exc:
         return fail("matrix", exc)

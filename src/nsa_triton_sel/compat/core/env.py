@@ -1,4 +1,4 @@
-"""The environment fingerprint and the interpreter probe (``nsa-sel doctor`` prints both: :mod:`.doctor`).
+"""The environment fingerprint and the interpreter probe (``nsa-sel doctor`` prints both: :mod:`..commands.doctor`).
 
 :func:`fingerprint` is cheap (imports and queries only, no kernel runs): benchmark and
 ledger rows embed it so every number can be traced to the software and hardware that
@@ -175,6 +175,20 @@ def fingerprint() -> dict:
     return fp
 
 
+def lane_fingerprint() -> dict:
+    """:func:`fingerprint` plus what this process imports of Triton, numpy and torch: each import is tried
+    (its error kept under ``import_errors``), then the versions imported and where each came from.  A lane
+    checks it before it runs (in the lane's own interpreter) and stamps its records with it."""
+    fp = fingerprint()
+    for name in ("triton", "numpy", "torch"):
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - reported; the lane refuses an environment without its Triton
+            fp.setdefault("import_errors", {})[name] = repr(exc)
+    fp["imported"], fp["origins"] = imported_versions(), imported_origins()
+    return fp
+
+
 @functools.lru_cache(maxsize=1)
 def _static_fingerprint() -> dict:
     """The parts that cannot change while a process runs (a copy is returned)."""
@@ -198,7 +212,7 @@ def _static_fingerprint() -> dict:
 def _source_hashes() -> dict:
     """``compiler_hash`` and ``runtime_hash`` of the sources this process runs (nsa_triton_sel.provenance);
     None where unreadable."""
-    from ..provenance import FIELDS, hashes  # noqa: PLC0415 - standard library only
+    from ...provenance import FIELDS, hashes  # noqa: PLC0415 - standard library only
 
     try:
         return hashes()
@@ -290,12 +304,12 @@ main()
 def install_hint(missing: list[str], constraints: str | None = None) -> str:
     """One pip command installing ``missing``: numpy as ``lanes.toml`` pairs it with the installed Triton
     (Triton 3.0/3.1 need numpy<2), triton as ``known-good.txt`` admits it, when the project is found."""
-    from . import lanes, project  # noqa: PLC0415
+    from . import lane_table, project  # noqa: PLC0415
 
     specs = {name: name for name in missing}
     try:
         cdir = project.constraints_dir(constraints)
-        release = lanes.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
+        release = lane_table.load_table(cdir / project.TABLE_NAME).for_version(dist_version("triton") or "0")
     except (OSError, ValueError, RecursionError):  # no project here, or its table is unreadable: plain names
         cdir, release = None, None
     if "numpy" in specs and release is not None and release.numpy:

@@ -1,16 +1,16 @@
 """The GPU evidence of the Triton this environment imports, as lane run files: no nox, no network.
 
-``python -m nsa_triton_sel.compat.gpu_lane --results DIR [--stages compile,parity,contract,canary,bench]``
+``python -m nsa_triton_sel.compat.lanes.gpu_lane --results DIR [--stages compile,parity,contract,canary,bench]``
 runs, for the Triton that ``import triton`` finds here (a wheel unpacked first on ``PYTHONPATH``
 is how another release comes in on a machine without a network; ``python -m
-nsa_triton_sel.compat.gpu_refresh`` does that for many releases at once):
+nsa_triton_sel.compat.lanes.gpu_refresh`` does that for many releases at once):
 
 - ``compile``: the compile smoke (``nsa-sel smoke``) for this GPU's arch only, what the planner launches;
 - ``parity``: ``pytest -m "gpu and not contract"`` over ``tests/`` (forward parity and gradient parity:
   the ``backward`` column), records through the toolkit's pytest plugin;
 - ``contract``: ``pytest -m contract`` (the user contract on a GPU, ``tests/test_contract_gpu*.py``):
   the ``contract`` column, judged against the runtime hash (the stage to re-run after a host-side edit);
-- ``canary``: the GPU miscompile canaries (:mod:`.canaries.gpu`), each in its own process;
+- ``canary``: the GPU miscompile canaries (:mod:`..canaries.gpu`), each in its own process;
 - ``bench``: ``pytest bench/`` (pytest-benchmark against packed SDPA at the seeds' packed shapes and
   the canonical NSA shape, forward and forward+backward; and ``bench/suites/test_auto_route.py``: the
   default ``backend="auto"`` within 5 % of ``backend="triton"``).
@@ -34,9 +34,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import lanes, ledger, project
-from .lane_bodies import BODIES, pytest_run
-from .nox_lanes import Matrix, isolate
+from .. import ledger
+from ..core import lane_table, machine, project
+from .checks import BODIES, pytest_run
+from .nox_sessions import Matrix, isolate
 
 STAGES = ("compile", "parity", "contract", "canary", "bench")
 MODES = {"compile": "aot", "parity": "gpu", "contract": "gpu", "canary": "gpu", "bench": "gpu"}
@@ -56,14 +57,6 @@ SIGNALS_RESET = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SI
                  "os.execvp(sys.argv[1], sys.argv[1:])")
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's or taskset's share, not the host's)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def parse_stage_seconds(text: str | None, source: str, stages) -> dict[str, float]:
     """``STAGE=SECONDS,...`` as a dict; ``ValueError`` naming ``source`` (where the text came from) on an unknown
     stage or a value that is not a number."""
@@ -77,6 +70,15 @@ def parse_stage_seconds(text: str | None, source: str, stages) -> dict[str, floa
         except ValueError:
             raise ValueError(f"{source}: {part!r} is not STAGE=SECONDS") from None
     return out
+
+
+def parse_stages(text: str) -> list[str]:
+    """``--stages`` (``compile,parity,...``) as a list; ``ValueError`` on a stage not in :data:`STAGES`."""
+    stages = [s for s in text.split(",") if s]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {unknown}; accepted: {', '.join(STAGES)}")
+    return stages
 
 
 def stage_limits(text: str | None) -> dict[str, float]:
@@ -126,24 +128,18 @@ def stop(proc: subprocess.Popen, grace_s: float = GRACE_S) -> str | None:
 
 
 def fingerprint() -> dict:
-    """This process's fingerprint with what it imported (triton, numpy, torch)."""
-    from . import env  # noqa: PLC0415
+    """This process's fingerprint with what it imported (triton, numpy, torch), as a nox lane's."""
+    from ..core import env  # noqa: PLC0415
 
-    fp = env.fingerprint()
-    for name in ("triton", "numpy", "torch"):
-        try:
-            __import__(name)
-        except Exception as exc:  # noqa: BLE001 - reported, and the lane refuses below
-            fp.setdefault("import_errors", {})[name] = repr(exc)
-    fp["imported"], fp["origins"] = env.imported_versions(), env.imported_origins()
+    fp = env.lane_fingerprint()
     fp["git_commit"] = fp.get("git_commit") or None  # env.fingerprint: NSA_SEL_GIT_COMMIT first, else git
     return fp
 
 
-def lane_for(version: str, table: lanes.Table) -> lanes.Lane:
+def lane_for(version: str, table: lane_table.Table) -> lane_table.Lane:
     """The table's row for this release, or a temporary (never paired) lane for an unlisted one."""
     listed = table.for_version(version)
-    return listed if listed is not None else lanes.candidate_lane(version, table)
+    return listed if listed is not None else lane_table.candidate_lane(version, table)
 
 
 def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
@@ -158,7 +154,7 @@ def base_for(kind: str, lane, fp: dict, table, started: str) -> dict:
 
 
 def canary_records(results: list[dict], base: dict, imported: dict | None = None) -> list[dict]:
-    """Ledger records (check ``gpu-canary``) from :func:`.canaries.gpu.run_all`'s results (made here, so the
+    """Ledger records (check ``gpu-canary``) from :func:`..canaries.gpu.run_all`'s results (made here, so the
     canaries never import the ledger, which renders them)."""
     return [ledger.record({**base, "check": "gpu-canary"}, kernel=f"gpu-canary/{r['name']}", verdict=r["verdict"],
                           message=r["message"], metrics=r["metrics"], imported=imported) for r in results]
@@ -173,7 +169,7 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
     session = LocalSession(base["session"], {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}, limit_s)
     try:
         if kind == "canary":
-            from .canaries import gpu  # noqa: PLC0415
+            from ..canaries import gpu  # noqa: PLC0415
 
             results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
             records, problem = canary_records(results_, base, imported=fp["imported"]), None
@@ -196,22 +192,18 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.gpu_lane", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.gpu_lane", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, type=Path, help="directory for the run files")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma list of {', '.join(STAGES)}")
     p.add_argument("--constraints", type=Path, help="the constraints directory (default: found from the cwd)")
     args = p.parse_args(argv)
-    stages = [s for s in args.stages.split(",") if s]
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        print(f"gpu_lane: unknown stage(s) {unknown}; accepted: {', '.join(STAGES)}", file=sys.stderr)
-        return 2
     try:
+        stages = parse_stages(args.stages)
         limits = stage_limits(os.environ.get("NSA_SEL_STAGE_LIMITS"))
     except ValueError as exc:
         print(f"gpu_lane: {exc}", file=sys.stderr)
         return 2
-    table = lanes.load_table(project.constraints_dir(args.constraints) / project.TABLE_NAME)
+    table = lane_table.load_table(project.constraints_dir(args.constraints) / project.TABLE_NAME)
     for knob, value in table.knobs.items():
         os.environ.setdefault(knob, str(value))  # as the nox lanes: explicit, recorded, user-overridable
     fp = fingerprint()
@@ -222,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     lane = lane_for(got, table)
     arch = fp.get("compute_capability")
     os.environ.setdefault("NSA_SEL_ARCHS", str(arch).replace(".", "") if arch else ",".join(map(str, table.archs)))
-    os.environ.setdefault("NSA_SEL_JOBS", str(usable_cores()))  # compiles run in child processes, one per core
+    os.environ.setdefault("NSA_SEL_JOBS", str(machine.usable_cores()))  # compiles run in child processes, one per core
     m = Matrix(table=table, root=project.constraints_dir(args.constraints).parent, gpu=True)
     args.results.mkdir(parents=True, exist_ok=True)
     print(f"gpu_lane: triton {got} from {fp['origins'].get('triton')} (lane {lane.label}"
