@@ -104,3 +104,11 @@ def test_capture_says_when_nothing_ran(tmp_path):
     res = subprocess.run([sys.executable, "-m", "nsa_triton_sel.compat.commands.cli", "capture", "-o", str(out), "--",
                           sys.executable, "-c", "print('no kernels')"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "launched no Triton kernel" in res.stderr and not out.exists()
+
+
+def test_a_spec_module_importing_a_toolkit_path_that_is_gone_says_where_compile_spec_is(tmp_path):
+    old = tmp_path / "old_specs.py"
+    old.write_text("from nsa_triton_sel.compat.compile_spec import CompileSpec\nSPECS = []\n")
+    with pytest.raises(ValueError, match=r"imports nsa_triton_sel\.compat\.compile_spec.*"
+                                         r"nsa_triton_sel\.compat\.registry\.compile_spec.*nsa-sel capture"):
+        load_specs(f"{old}:SPECS")

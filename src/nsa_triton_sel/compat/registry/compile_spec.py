@@ -261,7 +261,15 @@ def _load_file(path: str):
     module = importlib.util.module_from_spec(spec)
     module.__nsa_by_path__ = True  # kernel_ref() must then refer to it by path
     sys.modules[mod_name] = module  # triton's JIT looks the module up while decorating
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as e:
+        sys.modules.pop(mod_name, None)
+        if (e.name or "").startswith("nsa_triton_sel.compat"):
+            raise ValueError(f"{path} imports {e.name}, which this nsa-sel does not have: spec modules import "
+                             f"CompileSpec from {__name__} (re-run `nsa-sel capture` to write the module again, "
+                             f"or change its import)") from e
+        raise
     return module
 
 
