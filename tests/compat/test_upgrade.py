@@ -102,6 +102,16 @@ def test_bench_slowdown_blocks_and_metric_growth_is_a_note():
     assert not upgrade.judge("3.10.0", cand, "3.9.0", base, windows=[], max_slowdown=0.5).blocked
 
 
+def test_a_benchmark_compares_with_its_run_from_another_bench_folder():
+    moved = "bench.suites.test_bench_sel::test_nsa[T8192-random]"
+    cand = _good(CAND) + _recs(CAND, "bench", [(moved, "pass", None, {"median_s": 1.3e-3})])
+    base = _good(BASE) + _recs(BASE, "bench", [("bench.test_bench_sel::test_nsa[T8192-random]", "pass", None,
+                                                {"median_s": 1.0e-3})])
+    d = upgrade.judge("3.10.0", cand, "3.9.0", base, windows=[], max_slowdown=0.10)
+    assert d.blocked and "test_bench_sel::test_nsa[T8192-random]" in d.reasons[0] and "+30%" in d.reasons[0]
+    assert upgrade.bench_name("(pytest)") == "(pytest)"
+
+
 def test_baseline_is_the_nearest_known_good_release():
     table = lane_table.Table(lanes=(BASE, lane_table.Lane(label="3.8", triton="3.8.0", torch=("2.14.1",),
                                                 python=">=3.10", numpy=">=1.26")))

@@ -151,14 +151,26 @@ def _metric_notes(cand: list[dict], base: list[dict], grow_limit: float = 0.10) 
     return out
 
 
+def bench_name(kernel: str) -> str:
+    """A benchmark's name without the folder of its module (``bench.suites.test_bench_sel::test_nsa[...]`` and
+    ``bench.test_bench_sel::test_nsa[...]`` are one benchmark), so runs of the suite from another folder
+    compare."""
+    module, sep, test = kernel.partition("::")
+    return module.rpartition(".")[2] + sep + test if sep else kernel
+
+
+def _bench_index(recs: list[dict]) -> dict[tuple, dict]:
+    return {(r.get("mode"), bench_name(r["kernel"]), r.get("arch")): r for r in recs if r["check"] == "bench"}
+
+
 def _slowdowns(cand: list[dict], base: list[dict], max_slowdown: float) -> list[str]:
-    c = _index([r for r in cand if r["check"] == "bench"])
+    c = _bench_index(cand)
     out = []
-    for key, b in _index([r for r in base if r["check"] == "bench"]).items():
+    for key, b in _bench_index(base).items():
         old = (b.get("metrics") or {}).get("median_s")
         new = ((c.get(key) or {}).get("metrics") or {}).get("median_s")
         if old and new and new > old * (1 + max_slowdown):
-            out.append(f"bench `{key[2]}`: median {old * 1e6:.1f} us -> {new * 1e6:.1f} us "
+            out.append(f"bench `{key[1]}`: median {old * 1e6:.1f} us -> {new * 1e6:.1f} us "
                        f"(+{(new / old - 1) * 100:.0f}%, limit {max_slowdown * 100:.0f}%)")
     return out
 
