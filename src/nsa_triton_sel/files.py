@@ -2,7 +2,7 @@
 
 A FIFO given where a file is expected (a thresholds file, a known-bad windows file, a ledger) must be an
 error, not a hang, and a link to ``/dev/zero`` must not be read forever.  Used by the library (``config``,
-``known_bad``) and the toolkit (``compat/atomic.py`` re-exports it).  Standard library only.
+``known_bad``) and the toolkit (``compat/core/atomic.py`` re-exports it).  Standard library only.
 """
 
 from __future__ import annotations
