@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import time
+from importlib import metadata
 
 import torch
 
-from nsa_triton_sel.compat.core.env import dist_version
 
 from .timers import CudaEventTimer
 
@@ -66,6 +66,15 @@ def measure_ceilings(dry_run: bool = False, copy_bytes: int = 1 << 30, mm_n: int
     return {"copy_gbs": copy_gbs, "mm_tflops": mm_tflops, "ceilings": "measured"}
 
 
+def _installed(dist: str) -> str | None:
+    """Installed version of a distribution, or None: the standard library's answer, so that a benchmark of
+    another revision's package (the A/B's base) needs nothing of this revision's toolkit."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def env_columns() -> dict:
     """The environment columns of every CSV row, from ``nsa_triton_sel.compat.core.env.fingerprint``.
 
@@ -84,7 +93,7 @@ def env_columns() -> dict:
     return {
         "gpu": gpu or "cpu",
         "cc": fp.get("compute_capability") or "",
-        "triton": fp.get("triton") or dist_version("triton") or "",
+        "triton": fp.get("triton") or _installed("triton") or "",
         "torch": fp.get("torch") or torch.__version__,
         "cuda": fp.get("cuda_runtime") or (torch.version.cuda or ""),
         "driver": fp.get("cuda_driver") or "",
