@@ -205,9 +205,9 @@ class Bound:
 
 def bound(fn) -> Bound:
     """The :class:`Bound` of ``fn`` (one per kernel, process-wide)."""
-    b = _ALL.get(fn)
-    if b is None:
-        b = _ALL[fn] = Bound(fn)
+    b = _ALL.get(id(fn))  # by id: a kernel's own hash is Python code; the Bound keeps fn, so the id stays its own
+    if b is None or b.fn is not fn:
+        b = _ALL[id(fn)] = Bound(fn)
     return b
 
 

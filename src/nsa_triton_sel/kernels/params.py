@@ -59,14 +59,18 @@ def _layout(params: list[str]) -> tuple[list[str], list[str]]:
 def packer(fn):
     """``pack(**named) -> tuple``: ``fn``'s runtime arguments in its order, from keywords (see the module
     docstring).  One per kernel, process-wide."""
-    pack = _PACKERS.get(fn)
-    if pack is None:
-        params = runtime_params(fn)
-        keywords, lines = _layout(params)
-        name = getattr(getattr(fn, "fn", fn), "__name__", "kernel")
-        source = "\n".join([f"def pack_{name}(*, {', '.join(keywords)}):", *lines,
-                            f"    return ({', '.join(params)},)"])
-        scope: dict = {}
-        exec(compile(source, f"<arguments of {name}>", "exec"), scope)  # noqa: S102 - built from the signature
-        pack = _PACKERS[fn] = scope[f"pack_{name}"]
+    # Keyed by id: a kernel's own hash is Python code, slower than the lookup it serves; the entry keeps the
+    # kernel, so its id is not reused while the entry lives.
+    entry = _PACKERS.get(id(fn))
+    if entry is not None and entry[0] is fn:
+        return entry[1]
+    params = runtime_params(fn)
+    keywords, lines = _layout(params)
+    name = getattr(getattr(fn, "fn", fn), "__name__", "kernel")
+    source = "\n".join([f"def pack_{name}(*, {', '.join(keywords)}):", *lines,
+                        f"    return ({', '.join(params)},)"])
+    scope: dict = {}
+    exec(compile(source, f"<arguments of {name}>", "exec"), scope)  # noqa: S102 - built from the signature
+    pack = scope[f"pack_{name}"]
+    _PACKERS[id(fn)] = (fn, pack)
     return pack
