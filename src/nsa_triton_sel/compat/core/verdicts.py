@@ -48,7 +48,7 @@ def backward_check(check: str, name: str) -> str:
 
     ``name`` is a compile spec's name (``sel_bwd_dq/fp16/...``) or a test case's
     ``classname::name`` (``tests.library.kernels.test_backward_interp::test_...``; only the module's own
-    name counts, so records written before the test folders were grouped classify alike).
+    name counts, so a record classifies alike whatever folder its test module is in).
     """
     if check == "compile" and name.startswith(BACKWARD_SPEC_PREFIX):
         return "backward"
