@@ -59,8 +59,12 @@ def every_row_through_triton(monkeypatch):
 @pytest.fixture
 def seed(request) -> int:
     """A seed per test: stable across runs (derived from the test id), different between
-    tests so they do not all draw the same data.  Also seeds torch's global generator."""
-    value = zlib.crc32(request.node.nodeid.encode()) & 0x7FFFFFFF
+    tests so they do not all draw the same data.  Also seeds torch's global generator.
+
+    The id is taken as ``tests/<module file>::<test>``, without the folders between: a module moved
+    to another folder keeps its data (test module names are unique under tests/)."""
+    module, sep, test = request.node.nodeid.partition("::")
+    value = zlib.crc32(f"tests/{module.rpartition('/')[2]}{sep}{test}".encode()) & 0x7FFFFFFF
     torch.manual_seed(value)
     return value
 

@@ -5,7 +5,7 @@ automatic dynamic shapes (the default: a second compile once a size changes), th
 forward and backward against eager and the float64 oracle, and the number of compiles counted.  Then
 ``torch.export`` (non-strict) of prefill and decode with the token and batch sizes dynamic, run at every size.
 
-Which sizes recompile: h, Dk and Dv (kernel constants: a new value is a guard miss, ``tests/test_symbolic_shapes.py``);
+Which sizes recompile: h, Dk and Dv (kernel constants: a new value is a guard miss, ``tests/library/op/test_symbolic_shapes.py``);
 nothing else.  A mode that fails where Inductor runs a Triton other than the one its torch pins (an off-pair
 lane) is recorded as an xfail with the error, never skipped; on the pair it fails.
 """

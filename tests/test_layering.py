@@ -1,6 +1,6 @@
 """The two wings: the library never imports the toolkit; the toolkit loads without torch/triton; each
 package of the toolkit imports only the sibling packages it declares; no import cycle; no folder of the
-package holds more than 15 modules."""
+package (or of tests/) holds more than 15 modules."""
 
 from __future__ import annotations
 
@@ -210,3 +210,18 @@ def test_no_folder_holds_more_than_15_modules(folder):
     modules = sorted(p.name for p in folder.glob("*.py"))
     assert len(modules) <= MAX_MODULES, (f"{folder.relative_to(ROOT)} holds {len(modules)} modules "
                                          f"(at most {MAX_MODULES}): {', '.join(modules)}")
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_no_test_folder_holds_more_than_15_test_modules():
+    """The same rule for tests/: a folder holds at most :data:`MAX_MODULES` modules besides ``conftest.py`` and
+    ``__init__.py`` (tests and their helpers), grouped by what they test (tests/library/kernels/ beside
+    src/nsa_triton_sel/kernels/, tests/compat/ledger/ beside compat/ledger/)."""
+    crowded = []
+    for folder in sorted({p.parent for p in TESTS.rglob("*.py") if "__pycache__" not in p.parts}):
+        modules = sorted(p.name for p in folder.glob("*.py") if p.name not in ("conftest.py", "__init__.py"))
+        if len(modules) > MAX_MODULES:
+            crowded.append(f"{folder.relative_to(TESTS.parent)} holds {len(modules)}: {', '.join(modules)}")
+    assert not crowded, f"more than {MAX_MODULES} modules in a test folder: " + "; ".join(crowded)

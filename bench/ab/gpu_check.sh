@@ -5,7 +5,7 @@
 #
 # STAGES, comma separated:
 #   contract  the GPU contract suite (tests/test_contract_gpu*.py)         -> OUT/contract.log
-#   backward  the GPU backward suite (tests/test_backward_gpu.py)          -> OUT/backward.log
+#   backward  the GPU backward suite (tests/library/kernels/test_backward_gpu.py)          -> OUT/backward.log
 #   ab        python -m bench.ab.run against each BASE_SRC (a src/ folder) -> OUT/ab-NAME.md, OUT/ab-NAME.log
 #   host      python -m bench.ab.host_profile on this tree and each base   -> OUT/host-NAME.log
 # Everything also goes to OUT/all.tgz.  WHEELS=DIR installs missing tools (pytest-benchmark, ...) first.
@@ -34,7 +34,7 @@ if stage contract; then
 fi
 if stage backward; then
     echo "=== [$(date -u +%T)] backward"
-    PYTHONPATH="$HEAD_PATH" timeout -k 10 400 $PY -m pytest -p no:cacheprovider -q -m gpu tests/test_backward_gpu.py \
+    PYTHONPATH="$HEAD_PATH" timeout -k 10 400 $PY -m pytest -p no:cacheprovider -q -m gpu tests/library/kernels/test_backward_gpu.py \
         > "$OUT/backward.log" 2>&1 || rc=1
     tail -3 "$OUT/backward.log"
 fi

@@ -66,7 +66,7 @@ case "$STAGE" in
     tests)
         # shellcheck disable=SC2086
         timeout -k 10 560 $PY -m pytest -m gpu -p no:cacheprovider -v -rs \
-            ${TESTS:-tests/test_kernels_gpu.py tests/test_backward_gpu.py tests/test_op_gpu.py tests/test_triton_regressions_gpu.py}
+            ${TESTS:-tests/library/kernels/test_kernels_gpu.py tests/library/kernels/test_backward_gpu.py tests/library/op/test_op_gpu.py tests/test_triton_regressions_gpu.py}
         ;;
     *)
         echo "unknown stage '$STAGE' (accepted: lane, bench, perf, host, train, tests)"

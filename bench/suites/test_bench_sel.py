@@ -196,7 +196,7 @@ def test_train(gpu_bench, benchmark, shape, impl):
     c = make(p)
     if impl != "ours-api":
         # A sanity check that both compute the same gradients, not the correctness test (that is the
-        # float64 comparison of tests/test_backward_gpu.py): two bf16 gradients of O(1) values differ by a
+        # float64 comparison of tests/library/kernels/test_backward_gpu.py): two bf16 gradients of O(1) values differ by a
         # few bf16 ulps, and on the H100 2 of 2M dk elements of packed SDPA vs ours differed by 0.054.
         for got, want in zip(grads(c), grads(TC.ours_api(p))):
             torch.testing.assert_close(got.float(), want.float(), atol=1e-1, rtol=5e-2)

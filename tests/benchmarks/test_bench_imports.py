@@ -140,7 +140,7 @@ def test_every_bench_module_imports(name):
 
 # Where bench's scripts are named: its own code, READMEs and scripts, the project README, CI.
 NAMING = [*PY, *_code_files("*.sh"), *_code_files("*.md"), ROOT / "README.md", ROOT / ".ci" / "run",
-          *sorted((ROOT / "tests" / "benchmarks").glob("*.py"))]
+          *sorted((ROOT / "tests" / "benchmarks").rglob("*.py"))]
 
 
 def _placeholder(name: str) -> bool:

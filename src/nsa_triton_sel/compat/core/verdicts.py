@@ -47,7 +47,8 @@ def backward_check(check: str, name: str) -> str:
     gradient-parity test case, ``"contract"`` for a test case of the GPU contract suite, else ``check``.
 
     ``name`` is a compile spec's name (``sel_bwd_dq/fp16/...``) or a test case's
-    ``classname::name`` (``tests.test_backward_interp::test_...``).
+    ``classname::name`` (``tests.library.kernels.test_backward_interp::test_...``; only the module's own
+    name counts, so a record classifies alike whatever folder its test module is in).
     """
     if check == "compile" and name.startswith(BACKWARD_SPEC_PREFIX):
         return "backward"

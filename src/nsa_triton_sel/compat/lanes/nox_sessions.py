@@ -369,7 +369,7 @@ def package_deps(root: Path) -> list[str]:
 
 
 # What the lanes' pytest runs import besides torch, triton and numpy (the lane decides those) and the
-# package: pytest-timeout for the suites' timeouts, hypothesis for tests/test_fuzz.py (an interp test:
+# package: pytest-timeout for the suites' timeouts, hypothesis for tests/library/api/test_fuzz.py (an interp test:
 # without it the parity lane records skips), pytest-xdist to run the interpreter tests on every usable
 # core.  Version floors come from pyproject's extras.
 TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "pytest-xdist")

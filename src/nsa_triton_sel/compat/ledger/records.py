@@ -3,7 +3,7 @@
 A *record* is a flat JSON object, one verdict of one kernel/test on one release::
 
     {"schema": 3, "lane": "3.1", "triton": "3.1.0", "check": "parity", "mode": "interp",
-     "kernel": "tests/test_kernels_interp.py::test_fwd[fp16]", "arch": null, "verdict": "pass",
+     "kernel": "tests/library/kernels/test_kernels_interp.py::test_fwd[fp16]", "arch": null, "verdict": "pass",
      "message": "", "metrics": {"seconds": 0.8},
      "triton_imported": "3.1.0", "process": {"numpy": "1.26.4", "torch": "2.13.0+cpu"},
      "torch": "2.13.0+cpu", "torch_paired": false, "off_pair_reason": "...", "python": "3.11.9",

@@ -19,7 +19,7 @@ kernel gains later is typed without editing this file or the smoke code:
 ``nsa-sel capture`` writes spec modules whose ``types`` name every runtime argument, as the run saw it.
 
 The same format describes a user's own kernels: ``nsa-sel smoke --specs
-my_pkg.my_module:SPECS`` (see ``tests/compat/user_specs_example.py``).  This module imports
+my_pkg.my_module:SPECS`` (see ``tests/compat/smoke/user_specs_example.py``).  This module imports
 neither torch nor triton, so the parent process and the children stay light.
 """
 

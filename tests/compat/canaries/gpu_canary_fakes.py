@@ -1,4 +1,4 @@
-"""Fake canary targets for tests/compat/test_gpu_canaries.py (imported by the canary child process)."""
+"""Fake canary targets for tests/compat/canaries/test_gpu_canaries.py (imported by the canary child process)."""
 
 import math
 import os

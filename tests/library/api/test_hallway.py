@@ -4,7 +4,7 @@ A profiler hook records every call between this package's modules during one eag
 interpreter runs the kernels on the CPU).  The hall's modules, in order (docs/api.md, "From
 selection_attention to a kernel"), may only call their own kind or a module further down; the fact
 modules (contract, config, device, failures, transforms, known_bad, reference, ...) answer anyone
-and are not steps.  ``python tests/test_hallway.py [--grad] [--cold]`` prints the path of one call.
+and are not steps.  ``python tests/library/api/test_hallway.py [--grad] [--cold]`` prints the path of one call.
 """
 
 from __future__ import annotations

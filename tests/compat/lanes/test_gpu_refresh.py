@@ -15,7 +15,7 @@ from nsa_triton_sel.compat.lanes import gpu_refresh
 from nsa_triton_sel.compat import ledger
 from nsa_triton_sel.compat.core import lane_table, project
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLE = lane_table.load_table(project.constraints_dir() / "lanes.toml")
 
 

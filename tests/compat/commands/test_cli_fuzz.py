@@ -5,7 +5,7 @@ Each case is a process of its own under a timeout: no hang, an exit status its c
 traceback, exit 2 as exactly one stderr line, nothing written outside what the command may write (and
 nothing at all on exit 2).  The suite runs :func:`cli_fuzz_cases.sample` (about 700 invocations, within 3 minutes
 on a 2-core box); ``NSA_SEL_CLI_FUZZ=all`` runs every case (about 1,050), as does
-``python -m tests.compat.cli_fuzz --all``.
+``python -m tests.compat.commands.cli_fuzz --all``.
 """
 
 from __future__ import annotations

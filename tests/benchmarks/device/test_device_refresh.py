@@ -14,7 +14,7 @@ from test_slim_triton import _wheel
 
 from nsa_triton_sel.compat import ledger
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _sh(*args, env, timeout=300):

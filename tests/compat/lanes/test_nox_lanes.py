@@ -8,54 +8,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 import ledger_factory as F
+from fake_nox import FakeSession, SessionError, SessionSkip
 from nsa_triton_sel.compat.lanes import checks, nox_sessions
 from nsa_triton_sel.compat.core import lane_table, machine, project
 
 ROOT = project.project_root()
-
-
-class SessionError(Exception):
-    pass
-
-
-class SessionSkip(Exception):
-    pass
-
-
-class FakeSession:
-    """What run_lane uses of a nox session; ``handlers`` answer session.run by the code it runs."""
-
-    def __init__(self, name, tmp_path, handlers, backend="none", posargs=()):
-        self.name, self.posargs, self.env, self.venv_backend = name, list(posargs), {}, backend
-        self.python, self.cache_dir = "3.11", tmp_path / "cache"
-        self.virtualenv = SimpleNamespace(location=str(tmp_path / "venv"))
-        self.handlers, self.logs, self.installs = handlers, [], []
-
-    def run(self, *args, env=None, **kwargs):
-        code = args[2] if args[:2] == ("python", "-c") else None
-        for key, handler in self.handlers.items():
-            if code == key or (code == checks.RC_WRAP and key in args):
-                return handler(args, env or {})
-        raise AssertionError(f"unexpected session.run{args}")
-
-    def install(self, *args):
-        self.installs.append(args)
-
-    def log(self, msg):
-        self.logs.append(msg)
-
-    warn = log
-
-    def error(self, msg):
-        raise SessionError(msg)
-
-    def skip(self, msg):
-        raise SessionSkip(msg)
 
 
 def _fingerprint(triton="3.1.0", numpy="1.26.4"):
@@ -372,7 +333,7 @@ def test_the_main_jobs_last_summary_names_the_archs_its_compile_covered_and_the_
 
 
 def test_every_lane_installs_what_its_tests_import():
-    """The parity lane had no hypothesis: tests/test_fuzz.py (an interp test) and test_pin_fuzz were standing
+    """The parity lane had no hypothesis: tests/library/api/test_fuzz.py (an interp test) and test_pin_fuzz were standing
     skips.  Every third-party module that a test file holding interp or gpu tests imports is installed by
     the lane (torch, triton and numpy are the lane's own; the package comes from src/)."""
     import ast

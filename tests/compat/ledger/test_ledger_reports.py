@@ -129,8 +129,8 @@ def test_backward_compiles_and_gradient_tests_are_the_backward_check():
     assert [(r["check"], r["verdict"]) for r in recs] == [("compile", "pass"), ("backward", "crash"),
                                                           ("backward", "skip")]
     xml = """<testsuite>
-      <testcase classname="tests.test_kernels_interp" name="test_a"/>
-      <testcase classname="tests.test_backward_interp" name="test_b"><failure message="dq off"/></testcase>
+      <testcase classname="tests.library.kernels.test_kernels_interp" name="test_a"/>
+      <testcase classname="tests.library.kernels.test_backward_interp" name="test_b"><failure message="dq off"/></testcase>
     </testsuite>"""
     recs = ledger.records_from_junit(xml, F.base("3.9", "parity"))
     assert [(r["check"], r["verdict"]) for r in recs] == [("parity", "pass"), ("backward", "fail")]

@@ -5,8 +5,8 @@ package registry and points the harness at the list::
 
     nsa-sel smoke --specs my_pkg.my_module:SPECS --arch 80,90
 
-(here: ``--specs user_specs_example:SPECS`` with ``tests/`` on ``PYTHONPATH``, or
-``--specs tests/user_specs_example.py:SPECS``).  Only the constexprs, dtype and launch
+(here: ``--specs user_specs_example:SPECS`` with ``tests/compat/smoke/`` on ``PYTHONPATH``, or
+``--specs tests/compat/smoke/user_specs_example.py:SPECS``).  Only the constexprs, dtype and launch
 options are given; the runtime arguments are read from the kernel and typed by the rule
 (UPPERCASE -> pointer to ``dtype``, ``*_scale`` names -> fp32, others -> i32), with
 ``types`` for the exceptions.

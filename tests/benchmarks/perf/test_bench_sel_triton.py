@@ -13,7 +13,7 @@ import torch
 from bench.common import csvio
 from bench.perf import bench_sel_triton as B
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_seed_interface_defaults_and_lists():

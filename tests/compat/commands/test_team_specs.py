@@ -52,7 +52,7 @@ def write_team(where: Path) -> Path:
     """A team's directory: its block-pointer kernel and ``team_specs.py`` (the module's name is what --specs gives)."""
     where.mkdir(parents=True, exist_ok=True)
     (where / "block_kernels.py").write_text(BLOCK_KERNEL)
-    k = f"{HERE / 'capture_kernels.py'}"
+    k = f"{HERE.parent / 'registry' / 'capture_kernels.py'}"
     (where / "team_specs.py").write_text(textwrap.dedent(f"""\
         from nsa_triton_sel.compat.registry.compile_spec import CompileSpec
 

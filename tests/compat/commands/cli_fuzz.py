@@ -20,9 +20,9 @@ The table's cases are forked from one process that imported the toolkit and torc
 is killed with its group at the timeout.  The cases marked ``fresh`` run the real entry point, a new
 interpreter, the same way.
 
-``python -m tests.compat.cli_fuzz [--all] [-k SUBSTR] [--list] [-v]`` runs the table
+``python -m tests.compat.commands.cli_fuzz [--all] [-k SUBSTR] [--list] [-v]`` runs the table
 (:mod:`cli_fuzz_cases`) outside pytest and prints the failures and the time taken; the test suite
-(``tests/compat/test_cli_fuzz.py``) runs its :func:`sample`, or every case with ``NSA_SEL_CLI_FUZZ=all``.
+(``tests/compat/commands/test_cli_fuzz.py``) runs its :func:`sample`, or every case with ``NSA_SEL_CLI_FUZZ=all``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # ledger_factory and fake_index, also under `python -m tests.compat.cli_fuzz`
-    sys.path.insert(0, str(HERE))
+# fake_index and cli_fuzz_cases beside this file, ledger_factory in tests/compat/support, also under
+# `python -m tests.compat.commands.cli_fuzz`
+for _where in (HERE.parent / "support", HERE):
+    if str(_where) not in sys.path:
+        sys.path.insert(0, str(_where))
 
 TIMEOUT_S = float(os.environ.get("NSA_SEL_CLI_FUZZ_TIMEOUT", "60"))  # per case: most take < 0.3 s, a fresh one 3-12 s
 
@@ -441,7 +444,7 @@ def prepare() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.compat.cli_fuzz", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.compat.commands.cli_fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("-k", help="only cases whose name contains this")
     p.add_argument("--list", action="store_true", help="list the cases")
     p.add_argument("--all", action="store_true", help="every case (default: the test suite's sample)")

@@ -115,7 +115,7 @@ def test_triton_backward_keeps_a_nan_row_to_its_own_keys(case, every_row_through
 @needs_interp
 @pytest.mark.parametrize("where", ["q", "dO"])
 def test_triton_backward_keeps_a_nonfinite_q_or_do_row_to_its_own_keys(where, every_row_through_triton):
-    # (found by tests/test_fuzz.py) the dk/dv tile's dots mix its readers: 0 * inf = NaN in the dk of
+    # (found by tests/library/api/test_fuzz.py) the dk/dv tile's dots mix its readers: 0 * inf = NaN in the dk of
     # key 1, which nobody reads, through row 0's q (or dO) unless that row is isolated
     q, k, v = problem(torch.float16, T=4, S=1)
     r = ranges([[0, 1]])

@@ -1,7 +1,7 @@
 """A fake package index in the PyPI JSON API layout, as a directory tree read through ``file://``
 (``<root>/<project>/json``, ``<root>/<project>/<version>/json``), for ``nsa-sel releases`` tests.
 
-``python tests/compat/fake_index.py DIR`` writes the default one: every release of lanes.toml plus
+``python tests/compat/commands/fake_index.py DIR`` writes the default one: every release of lanes.toml plus
 Triton 3.10.0 (new, pinned by a new torch 2.16.0), torch 2.15.1 (new, pins the tested 3.9.0), a yanked
 3.6.1, a pre-release and a Triton 2.x release that the watcher must ignore.
 """

@@ -87,7 +87,7 @@ def test_a_fired_canary_shows_its_window_its_note_or_a_flag():
 def test_the_shipped_notes_load_and_name_files_that_exist():
     from nsa_triton_sel.compat.canaries import notes
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     loaded = notes.load()
     assert loaded and all(n.why and n.evidence for n in loaded)
     for n in loaded:

@@ -69,7 +69,7 @@ def _compile_checked(fn, calls):
     """Compile ``fn`` with fullgraph=True and check: one graph, no break, no recompile, same as eager.
 
     On the CPU the backend is aot_eager (Dynamo's trace and AOTAutograd through the fake
-    implementation, without Inductor's C++ build); tests/test_op_gpu.py compiles with Inductor.
+    implementation, without Inductor's C++ build); tests/library/op/test_op_gpu.py compiles with Inductor.
     """
     explained = torch._dynamo.explain(fn)(*calls[0])
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

@@ -12,7 +12,7 @@ import ledger_factory as F
 from nsa_triton_sel.compat.lanes import bench_store, checks
 from nsa_triton_sel.compat import ledger
 from nsa_triton_sel.compat.commands import upgrade
-from test_nox_lanes import FakeSession
+from fake_nox import FakeSession
 from test_upgrade import BASE, CAND, _good, _recs
 
 

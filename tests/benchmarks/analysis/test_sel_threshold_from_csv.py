@@ -14,7 +14,7 @@ from bench.analysis import sel_threshold_from_csv as S
 from bench.analysis import threshold_rule
 from bench.common import csvio
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 LS = (16, 64, 256, 1024)
 CONFIGS = [("few", 64, 4, 64), ("few", 1024, 8, 128), ("many", 1024, 8, 128), ("mixed", 256, 4, 64)]

@@ -2,7 +2,7 @@
 no graph break and no recompile, CUDA-graph capture and replay, a compiled training step, the Inductor
 fp64-scale crash, and the host cost of a decode call as a pytest-benchmark benchmark.
 
-Run on the H100 with:  ``python -m pytest -m gpu tests/test_op_gpu.py -v``  (skipped without CUDA).
+Run on the H100 with:  ``python -m pytest -m gpu tests/library/op/test_op_gpu.py -v``  (skipped without CUDA).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from nsa_triton_sel.compat.lanes import gpu_lane
 from nsa_triton_sel.compat import ledger
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _fake_triton(tmp_path: Path, version: str) -> Path:
@@ -80,7 +80,7 @@ def test_stage_limits_parse_and_refuse_typos():
 
 
 def test_an_off_pair_run_says_why_and_an_unlisted_release_gets_a_candidate_lane(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "compat"))  # ledger_factory, also when this file runs alone
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "compat" / "support"))  # ledger_factory, also when this file runs alone
     import ledger_factory as F
     from nsa_triton_sel.compat.core import lane_table
 
