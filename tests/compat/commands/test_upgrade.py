@@ -109,7 +109,18 @@ def test_a_benchmark_compares_with_its_run_from_another_bench_folder():
                                                 {"median_s": 1.0e-3})])
     d = upgrade.judge("3.10.0", cand, "3.9.0", base, windows=[], max_slowdown=0.10)
     assert d.blocked and "test_bench_sel::test_nsa[T8192-random]" in d.reasons[0] and "+30%" in d.reasons[0]
-    assert upgrade.bench_name("(pytest)") == "(pytest)"
+    assert upgrade.test_name("(pytest)") == "(pytest)" and upgrade.test_name("sel_fwd_kernel/a.b") == "sel_fwd_kernel/a.b"
+    for name in ("tests/library/kernels/test_bind.py::t[x.y]", "tests.library.kernels.test_bind::t[x.y]",
+                 "tests/test_bind.py::t[x.y]", "test_bind::t[x.y]"):
+        assert upgrade.test_name(name) == "test_bind::t[x.y]", name
+
+
+def test_a_parity_regression_is_found_across_test_folders():
+    cand = _good(CAND) + _recs(CAND, "parity", [("tests.library.kernels.test_kernels_gpu::test_fwd[a]", "fail",
+                                                 None, None)])
+    base = _good(BASE) + _recs(BASE, "parity", [("tests/test_kernels_gpu.py::test_fwd[a]", "pass", None, None)])
+    d = upgrade.judge("3.10.0", cand, "3.9.0", base, windows=[], max_slowdown=0.10)
+    assert any("regression in parity: `test_kernels_gpu::test_fwd[a]`" in r for r in d.reasons), d.reasons
 
 
 def test_baseline_is_the_nearest_known_good_release():

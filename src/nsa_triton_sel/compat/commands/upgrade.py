@@ -87,8 +87,21 @@ class UpgradeReport:
         return "\n".join(lines)
 
 
+def test_name(kernel: str) -> str:
+    """A test record's name without the folder of its module: ``tests/library/kernels/test_bind.py::t``,
+    ``tests.library.kernels.test_bind::t`` and ``tests/test_bind.py::t`` are one test, and so are a benchmark
+    run from ``bench/suites/`` and from ``bench/``, so runs from another layout still compare.  Other names
+    (compile variants) are returned as they are."""
+    module, sep, test = kernel.partition("::")
+    if not sep:
+        return kernel
+    base = module.replace("\\", "/").rpartition("/")[2]
+    base = base[:-3] if base.endswith(".py") else base
+    return base.rpartition(".")[2] + sep + test
+
+
 def _index(recs: list[dict]) -> dict[tuple, dict]:
-    return {(r["check"], r.get("mode"), r["kernel"], r.get("arch")): r for r in recs}
+    return {(r["check"], r.get("mode"), test_name(r["kernel"]), r.get("arch")): r for r in recs}
 
 
 def environment_problems(recs: list[dict]) -> list[str]:
@@ -151,26 +164,14 @@ def _metric_notes(cand: list[dict], base: list[dict], grow_limit: float = 0.10) 
     return out
 
 
-def bench_name(kernel: str) -> str:
-    """A benchmark's name without the folder of its module (``bench.suites.test_bench_sel::test_nsa[...]`` and
-    ``bench.test_bench_sel::test_nsa[...]`` are one benchmark), so runs of the suite from another folder
-    compare."""
-    module, sep, test = kernel.partition("::")
-    return module.rpartition(".")[2] + sep + test if sep else kernel
-
-
-def _bench_index(recs: list[dict]) -> dict[tuple, dict]:
-    return {(r.get("mode"), bench_name(r["kernel"]), r.get("arch")): r for r in recs if r["check"] == "bench"}
-
-
 def _slowdowns(cand: list[dict], base: list[dict], max_slowdown: float) -> list[str]:
-    c = _bench_index(cand)
+    c = _index([r for r in cand if r["check"] == "bench"])
     out = []
-    for key, b in _bench_index(base).items():
+    for key, b in _index([r for r in base if r["check"] == "bench"]).items():
         old = (b.get("metrics") or {}).get("median_s")
         new = ((c.get(key) or {}).get("metrics") or {}).get("median_s")
         if old and new and new > old * (1 + max_slowdown):
-            out.append(f"bench `{key[1]}`: median {old * 1e6:.1f} us -> {new * 1e6:.1f} us "
+            out.append(f"bench `{key[2]}`: median {old * 1e6:.1f} us -> {new * 1e6:.1f} us "
                        f"(+{(new / old - 1) * 100:.0f}%, limit {max_slowdown * 100:.0f}%)")
     return out
 
