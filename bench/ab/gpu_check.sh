@@ -51,13 +51,13 @@ for spec in "$@"; do
         echo "=== [$(date -u +%T)] host profile of $name"
         PYTHONPATH="$src:$REPO${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 120 $PY -m bench.ab.host_profile \
             > "$OUT/host-$name.log" 2>&1
-        grep "per eager call" "$OUT/host-$name.log"
+        grep -E "per eager call|launches:" "$OUT/host-$name.log"
     fi
 done
 if stage host; then
     echo "=== [$(date -u +%T)] host profile of this tree"
     PYTHONPATH="$HEAD_PATH" timeout -k 10 120 $PY -m bench.ab.host_profile > "$OUT/host-head.log" 2>&1
-    grep "per eager call" "$OUT/host-head.log"
+    grep -E "per eager call|launches:" "$OUT/host-head.log"
 fi
 tar czf "$OUT/all.tgz" -C "$OUT" --exclude=all.tgz . 2>/dev/null
 echo "=== [$(date -u +%T)] done (rc=$rc)"

@@ -21,6 +21,16 @@ import torch
 from bench.ab import test_ab
 
 
+def _launch_report() -> str:
+    """How each kernel launched in this process (the bound launcher, or ``JITFunction.run`` and why): a process
+    that lost its binding pays Triton's argument binding on every launch, which a host time alone cannot tell."""
+    try:
+        from nsa_triton_sel.kernels import bind
+    except ImportError as exc:  # another revision's package without the bound launcher
+        return f"unknown ({exc})"
+    return "; ".join(f"{k}: {v}" for k, v in bind.report().items()) or "no kernel launched"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ab.host_profile", description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
@@ -48,6 +58,7 @@ def main(argv=None) -> int:
                 fn()
             best = min(best, (time.perf_counter() - t0) / a.calls * 1e6)
         print(f"{name}: {best:.1f} us per eager call (best of 5 rounds of {a.calls})")
+        print(f"{name}: launches: {_launch_report()}")
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         prof = cProfile.Profile()
