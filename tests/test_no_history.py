@@ -76,8 +76,8 @@ def test_the_figure_pattern_catches_times_and_rates():
         assert not FIGURE.search(text), text
 
 
-def test_no_library_docstring_quotes_a_measured_figure():
+def test_no_docstring_quotes_a_measured_figure():
     hits = [f"{p.relative_to(ROOT).as_posix()} ({name}): {line.strip()}"
-            for p in sorted((ROOT / "src").rglob("*.py")) for name, doc in _docstrings(p)
+            for p in _scanned() for name, doc in _docstrings(p)
             for line in doc.splitlines() if FIGURE.search(line)]
     assert not hits, "measured figures in docstrings (they belong in bench/results/):\n" + "\n".join(hits)

@@ -12,14 +12,14 @@ chunk for ``local``, as ``bench.train.train_contenders.select_blocks`` draws the
 - ``decode-B64-32K``: one decode step (B = 64, T = 32K, ranges), replayed from a CUDA graph (GPU time only);
 - ``host-decode-{ranges,blocks}``: host time of eager decode calls, ``CALLS`` back to back per round, the GPU idle
   at the round's start.  On the lent H100 machines this moves by up to 2x between processes of the same tree
-  (35-80 us per call; timing single calls after a sync was worse, 45-110 us): read these rows with their drift.
+  (timing single calls after a sync moved more): read these rows with their drift.
 
 GPU rows run on the GPU clock (``bench/conftest.GpuClock``), each round after an L2 flush and a spin kernel
 that holds the GPU while the host enqueues the round (a host gap must not be timed as kernel time).
 The inputs are drawn from a fixed seed on the device: every revision gets the same values.  Where they lie in
 device memory is the process's draw, and it moves a kernel's time by a few percent from one process to the next
-(seen on the H100: the same forward kernel 15.49 ms in one process, 15.94 in the next, each with a spread under
-0.2 %); so each row keeps ``COPIES`` copies of its inputs, allocated apart, and its rounds take them in turn.
+(on the H100 a few percent between processes, against a spread within one process ten times smaller); so each
+row keeps ``COPIES`` copies of its inputs, allocated apart, and its rounds take them in turn.
 """
 
 from __future__ import annotations

@@ -111,9 +111,9 @@ class CudaEventTimer:
 
     def _flush(self) -> None:
         """Evict the inputs from the L2.  ``zero`` writes the buffer (as ``triton.testing.do_bench``
-        does): up to an L2 of dirty lines are then written back while the timed run reads, which a
-        50-us kernel pays for (H100 decode, B = 64, T = 32K: 61.6 us after ``zero``, 51.9 us after
-        ``read``, 55.8 us with no flush).  ``read`` reads it and leaves clean lines instead."""
+        does): up to an L2 of dirty lines are then written back while the timed run reads, which a kernel
+        of tens of microseconds (a decode step) pays for, more than for no flush at all.  ``read`` reads
+        it and leaves clean lines instead."""
         if self.flush == "zero":
             self.flush_buf.zero_()
         else:

@@ -5,7 +5,7 @@ canonical NSA shape, inference and training.
     python -m bench.perf.auto_vs_triton [--T 8192,32768] [--patterns random,local] [--json out.json]
 
 The default route must not cost more than the kernels it should pick: on Triton 3.7.1 the old
-default threshold (4096) sent every NSA call through packed SDPA, 800-1390 ms instead of 2.2 ms.
+default threshold (4096) sent every NSA call through packed SDPA, hundreds of times slower than the kernel.
 Same inputs for both sides (B=1, HQ=64 as G=4 groups of h=16, D=128, block 64, top-16, bf16,
 block indices, ``validate=False``); ``triton.testing.do_bench`` median of eager calls, so the
 dispatcher's host work and any host sync are timed too.  Training is forward + backward with one
