@@ -7,7 +7,9 @@
 #   contract  the GPU contract suite (tests/test_contract_gpu*.py)         -> OUT/contract.log
 #   backward  the GPU backward suite (tests/library/kernels/test_backward_gpu.py)          -> OUT/backward.log
 #   ab        python -m bench.ab.run against each BASE_SRC (a src/ folder) -> OUT/ab-NAME.md, OUT/ab-NAME.log
-#   host      python -m bench.ab.host_profile on this tree and each base   -> OUT/host-NAME.log
+#   host      python -m bench.ab.host_profile on this tree and each base, alternately, HOST_ROUNDS times (default 3):
+#             a process's host time can sit at one of two levels for its whole life, so one process per tree
+#             says little                                                 -> OUT/host-NAME-ROUND.log
 # Everything also goes to OUT/all.tgz.  WHEELS=DIR installs missing tools (pytest-benchmark, ...) first.
 set -u
 OUT="${1:?usage: bench/ab/gpu_check.sh OUT STAGES [BASE_SRC:NAME ...]}"
@@ -47,17 +49,20 @@ for spec in "$@"; do
         cp "$OUT/ab-$name/ab.md" "$OUT/ab-$name.md" 2>/dev/null
         cat "$OUT/ab-$name.md" 2>/dev/null || tail -20 "$OUT/ab-$name.log"
     fi
-    if stage host; then
-        echo "=== [$(date -u +%T)] host profile of $name"
-        PYTHONPATH="$src:$REPO${PYTHONPATH:+:$PYTHONPATH}" timeout -k 10 120 $PY -m bench.ab.host_profile \
-            > "$OUT/host-$name.log" 2>&1
-        grep -E "per eager call|launches:" "$OUT/host-$name.log"
-    fi
 done
+host_profile() {  # NAME PYTHONPATH ROUND
+    echo "=== [$(date -u +%T)] host profile of $1, round $3"
+    PYTHONPATH="$2" timeout -k 10 120 $PY -m bench.ab.host_profile --calls 20 --rounds 20 --top 12 \
+        > "$OUT/host-$1-$3.log" 2>&1
+    grep -E "per eager call|rounds|launches:|ran on" "$OUT/host-$1-$3.log"
+}
 if stage host; then
-    echo "=== [$(date -u +%T)] host profile of this tree"
-    PYTHONPATH="$HEAD_PATH" timeout -k 10 120 $PY -m bench.ab.host_profile > "$OUT/host-head.log" 2>&1
-    grep -E "per eager call|launches:" "$OUT/host-head.log"
+    for round in $(seq 1 "${HOST_ROUNDS:-3}"); do
+        for spec in "$@"; do
+            host_profile "${spec##*:}" "${spec%%:*}:$REPO${PYTHONPATH:+:$PYTHONPATH}" "$round"
+        done
+        host_profile head "$HEAD_PATH" "$round"
+    done
 fi
 tar czf "$OUT/all.tgz" -C "$OUT" --exclude=all.tgz . 2>/dev/null
 echo "=== [$(date -u +%T)] done (rc=$rc)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import time
 
@@ -21,20 +22,24 @@ import torch
 from bench.ab import test_ab
 
 
-def _launch_report() -> str:
-    """How each kernel launched in this process (the bound launcher, or ``JITFunction.run`` and why): a process
-    that lost its binding pays Triton's argument binding on every launch, which a host time alone cannot tell."""
+def _where() -> str:
+    """The core this process last ran on and the cores it may use: a slow process may just sit on a slow core."""
     try:
-        from nsa_triton_sel.kernels import bind
-    except ImportError as exc:  # another revision's package without the bound launcher
-        return f"unknown ({exc})"
-    return "; ".join(f"{k}: {v}" for k, v in bind.report().items()) or "no kernel launched"
+        cpu = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36]  # field 39: the last CPU it ran on
+    except (OSError, IndexError):
+        cpu = "?"
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = "?"
+    return f"ran on cpu {cpu} of {allowed} allowed; pid {os.getpid()}"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ab.host_profile", description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     import nsa_triton_sel
     from nsa_triton_sel import selection_attention as sa
@@ -49,16 +54,20 @@ def main(argv=None) -> int:
     for name, fn in calls.items():
         for _ in range(20):
             fn()
-        best = float("inf")
-        for _ in range(5):
+        walls, cpus = [], []
+        for _ in range(a.rounds):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(a.calls):
                 fn()
-            best = min(best, (time.perf_counter() - t0) / a.calls * 1e6)
-        print(f"{name}: {best:.1f} us per eager call (best of 5 rounds of {a.calls})")
-        print(f"{name}: launches: {_launch_report()}")
+            walls.append((time.perf_counter() - t0) / a.calls * 1e6)
+            cpus.append((time.thread_time() - c0) / a.calls * 1e6)
+        print(f"{name}: {min(walls):.1f} us per eager call (best of {a.rounds} rounds of {a.calls})")
+        print(f"{name}: rounds (wall / this thread's CPU, us per call): "
+              + " ".join(f"{w:.1f}/{c:.1f}" for w, c in zip(walls, cpus)))
+        print(f"{name}: launches: {test_ab.launch_report()}")
+        print(f"{name}: {_where()}")
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         prof = cProfile.Profile()

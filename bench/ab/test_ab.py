@@ -170,6 +170,16 @@ def _gpu_rounds(benchmark, l2_flush, fn, *, rounds: int, before=None, graph: boo
                        warmup_rounds=0 if DRY else 2, iterations=1)
 
 
+def launch_report() -> str:
+    """How each kernel launched in this process (the bound launcher, or ``JITFunction.run`` and why): a process
+    that lost its binding pays Triton's argument binding on every launch, which a host time alone cannot tell."""
+    try:
+        from nsa_triton_sel.kernels import bind
+    except ImportError as exc:  # another revision's package without the bound launcher
+        return f"unknown ({exc})"
+    return "; ".join(f"{k}: {v}" for k, v in bind.report().items()) or "no kernel launched"
+
+
 def _record_tree(benchmark) -> None:
     import nsa_triton_sel
 
@@ -266,3 +276,4 @@ def test_host_decode(benchmark, spans):
             torch.cuda.synchronize()
 
     benchmark.pedantic(calls, setup=idle, rounds=3 if DRY else 40, warmup_rounds=0 if DRY else 3, iterations=1)
+    benchmark.extra_info["launches"] = launch_report()

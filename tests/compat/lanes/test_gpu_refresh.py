@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from nsa_triton_sel.compat.lanes import gpu_refresh
 from nsa_triton_sel.compat import ledger
 from nsa_triton_sel.compat.core import lane_table, project
@@ -113,3 +115,48 @@ def test_the_warm_pass_is_an_untimed_bench_run_into_a_scratch_folder(tmp_path, m
     assert warm_env["NSA_SEL_BENCH_ARGS"].endswith("--benchmark-disable") and "bench=" in warm_env["NSA_SEL_STAGE_LIMITS"]
     assert "--benchmark-disable" not in bench_env["NSA_SEL_BENCH_ARGS"]
     assert warm_env["TRITON_CACHE_DIR"] == bench_env["TRITON_CACHE_DIR"]  # the bench stage finds what warm compiled
+
+
+def test_releases_are_dealt_over_the_gpus_and_each_gpu_benchmarks_alone(tmp_path, monkeypatch):
+    r = _refresh(tmp_path, gpus="0,1", cores=16, expect="3.0.0,3.1.0,3.2.0,3.3.0", wait_s=600,
+                 stages=["parity", "bench"])
+    assert r.gpus == ["0", "1"] and r.shard_cores == 8
+    assert r.planned == {"3.0.0": "0", "3.1.0": "1", "3.2.0": "0", "3.3.0": "1"}  # oldest first: both GPUs busy early
+    launched = []
+    monkeypatch.setattr(r, "launch", lambda t: (launched.append((t.version, t.stage, t.gpu)), setattr(t, "state", "running")))
+    for v in ("3.0.0", "3.1.0", "3.2.0"):
+        r.add(v, None)
+    r.start_what_fits()
+    assert {(v, s) for v, s, _ in launched} == {(v, s) for v in ("3.0.0", "3.1.0", "3.2.0") for s in ("parity", "warm")}
+    assert all(g == r.planned[v] for v, _, g in launched)
+    for t in r.tasks:
+        if t.stage != "bench":
+            t.state = "done"
+    launched.clear()
+    r.start_what_fits()
+    assert launched == [("3.2.0", "bench", "0")]  # GPU 1 still expects 3.3.0; GPU 0 one bench at a time, newest first
+    r.add("3.3.0", None)
+    assert r.tasks[-1].gpu == "1" and not r.ready(r.tasks[-1])  # its own correctness first
+
+
+def test_the_launch_puts_a_task_on_its_gpu_with_its_workers(tmp_path, monkeypatch):
+    r = _refresh(tmp_path, gpus="3", stages=["parity", "contract"])
+    r.add("3.9.0", None)
+    seen = {}
+
+    class P:
+        def __init__(self, cmd, env, **kw):
+            seen[cmd[cmd.index("--stages") + 1]] = env
+
+    monkeypatch.setattr(gpu_refresh.subprocess, "Popen", P)
+    for t in r.tasks:
+        r.launch(t)
+    assert {s: (e["CUDA_VISIBLE_DEVICES"], e["NSA_SEL_GPU_WORKERS"]) for s, e in seen.items()} == {
+        "parity": ("3", str(gpu_refresh.SLOTS["parity"])), "contract": ("3", "1")}
+
+
+def test_no_gpu_found_is_one_shard_and_bad_gpus_are_one_line(monkeypatch):
+    monkeypatch.setattr(gpu_refresh.machine, "visible_gpus", lambda: [])
+    assert gpu_refresh.shards("all") == [None]
+    with pytest.raises(SystemExit, match="--gpus '0,0': expected all, or distinct GPU indices"):
+        gpu_refresh.shards("0,0")

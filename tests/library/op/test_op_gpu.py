@@ -166,6 +166,7 @@ def test_compiling_a_direct_kernel_call_keeps_fp32_state():
     check_against_oracle(out, None, p["q"], p["k"], p["v"], p["ranges"], scale=0.07, what="direct kernel, compiled")
 
 
+@pytest.mark.serial
 def test_host_cost_of_a_decode_call(request):
     """Host time of one eager decode call (validate=False, block indices): a benchmark, not an assertion."""
     if not request.config.pluginmanager.hasplugin("benchmark"):

@@ -92,6 +92,25 @@ def gpu_archs() -> list[tuple[int, str]]:
     return out
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's own list when it is set,
+    else each index ``nvidia-smi`` shows; [] without one (or with ``NSA_SEL_GPU=0``)."""
+    if os.environ.get("NSA_SEL_GPU", "").strip() == "0":
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        res = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in res.stdout.splitlines() if ln.strip().isdigit()] if res.returncode == 0 else []
+
+
 def compile_archs(table: Table, requested: str | None = None, gpus: list[tuple[int, str]] | None = None,
                   what: str = "--archs") -> ArchChoice:
     """The archs a compile run covers: ``requested`` (``"all"``: the table's; ``"80,90"``: those), else

@@ -8,6 +8,7 @@ smoke report, pytest through :mod:`.pytest_plugin`, the interpreter probe in its
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -75,6 +76,47 @@ def test_workers() -> int:
     return int(jobs_override()) if os.environ.get("NSA_SEL_JOBS") else machine.usable_cores()
 
 
+GPU_WORKERS_ENV = "NSA_SEL_GPU_WORKERS"
+GPU_WORKERS_MAX = 8  # processes sharing one GPU: each holds a CUDA context and its tests' tensors
+
+
+def gpu_test_workers() -> int:
+    """pytest-xdist workers sharing the GPU in a GPU lane's correctness tests: ``NSA_SEL_GPU_WORKERS``, else the
+    usable cores up to :data:`GPU_WORKERS_MAX`; 1 without pytest-xdist.  Most of a cold GPU test run is Triton
+    compiling kernels for the first time, one core each: workers spread those compiles over the cores, and
+    fill the same Triton cache, so each kernel is still compiled about once."""
+    raw = os.environ.get(GPU_WORKERS_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{GPU_WORKERS_ENV}={raw!r}: expected a whole number of pytest processes >= 1 "
+                             f"(unset: the usable cores, at most {GPU_WORKERS_MAX})")
+        wanted = int(raw)
+    else:
+        wanted = min(machine.usable_cores(), GPU_WORKERS_MAX)
+    return wanted if wanted > 1 and importlib.util.find_spec("xdist") is not None else 1
+
+
+# Tests that measure time (marker ``serial``): never beside other tests, so the GPU lanes run them after the
+# parallel pass, alone.
+SERIAL = "serial"
+
+
+def gpu_tests(session, base, results, expr: str, rest, workers: int | None = None):
+    """A GPU lane's tests selected by the marker expression ``expr``: those independent of each other over
+    :func:`gpu_test_workers` pytest-xdist workers sharing the GPU, then the ``serial`` ones in one process, alone;
+    the records of both passes, and the first problem."""
+    workers = gpu_test_workers() if workers is None else workers
+    if workers <= 1:
+        return pytest_run(session, base, results, ["-m", expr], rest)
+    session.log(f"{session.name}: tests marked {expr!r} over {workers} pytest-xdist workers sharing the GPU, "
+                f"then those marked {SERIAL!r} alone")
+    records, problem = pytest_run(session, base, results, ["-m", f"({expr}) and not {SERIAL}"], rest, workers=workers)
+    alone, problem_alone = pytest_run(session, base, results, ["-m", f"({expr}) and {SERIAL}"], rest, tag=SERIAL)
+    if records and all(r["verdict"] == SKIP and r["kernel"] == "(pytest)" for r in alone):
+        alone = []  # nothing marked serial in this selection: not a skip of the lane
+    return records + alone, problem or problem_alone
+
+
 def compile_body(session, lane, base, results, rest, m):
     """nsa-sel smoke for the run's archs (:func:`..core.machine.compile_archs`: asked for, this machine's GPU, or the
     GPU-less default), judged for the lane's release; verdicts from its JSON."""
@@ -132,20 +174,21 @@ def read_imported(imported_json: Path) -> tuple[dict | None, str | None]:
     return merged, (f"the pytest workers imported different versions: {'; '.join(clash)}" if clash else None)
 
 
-def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity", workers: int = 1):
+def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity", workers: int = 1, tag: str = ""):
     """Run pytest with a junit report (over ``workers`` pytest-xdist workers when more than one); records
-    per test, or a crash record when it died."""
-    xml = raw_path(results, session, "junit.xml")
-    imported_json = raw_path(results, session, "imported.json")
+    per test, or a crash record when it died.  ``tag`` keeps a second pass's raw files apart from the first's."""
+    pre = f"{tag}." if tag else ""
+    xml = raw_path(results, session, f"{pre}junit.xml")
+    imported_json = raw_path(results, session, f"{pre}imported.json")
     for stale in (xml, imported_json, *worker_files(imported_json)):
         stale.unlink(missing_ok=True)
-    bench_json = raw_path(results, session, "benchmark.json")
+    bench_json = raw_path(results, session, f"{pre}benchmark.json")
     extra = [f"--benchmark-json={bench_json}", *bench_store.pytest_args(results, base["triton"])] if kind == "bench" else []
     # Interpreter tests are single-threaded: pytest-xdist spreads them over the usable cores (``workers``;
     # the parity lane installs it), so no core idles while they run.
     extra += ["-n", str(workers)] if workers > 1 else []
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
-    rc = run_rc(session, raw_path(results, session, "rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
+    rc = run_rc(session, raw_path(results, session, f"{pre}rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
     imported, clash = read_imported(imported_json)
     records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
@@ -181,7 +224,7 @@ def _regression(base, imported) -> dict:
 
 def parity_body(session, lane, base, results, rest, m):
     if m.gpu:
-        return pytest_run(session, base, results, ["-m", "gpu"], rest)
+        return gpu_tests(session, base, results, "gpu", rest)
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
@@ -217,6 +260,14 @@ def bench_skip(session, lane, base) -> tuple[list[dict], str]:
 
 
 def bench_body(session, lane, base, results, rest, m):
+    """pytest-benchmark over ``bench/``.  On a GPU with pytest-xdist, first an untimed pass of the same selection
+    over :func:`gpu_test_workers` workers (``--benchmark-disable``): it JIT-compiles the benchmarks' kernels
+    into the lane's Triton cache on every core, so the timed pass, one process on an otherwise idle GPU,
+    loads them instead of compiling them one after another.  Its outcome is not a record: the timed pass is."""
+    workers = gpu_test_workers() if m.gpu else 1
+    if workers > 1:
+        session.log(f"{session.name}: an untimed pass over {workers} workers fills the Triton cache first")
+        pytest_run(session, base, results, ["bench/", "--benchmark-disable"], rest, workers=workers, tag="warm")
     return pytest_run(session, base, results, ["bench/"], rest, kind="bench")
 
 

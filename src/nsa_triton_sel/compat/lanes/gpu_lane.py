@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .. import ledger
 from ..core import lane_table, machine, project
-from .checks import BODIES, pytest_run
+from .checks import BODIES, gpu_tests
 from .nox_sessions import Matrix, isolate
 
 STAGES = ("compile", "parity", "contract", "canary", "bench")
@@ -44,7 +44,7 @@ MODES = {"compile": "aot", "parity": "gpu", "contract": "gpu", "canary": "gpu", 
 CHECK = {"compile": "compile", "parity": "parity", "contract": "contract", "canary": "gpu-canary", "bench": "bench"}
 # The pytest selection of each test stage: the contract suite (marker `contract`, also `gpu`) is a stage of its
 # own, so that a runtime-only change re-runs it alone; its records go to the `contract` column either way.
-MARKERS = {"parity": ["-m", "gpu and not contract"], "contract": ["-m", "contract"]}
+MARKERS = {"parity": "gpu and not contract", "contract": "contract"}
 # Seconds per stage (NSA_SEL_STAGE_LIMITS="parity=200,bench=120" overrides); see stop() for what happens then.
 LIMITS = {"compile": 90, "parity": 150, "contract": 180, "canary": 60, "bench": 150}
 GRACE_S = 30
@@ -174,7 +174,7 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
             results_ = gpu.run_all(timeout_s=max(10.0, limit_s / len(gpu.CANARIES)))
             records, problem = canary_records(results_, base, imported=fp["imported"]), None
         elif kind in MARKERS:
-            records, problem = pytest_run(session, base, results, MARKERS[kind], [])
+            records, problem = gpu_tests(session, base, results, MARKERS[kind], [])
         else:
             rest = shlex.split(os.environ.get(BENCH_ARGS_ENV, "")) if kind == "bench" else []
             records, problem = BODIES[kind](session, lane, base, results, rest, m)

@@ -1,21 +1,28 @@
 """The GPU evidence of every Triton release in one go, on one GPU machine.
 
-``python -m nsa_triton_sel.compat.lanes.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all]``
+``python -m nsa_triton_sel.compat.lanes.gpu_refresh --out DIR [--trees DIR] [--installed] [--expect all] [--gpus all]``
 
 runs :mod:`.gpu_lane`'s stages for many releases at once: the installed Triton (``--installed``) and every
 release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.ready`` beside it, as
 ``bench/device/slim_triton.py unpack`` leaves them; trees may keep arriving while it runs, until every release of
 ``--expect`` is there or ``--wait-s`` has passed).  The schedule:
 
+- **one shard per GPU**: every release belongs to one of the visible GPUs (``--gpus``; the expected releases
+  dealt out in version order, so those that arrive first are spread over all of them), and all its stages run
+  there (``CUDA_VISIBLE_DEVICES``); each shard has its share of the cores.  On one GPU, the releases take
+  turns on it, as below;
+
 - **correctness first, concurrently**: per release ``compile`` (this GPU's arch only), then ``parity``,
   ``contract``, ``canary`` and ``warm`` (the bench selection once, untimed, into a scratch folder: the
-  benchmarks' kernels land in the release's Triton cache) side by side.  Tasks take *slots* (a pytest process one, a compile
-  ``--compile-jobs``), at most the usable cores (``os.sched_getaffinity``) in all, and at most
-  ``--gpu-tasks`` processes on the GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
+  benchmarks' kernels land in the release's Triton cache) side by side.  Tasks take *slots* (a pytest process one,
+  the parity stage's pytest-xdist workers one each, a compile ``--compile-jobs``), at most the shard's cores
+  (the usable cores, ``os.sched_getaffinity``, split evenly) in all, and at most ``--gpu-tasks`` processes on
+  its GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
   parity stage JIT-compiled is not compiled again by the contract and bench stages;
-- **then the benchmarks, alone**: ``bench`` of one release at a time once every correctness task is done and no
-  more trees are expected, nothing else running (timings on an idle GPU), with a selection that keeps what
-  ``MATRIX.md``'s speed table reads (:data:`BENCH_ARGS`);
+- **then the benchmarks, alone on their GPU**: ``bench`` of one release at a time per shard, once every
+  correctness task of the shard is done and no more of its trees are expected, nothing else running on that GPU
+  (timings on an idle GPU; the shards' benchmarks run side by side, each on its own GPU and cores), with a
+  selection that keeps what ``MATRIX.md``'s speed table reads (:data:`BENCH_ARGS`);
 - every stage has its limit (gpu_lane's own, SIGINT then SIGTERM then SIGKILL: partial reports survive), and
   the whole run a deadline (``--deadline-s``): what is still running then is stopped the same way.
 
@@ -40,7 +47,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ..core import lane_table, machine, project
-from . import gpu_lane
+from . import checks, gpu_lane
 
 # After compile, side by side.  "warm" is the bench selection run once per benchmark, untimed
 # (--benchmark-disable), into a scratch folder: it JIT-compiles the benchmarks' kernels into the release's
@@ -48,8 +55,9 @@ from . import gpu_lane
 CORRECTNESS = ("parity", "contract", "canary", "warm")
 WARM_ARGS = " --benchmark-disable"
 # CPU slots a task takes: a pytest process is one thread (OMP_NUM_THREADS=1, TORCHINDUCTOR_COMPILE_THREADS=1);
-# a compile stage runs --compile-jobs compiles at once.
-SLOTS = {"parity": 1, "contract": 1, "canary": 1, "warm": 1, "bench": 0}
+# a compile stage runs --compile-jobs compiles at once; the parity stage, the longest, runs its tests over as many
+# pytest-xdist workers as it has slots (NSA_SEL_GPU_WORKERS), the others in one process.
+SLOTS = {"parity": 2, "contract": 1, "canary": 1, "warm": 1, "bench": 0}
 GPU_STAGES = ("parity", "contract", "canary", "warm", "bench")
 # Seconds per stage under a concurrent refresh (several releases share the CPU, so a stage takes longer than
 # gpu_lane's defaults for a lone release); NSA_SEL_STAGE_LIMITS-style overrides with --limits.
@@ -60,6 +68,7 @@ LIMITS = {"compile": 300, "parity": 600, "contract": 480, "canary": 180, "warm":
 BENCH_ARGS = '-k "not local and not crossover and not dispatch"'
 BENCH_ENV = {"NSA_BENCH_T": "4096,32768", "NSA_BENCH_FLEX": "0"}
 POLL_S = 2.0
+ANY = object()  # waiting_for_more's "any shard"
 
 
 @dataclass
@@ -68,6 +77,7 @@ class Task:
     stage: str
     tree: Path | None  # None: the installed Triton
     slots: int
+    gpu: str | None = None  # the shard: a CUDA_VISIBLE_DEVICES entry (None: leave the variable as it is)
     state: str = "waiting"  # waiting, running, done, stopped
     rc: int | None = None
     started: float | None = None
@@ -75,7 +85,7 @@ class Task:
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     def row(self) -> dict:
-        return {"version": self.version, "stage": self.stage, "state": self.state, "rc": self.rc,
+        return {"version": self.version, "stage": self.stage, "gpu": self.gpu, "state": self.state, "rc": self.rc,
                 "seconds": None if self.seconds is None else round(self.seconds, 1)}
 
 
@@ -88,6 +98,11 @@ class Refresh:
         self.releases: dict[str, Path | None] = {}
         self.expect = expected(args.expect, table)
         self.cores = args.cores or machine.usable_cores()
+        self.gpus = shards(getattr(args, "gpus", "all"))
+        self.shard_cores = max(1, self.cores // len(self.gpus))
+        # The expected releases dealt out over the shards in version order: the parts bring them oldest first,
+        # so every GPU gets work from the start; a release nobody expected goes to the least loaded shard.
+        self.planned = {v: self.gpus[i % len(self.gpus)] for i, v in enumerate(sorted(self.expect, key=_version_key))}
         self.limits = {**LIMITS, **parse_limits(args.limits)}
         self.looked_installed = False
         for sub in ("results", "logs", "cache"):
@@ -110,17 +125,24 @@ class Refresh:
 
     def add(self, version: str, tree: Path | None) -> None:
         self.releases[version] = tree
-        self.log(f"{version}: {'the installed Triton' if tree is None else tree} joins the run")
+        gpu = self.planned.get(version)
+        if version not in self.planned:
+            load = {g: sum(1 for v in self.releases if self.planned.get(v) == g) for g in self.gpus}
+            gpu = self.planned[version] = min(self.gpus, key=lambda g: load[g])
+        where = "" if gpu is None else f" on GPU {gpu}"
+        self.log(f"{version}: {'the installed Triton' if tree is None else tree} joins the run{where}")
         stages = [s for s in self.args.stages if s != "bench"]
         for s in stages:
-            self.tasks.append(Task(version, s, tree, self.args.compile_jobs if s == "compile" else SLOTS[s]))
+            slots = self.args.compile_jobs if s == "compile" else SLOTS[s]
+            self.tasks.append(Task(version, s, tree, min(slots, self.shard_cores), gpu))
         if "bench" in self.args.stages:
             if not self.args.no_warm:
-                self.tasks.append(Task(version, "warm", tree, SLOTS["warm"]))
-            self.tasks.append(Task(version, "bench", tree, 0))
+                self.tasks.append(Task(version, "warm", tree, SLOTS["warm"], gpu))
+            self.tasks.append(Task(version, "bench", tree, 0, gpu))
 
-    def waiting_for_more(self) -> bool:
-        missing = [v for v in self.expect if v not in self.releases]
+    def waiting_for_more(self, gpu=ANY) -> bool:
+        """Expected releases (of the shard ``gpu``, or of any) not here yet, while they may still come."""
+        missing = [v for v in self.expect if v not in self.releases and (gpu is ANY or self.planned.get(v) == gpu)]
         return bool(missing) and time.monotonic() - self.t0 < self.args.wait_s
 
     # -- scheduling
@@ -130,30 +152,32 @@ class Refresh:
             return True
         if t.stage in CORRECTNESS:
             return all(x.state in ("done", "stopped") for x in mine if x.stage == "compile")
-        # bench: alone, after every correctness task of every release, and no more releases to come
-        return (not self.waiting_for_more()
-                and all(x.state in ("done", "stopped") for x in self.tasks if x.stage != "bench")
-                and not any(x.state == "running" for x in self.tasks))
+        # bench: alone on its GPU, after every correctness task of its shard, and no more of its releases to come
+        shard = [x for x in self.tasks if x.gpu == t.gpu]
+        return (not self.waiting_for_more(t.gpu)
+                and all(x.state in ("done", "stopped") for x in shard if x.stage != "bench")
+                and not any(x.state == "running" for x in shard))
 
     def start_what_fits(self) -> None:
-        running = [t for t in self.tasks if t.state == "running"]
-        if any(t.stage == "bench" for t in running):
-            return
-        used = sum(t.slots for t in running)
-        on_gpu = sum(t.stage in GPU_STAGES for t in running)
-        for t in self.waiting_in_order():
-            if not self.ready(t):
+        for gpu in self.gpus:
+            running = [t for t in self.tasks if t.state == "running" and t.gpu == gpu]
+            if any(t.stage == "bench" for t in running):
                 continue
-            if t.stage == "bench":
+            used = sum(t.slots for t in running)
+            on_gpu = sum(t.stage in GPU_STAGES for t in running)
+            for t in self.waiting_in_order():
+                if t.gpu != gpu or not self.ready(t):
+                    continue
+                if t.stage == "bench":
+                    self.launch(t)
+                    break
+                if used and used + t.slots > self.shard_cores:
+                    continue
+                if t.stage in GPU_STAGES and on_gpu >= self.args.gpu_tasks:
+                    continue
                 self.launch(t)
-                return
-            if used and used + t.slots > self.cores:
-                continue
-            if t.stage in GPU_STAGES and on_gpu >= self.args.gpu_tasks:
-                continue
-            self.launch(t)
-            used += t.slots
-            on_gpu += t.stage in GPU_STAGES
+                used += t.slots
+                on_gpu += t.stage in GPU_STAGES
 
     def waiting_in_order(self) -> list[Task]:
         """Compiles first (they unlock the rest), then the longest stages, oldest release first; the benchmarks
@@ -176,6 +200,11 @@ class Refresh:
         env["PYTHONUNBUFFERED"] = "1"
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the refresh runs many processes: no pools
+        if t.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = t.gpu
+        # The refresh runs many releases side by side: only the parity stage spreads its tests over workers (its
+        # slots); the warm pass is its own task, so the bench stage does not run one again.
+        env[checks.GPU_WORKERS_ENV] = str(t.slots if t.stage == "parity" else 1)
         if t.stage == "compile":
             env["NSA_SEL_JOBS"] = str(t.slots)
         if stage == "bench":
@@ -191,7 +220,7 @@ class Refresh:
                                   start_new_session=True)
         log.close()
         t.state, t.started = "running", time.monotonic()
-        self.log(f"{t.version} {t.stage}: started ({t.slots} slot(s))")
+        self.log(f"{t.version} {t.stage}: started ({t.slots} slot(s){'' if t.gpu is None else ', GPU ' + t.gpu})")
 
     def reap(self) -> None:
         for t in self.tasks:
@@ -230,6 +259,7 @@ class Refresh:
 
     def write_status(self, final: bool = False) -> None:
         status = {"elapsed_s": round(time.monotonic() - self.t0, 1), "final": final, "cores": self.cores,
+                  "gpus": self.gpus, "shard_cores": self.shard_cores,
                   "expected": self.expect, "missing": [v for v in self.expect if v not in self.releases],
                   "tasks": [t.row() for t in self.tasks]}
         tmp = self.out / "status.json.tmp"
@@ -240,13 +270,13 @@ class Refresh:
         stages = [s for s in self.args.stages if s != "bench"] + (["warm"] if "bench" in self.args.stages and
                                                                    not self.args.no_warm else []) + \
             (["bench"] if "bench" in self.args.stages else [])
-        lines = [f"{'triton':<8} " + " ".join(f"{s:>12}" for s in stages)]
+        lines = [f"{'triton':<8} {'gpu':>4} " + " ".join(f"{s:>12}" for s in stages)]
         for v in sorted(self.releases, key=_version_key):
             cells = []
             for s in stages:
                 t = next((x for x in self.tasks if x.version == v and x.stage == s), None)
                 cells.append("—" if t is None else (f"{t.state}" if t.rc is None else f"rc {t.rc} {t.seconds:.0f}s"))
-            lines.append(f"{v:<8} " + " ".join(f"{c:>12}" for c in cells))
+            lines.append(f"{v:<8} {self.planned.get(v) or '-':>4} " + " ".join(f"{c:>12}" for c in cells))
         missing = [v for v in self.expect if v not in self.releases]
         if missing:
             lines.append(f"not carried in time: {', '.join(missing)}")
@@ -255,7 +285,9 @@ class Refresh:
     def run(self) -> int:
         deadline = self.t0 + self.args.deadline_s
         signal.signal(signal.SIGTERM, _interrupt)  # the driver's stop: end the tasks, write what there is
-        self.log(f"refresh: {self.cores} cores, up to {self.args.gpu_tasks} GPU tasks, stages "
+        gpus = "one GPU (CUDA_VISIBLE_DEVICES as given)" if self.gpus == [None] else f"GPUs {','.join(self.gpus)}"
+        self.log(f"refresh: {gpus}, {self.shard_cores} of {self.cores} cores each, up to {self.args.gpu_tasks} "
+                 f"GPU tasks per GPU, stages "
                  f"{','.join(self.args.stages)}, expecting {', '.join(self.expect) or 'what arrives'}")
         try:
             while True:
@@ -297,6 +329,18 @@ def installed_version() -> str | None:
     return res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else None
 
 
+def shards(text: str | None) -> list:
+    """``--gpus``: ``all`` (every GPU this process may use, :func:`..core.machine.visible_gpus`) or a comma list
+    of ``CUDA_VISIBLE_DEVICES`` entries; ``[None]`` (one shard, the variable left alone) where none is found."""
+    text = (text or "all").strip()
+    if text == "all":
+        return machine.visible_gpus() or [None]
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus or len(set(gpus)) != len(gpus):
+        raise SystemExit(f"gpu_refresh: --gpus {text!r}: expected all, or distinct GPU indices or UUIDs such as 0,1,2,3")
+    return gpus
+
+
 def expected(text: str, table: lane_table.Table) -> list[str]:
     if text in ("", "none"):
         return []
@@ -329,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default=",".join(gpu_lane.STAGES))
     p.add_argument("--cores", type=int, default=0, help="CPU slots (default: the usable cores)")
     p.add_argument("--compile-jobs", type=int, default=4, help="compile processes per release's compile stage")
-    p.add_argument("--gpu-tasks", type=int, default=16, help="processes on the GPU at once (correctness stages)")
+    p.add_argument("--gpus", default="all", help="GPUs to shard the releases over: all (the visible ones) or 0,1,...")
+    p.add_argument("--gpu-tasks", type=int, default=16, help="processes on each GPU at once (correctness stages)")
     p.add_argument("--bench-args", default=BENCH_ARGS, help="pytest arguments of the bench stage")
     p.add_argument("--no-warm", action="store_true", help="no untimed bench pass beside the correctness stages")
     p.add_argument("--limits", help="per-stage seconds, e.g. parity=600,bench=240")

@@ -1,0 +1,89 @@
+"""A GPU lane's tests over pytest-xdist workers sharing the GPU: the independent tests in parallel, the ``serial``
+ones (timings) alone after them, both passes' records kept; the bench stage's untimed warm pass first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ledger_factory as F
+from fake_nox import FakeSession
+from nsa_triton_sel.compat.lanes import checks, nox_sessions
+from nsa_triton_sel.compat.core import machine, project
+
+
+def _pytest(calls: list, collected: dict):
+    """A pytest that records its arguments and reports the tests ``collected[marker expression]`` names."""
+    def run(args, env):
+        calls.append(args)
+        rest = args[args.index("pytest") + 1:]
+        expr = rest[rest.index("-m") + 1] if "-m" in rest else "bench/"
+        names = collected.get(expr, [])
+        xml = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+        cases = "".join(f'<testcase classname="t" name="{n}"/>' for n in names)
+        xml.write_text(f"<testsuite>{cases}</testsuite>")
+        Path(env[checks.IMPORTED_ENV]).write_text(json.dumps({"imported": {"triton": "3.1.0", "torch": "2.13.0+cpu"}}))
+        Path(args[3]).write_text("0" if names else "5")
+    return run
+
+
+def test_independent_tests_run_over_workers_then_the_serial_ones_alone(tmp_path):
+    calls = []
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a", "b"],
+                                                                      "(gpu) and serial": ["timing"]})})
+    recs, problem = checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=6)
+    assert problem is None and sorted(r["kernel"].rpartition("::")[2] for r in recs) == ["a", "b", "timing"]
+    first, second = calls
+    assert first[first.index("-n") + 1] == "6" and "-n" not in second  # the timing test alone, one process
+    assert any(a.endswith("parity-3.1.serial.junit.xml") for a in second)  # its own files: the first pass's stay
+
+
+def test_a_selection_with_no_serial_test_is_not_a_skip(tmp_path):
+    s = FakeSession("contract-3.1", tmp_path, {"pytest": _pytest([], {"(contract) and not serial": ["a"]})})
+    recs, problem = checks.gpu_tests(s, F.base("3.1", "parity", mode="gpu"), tmp_path, "contract", [], workers=4)
+    assert problem is None and [r["verdict"] for r in recs] == ["pass"]
+
+
+def test_one_worker_is_one_plain_pass(tmp_path):
+    calls = []
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"gpu": ["a"]})})
+    recs, _ = checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=1)
+    assert len(calls) == 1 and "-n" not in calls[0] and [r["verdict"] for r in recs] == ["pass"]
+
+
+def test_worker_count_from_the_environment_or_the_cores(monkeypatch):
+    monkeypatch.setattr(machine, "usable_cores", lambda: 16)
+    monkeypatch.delenv(checks.GPU_WORKERS_ENV, raising=False)
+    assert checks.gpu_test_workers() == checks.GPU_WORKERS_MAX  # pytest-xdist is a test dependency here
+    monkeypatch.setenv(checks.GPU_WORKERS_ENV, "3")
+    assert checks.gpu_test_workers() == 3
+    monkeypatch.setenv(checks.GPU_WORKERS_ENV, "many")
+    with pytest.raises(ValueError, match="NSA_SEL_GPU_WORKERS='many': expected a whole number"):
+        checks.gpu_test_workers()
+    monkeypatch.setenv(checks.GPU_WORKERS_ENV, "3")
+    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
+    assert checks.gpu_test_workers() == 1  # no pytest-xdist: one process
+
+
+def test_the_gpu_bench_stage_fills_the_cache_untimed_before_the_timed_pass(tmp_path, monkeypatch):
+    monkeypatch.setenv(checks.GPU_WORKERS_ENV, "4")
+    calls = []
+    s = FakeSession("bench-3.1", tmp_path, {"pytest": _pytest(calls, {"bench/": ["row"]})})
+    m = nox_sessions.Matrix(table=F.TABLE, root=project.project_root(), gpu=True)
+    recs, problem = checks.bench_body(s, None, F.base("3.1", "bench"), tmp_path, ["-k", "x"], m)
+    warm, timed = calls
+    assert "--benchmark-disable" in warm and warm[warm.index("-n") + 1] == "4" and list(warm[-2:]) == ["-k", "x"]
+    assert "--benchmark-disable" not in timed and "-n" not in timed and list(timed[-2:]) == ["-k", "x"]
+    assert problem is None and [r["verdict"] for r in recs] == ["pass"]  # the timed pass's records only
+
+
+def test_the_gpus_a_process_may_use(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert machine.visible_gpus() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert machine.visible_gpus() == []
+    monkeypatch.setenv("NSA_SEL_GPU", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert machine.visible_gpus() == []
