@@ -16,7 +16,11 @@ cost that grows with the argument count (``bench/perf/host_cost.py`` measures it
 
 A shape is everything Triton specialises on: the launch plan (constexprs, warps, stages; plans are
 frozen dataclasses, compared by value), every integer
-argument's value, each tensor's dtype and 16-byte alignment, and the device.  Anything unexpected
+argument's value, each tensor's dtype and 16-byte alignment, and the device.  Its key is built by a function
+generated for the kernel's argument layout (which positions hold tensors, integers, floats), seen on the
+first call: runs of integers go in as tuple slices and each tensor as two items, with no loop over the
+arguments, since the key is built on every launch.  A call whose layout differs from the first one's (checked
+whenever a shape is new) stops the binding.  Anything unexpected
 (a recording that does not match, a launcher Triton does not expose, an exception) disables the
 binding for that kernel and records why (:func:`report`); the launch then stays ``JITFunction.run``,
 which every Triton 3.0-3.9 runs.  Launch hooks (profilers) also take the plain path.  Not used
@@ -104,13 +108,19 @@ class Bound:
         self._stream = None
         self._device = None
         self._hooks = ()
+        self._layout = None  # the type of each argument position ("t", "i", "f"), from the first call
+        self._key_of = None  # (plan, device, args) -> key, generated for that layout
 
     def __call__(self, plan, grid, args, kwargs):
         """Launch ``fn[grid](*args, **kwargs())``; ``plan`` fixes ``kwargs`` (a callable: built on a miss only)."""
         if self.off is not None or not ENABLED or type(grid) is not tuple or self._hooked():
             return self.fn[grid](*args, **kwargs())
+        if self._key_of is None:
+            why = self._start(args)
+            if why:
+                return self._give_up(why, grid, args, kwargs)
         try:
-            key = self._key(plan, args)
+            key = self._key_of(plan, self._device, args)
         except Exception as e:  # noqa: BLE001 - an argument we cannot key: the plain path, with the reason
             return self._give_up(f"cannot key the arguments: {e!r}", grid, args, kwargs)
         entry = self.shapes.get(key)
@@ -120,6 +130,9 @@ class Bound:
                       None, *args, *entry.tail)
             self.bound_launches += 1
             return None
+        if _layout(args) != self._layout:  # a new shape: its key is only as good as the layout it was built for
+            return self._give_up(f"the argument types changed between calls: {_layout(args)} after {self._layout}",
+                                 grid, args, kwargs)
         if entry is None:
             if len(self.shapes) >= MAX_SHAPES:
                 self.shapes.clear()
@@ -134,22 +147,21 @@ class Bound:
                 return True
         return False
 
-    def _key(self, plan, args):
+    def _start(self, args) -> str | None:
+        """The first call: the driver's stream and device getters, the hook holders, the argument layout and its
+        key function; why the binding cannot start, or None."""
         if self._stream is None:
             import triton
 
             drv = triton.runtime.driver.active
             self._stream, self._device = drv.get_current_stream, drv.get_current_device
             self._hooks = _hook_holders()
-        spec = [plan, self._device()]
-        for a in args:
-            if type(a) is int:
-                spec.append(a)
-            elif type(a) is float:
-                spec.append(float)  # passed as fp32, never specialised
-            else:
-                spec.append((a.dtype, a.data_ptr() & 15))
-        return tuple(spec)
+        layout = _layout(args)
+        if "?" in layout:
+            bad = [f"{i}: {type(a).__name__}" for i, a in enumerate(args) if _kind(a) == "?"]
+            return f"cannot key arguments of types other than tensor, int and float ({', '.join(bad)})"
+        self._layout, self._key_of = layout, key_function(layout)
+        return None
 
     def _record(self, key, pending: _Pending, grid, args, kwargs):
         """The second call of a shape: launch through Triton, recording what it passes the launcher."""
@@ -201,6 +213,40 @@ class Bound:
         self.off = why
         self.shapes.clear()
         return self.fn[grid](*args, **kwargs())
+
+
+def _kind(a) -> str:
+    if type(a) is int:
+        return "i"
+    if type(a) is float:
+        return "f"
+    return "t" if isinstance(a, torch.Tensor) else "?"
+
+
+def _layout(args) -> str:
+    return "".join(map(_kind, args))
+
+
+def key_function(layout: str):
+    """``key(plan, device, args)`` for calls whose arguments have ``layout`` (a letter per position: ``t`` tensor,
+    ``i`` int, ``f`` float): the plan, the device, each run of ints as one slice, each tensor's dtype and 16-byte
+    alignment; floats are left out (passed as fp32, never specialised)."""
+    parts, i = [], 0
+    while i < len(layout):
+        if layout[i] == "i":
+            j = i
+            while j < len(layout) and layout[j] == "i":
+                j += 1
+            parts.append(f"a[{i}:{j}]")
+            i = j
+            continue
+        if layout[i] == "t":
+            parts.append(f"a[{i}].dtype, a[{i}].data_ptr() & 15")
+        i += 1
+    source = f"def key(plan, device, a):\n    return (plan, device(), {', '.join(parts)})\n"
+    scope: dict = {}
+    exec(compile(source, f"<launch key for {layout}>", "exec"), scope)  # noqa: S102 - built from the layout
+    return scope["key"]
 
 
 def bound(fn) -> Bound:

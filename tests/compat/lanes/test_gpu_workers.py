@@ -1,5 +1,5 @@
 """A GPU lane's tests over pytest-xdist workers sharing the GPU: the independent tests in parallel, the ``serial``
-ones (timings) alone after them, both passes' records kept; the bench stage's untimed warm pass first."""
+ones (timings) alone after them, both passes' records kept."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 import ledger_factory as F
 from fake_nox import FakeSession
-from nsa_triton_sel.compat.lanes import checks, nox_sessions
-from nsa_triton_sel.compat.core import machine, project
+from nsa_triton_sel.compat.lanes import checks
+from nsa_triton_sel.compat.core import machine
 
 
 def _pytest(calls: list, collected: dict):
@@ -65,18 +65,6 @@ def test_worker_count_from_the_environment_or_the_cores(monkeypatch):
     monkeypatch.setenv(checks.GPU_WORKERS_ENV, "3")
     monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
     assert checks.gpu_test_workers() == 1  # no pytest-xdist: one process
-
-
-def test_the_gpu_bench_stage_fills_the_cache_untimed_before_the_timed_pass(tmp_path, monkeypatch):
-    monkeypatch.setenv(checks.GPU_WORKERS_ENV, "4")
-    calls = []
-    s = FakeSession("bench-3.1", tmp_path, {"pytest": _pytest(calls, {"bench/": ["row"]})})
-    m = nox_sessions.Matrix(table=F.TABLE, root=project.project_root(), gpu=True)
-    recs, problem = checks.bench_body(s, None, F.base("3.1", "bench"), tmp_path, ["-k", "x"], m)
-    warm, timed = calls
-    assert "--benchmark-disable" in warm and warm[warm.index("-n") + 1] == "4" and list(warm[-2:]) == ["-k", "x"]
-    assert "--benchmark-disable" not in timed and "-n" not in timed and list(timed[-2:]) == ["-k", "x"]
-    assert problem is None and [r["verdict"] for r in recs] == ["pass"]  # the timed pass's records only
 
 
 def test_the_gpus_a_process_may_use(monkeypatch):

@@ -173,3 +173,38 @@ def test_report_says_why_a_kernel_is_not_bound():
     assert bind.report()["fake_kernel"].startswith("JITFunction.run: argument 0")
     caches.clear()  # the registry (config.refresh) forgets the recorded launches and the reasons
     assert bind.report() == {}
+
+
+def test_the_key_has_each_integer_run_as_a_slice_each_tensor_twice_and_no_float():
+    key = bind.key_function("ttiifii")
+    x, y = torch.zeros(8), torch.zeros(8, dtype=torch.float16)[1:]
+    assert key(PLAN, lambda: 3, (x, y, 5, 6, 0.5, 7, 8)) == (PLAN, 3, x.dtype, 0, y.dtype, 2, (5, 6), (7, 8))
+    assert key(PLAN, lambda: 3, (x, y, 5, 6, 0.25, 7, 8)) == key(PLAN, lambda: 3, (x, y, 5, 6, 0.5, 7, 8))
+
+
+def test_a_float_is_never_a_new_shape_and_an_integer_where_a_tensor_was_stops_the_binding():
+    fn = _FakeJIT(_PropKernel, True)
+    b = _bound(fn)
+    x = torch.zeros(8)
+    for scale in (0.5, 0.5, 0.25):
+        b(PLAN, (1,), (x, 16, scale), _kw)
+    assert fn.plain_calls == 2 and b.bound_launches == 1 and fn.launches[-1][9:12] == (x, 16, 0.25)
+    b(PLAN, (1,), (3, 16, 0.5), _kw)  # the key function cannot read a tensor's dtype from an int
+    assert b.off and "cannot key the arguments" in b.off and fn.plain_calls == 3
+
+
+def test_a_new_shape_with_another_argument_layout_stops_the_binding():
+    fn = _FakeJIT(_PropKernel, True)
+    b = _bound(fn)
+    x = torch.zeros(8)
+    for _ in range(3):
+        b(PLAN, (1,), (x, 16), _kw)
+    b(PLAN, (1,), (x, 1.5), _kw)  # a float where an int was: the key would drop it
+    assert b.off == "the argument types changed between calls: tf after ti" and fn.plain_calls == 3
+
+
+def test_an_argument_of_another_type_is_the_plain_path_with_the_reason():
+    fn = _FakeJIT(_PropKernel, True)
+    b = _bound(fn)
+    b(PLAN, (1,), (torch.zeros(8), None), _kw)
+    assert b.off == "cannot key arguments of types other than tensor, int and float (1: NoneType)"

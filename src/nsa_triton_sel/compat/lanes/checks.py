@@ -260,14 +260,8 @@ def bench_skip(session, lane, base) -> tuple[list[dict], str]:
 
 
 def bench_body(session, lane, base, results, rest, m):
-    """pytest-benchmark over ``bench/``.  On a GPU with pytest-xdist, first an untimed pass of the same selection
-    over :func:`gpu_test_workers` workers (``--benchmark-disable``): it JIT-compiles the benchmarks' kernels
-    into the lane's Triton cache on every core, so the timed pass, one process on an otherwise idle GPU,
-    loads them instead of compiling them one after another.  Its outcome is not a record: the timed pass is."""
-    workers = gpu_test_workers() if m.gpu else 1
-    if workers > 1:
-        session.log(f"{session.name}: an untimed pass over {workers} workers fills the Triton cache first")
-        pytest_run(session, base, results, ["bench/", "--benchmark-disable"], rest, workers=workers, tag="warm")
+    """pytest-benchmark over ``bench/``, one process (timings: never beside other tests).  No untimed parallel pass
+    first: the benchmarks' kernels are few, and such a pass cost more than the compiles it saved."""
     return pytest_run(session, base, results, ["bench/"], rest, kind="bench")
 
 
