@@ -7,9 +7,9 @@
 #   contract  the GPU contract suite (tests/test_contract_gpu*.py)         -> OUT/contract.log
 #   backward  the GPU backward suite (tests/library/kernels/test_backward_gpu.py)          -> OUT/backward.log
 #   ab        python -m bench.ab.run against each BASE_SRC (a src/ folder) -> OUT/ab-NAME.md, OUT/ab-NAME.log
-#   host      python -m bench.ab.host_profile on this tree and each base, alternately, HOST_ROUNDS times (default 3):
-#             a process's host time can sit at one of two levels for its whole life, so one process per tree
-#             says little                                                 -> OUT/host-NAME-ROUND.log
+#   host      python -m bench.ab.host_pair against each base (host time per eager decode call, head and base in
+#             alternating paired rounds: the host rows' verdict), then python -m bench.ab.host_profile on this
+#             tree (where its host time goes)                             -> OUT/host-pair-NAME.md, OUT/host-head.log
 # Everything also goes to OUT/all.tgz.  WHEELS=DIR installs missing tools (pytest-benchmark, ...) first.
 set -u
 OUT="${1:?usage: bench/ab/gpu_check.sh OUT STAGES [BASE_SRC:NAME ...]}"
@@ -50,19 +50,17 @@ for spec in "$@"; do
         cat "$OUT/ab-$name.md" 2>/dev/null || tail -20 "$OUT/ab-$name.log"
     fi
 done
-host_profile() {  # NAME PYTHONPATH ROUND
-    echo "=== [$(date -u +%T)] host profile of $1, round $3"
-    PYTHONPATH="$2" timeout -k 10 120 $PY -m bench.ab.host_profile --calls 20 --rounds 20 --top 12 \
-        > "$OUT/host-$1-$3.log" 2>&1
-    grep -E "per eager call|rounds|launches:|ran on" "$OUT/host-$1-$3.log"
-}
 if stage host; then
-    for round in $(seq 1 "${HOST_ROUNDS:-3}"); do
-        for spec in "$@"; do
-            host_profile "${spec##*:}" "${spec%%:*}:$REPO${PYTHONPATH:+:$PYTHONPATH}" "$round"
-        done
-        host_profile head "$HEAD_PATH" "$round"
+    for spec in "$@"; do
+        echo "=== [$(date -u +%T)] host A/B in paired rounds against ${spec##*:}"
+        PYTHONPATH="$HEAD_PATH" timeout -k 10 300 $PY -m bench.ab.host_pair --base-src "${spec%%:*}" \
+            --base-name "${spec##*:}" --out "$OUT/host-pair-${spec##*:}" > "$OUT/host-pair-${spec##*:}.log" 2>&1 || rc=1
+        cp "$OUT/host-pair-${spec##*:}/host-pair.md" "$OUT/host-pair-${spec##*:}.md" 2>/dev/null
+        cat "$OUT/host-pair-${spec##*:}.md" 2>/dev/null || tail -20 "$OUT/host-pair-${spec##*:}.log"
     done
+    echo "=== [$(date -u +%T)] host profile of this tree"
+    PYTHONPATH="$HEAD_PATH" timeout -k 10 120 $PY -m bench.ab.host_profile > "$OUT/host-head.log" 2>&1
+    grep -E "per eager call|rounds|launches:|ran on" "$OUT/host-head.log"
 fi
 tar czf "$OUT/all.tgz" -C "$OUT" --exclude=all.tgz . 2>/dev/null
 echo "=== [$(date -u +%T)] done (rc=$rc)"

@@ -12,7 +12,7 @@ chunk for ``local``, as ``bench.train.train_contenders.select_blocks`` draws the
 - ``decode-B64-32K``: one decode step (B = 64, T = 32K, ranges), replayed from a CUDA graph (GPU time only);
 - ``host-decode-{ranges,blocks}``: host time of eager decode calls, ``CALLS`` back to back per round, the GPU idle
   at the round's start.  On the lent H100 machines this moves by up to 2x between processes of the same tree
-  (timing single calls after a sync moved more): read these rows with their drift.
+  (timing single calls after a sync moved more): read these rows with their drift; ``host_pair.py`` judges them.
 
 GPU rows run on the GPU clock (``bench/conftest.GpuClock``), each round after an L2 flush and a spin kernel
 that holds the GPU while the host enqueues the round (a host gap must not be timed as kernel time).
