@@ -96,13 +96,14 @@ def kernel_grads(q, k, v, ranges, grad_out=None, *, scale=None, forward="ranges"
     """``((dq, dk, dv), grad_out)`` from the kernels called directly (``kernels/direct.py``): the forward
     (``forward="tokens"``: the multi-token kernel, then the multi-token dq kernel as the planner pairs them),
     then ``sel_attn_backward`` with ``tune``'s launch overrides.  ``grad_out`` None: a seeded random one."""
+    from nsa_triton_sel.device import device_of
     from nsa_triton_sel.kernels import direct
     from nsa_triton_sel.plan.backward import dq_tokens_per_program
 
     fwd = {"ranges": direct.sel_attn_ranges, "tokens": direct.sel_attn_tokens}[forward]
     out, lse = fwd(q, k, v, ranges, scale=scale, return_lse=True)
-    if forward == "tokens" and "dq_tokens" not in tune:
-        tune["dq_tokens"] = dq_tokens_per_program(q.shape[3]) or None
+    if forward == "tokens" and "dq_tokens" not in tune:  # as the planner pairs them, under this GPU's row cap
+        tune["dq_tokens"] = dq_tokens_per_program(q.shape[3], device_of(q.device).max_rows) or None
     if grad_out is None:
         g = torch.Generator(device=out.device).manual_seed(1)
         grad_out = torch.randn(out.shape, generator=g, device=out.device).to(out.dtype)
