@@ -42,6 +42,19 @@ def _fresh_config():
     config.refresh()
 
 
+@pytest.fixture(autouse=True)
+def _triton_variables_restored():
+    """Each test leaves the ``TRITON_*`` environment as it found it.  torch.compile's Inductor points Triton at
+    torch's own ``ptxas`` by setting ``TRITON_PTXAS_PATH`` in ``os.environ``, once per process; under a Triton that
+    torch does not pin, that ``ptxas`` can be one the Triton cannot use, and every later test of the process would
+    compile with it (a failure of one test case showing up in the unrelated cases after it)."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("TRITON_") and k not in before]:
+        del os.environ[k]
+    os.environ.update(before)
+
+
 @pytest.fixture
 def every_row_through_triton(monkeypatch):
     """The dispatcher with no flag set but NSA_SEL_TRITON_MIN_L=0, and no remembered kernel failure."""

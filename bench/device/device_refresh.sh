@@ -12,8 +12,9 @@
 # tool replaces a carried folder on every call, so `feed` moves them at once into .refresh/parts/, which no call
 # names and which therefore stays while the machine is warm).  The unpacker (setsid, in the background) hands each
 # release over as soon as its parts are there; the refresh (python -m nsa_triton_sel.compat.lanes.gpu_refresh, setsid)
-# runs the installed Triton at once and every release tree as it appears: correctness stages side by side, then
-# the benchmarks one release at a time.  Everything lives under .refresh/ (ignored): parts/, trees/, out/, logs.
+# runs the installed Triton at once and every release tree as it appears, from a snapshot of the repository in
+# .refresh/repo/ (each device call copies the working tree anew; a process importing a file being replaced fails),
+# sharded over the visible GPUs: correctness stages side by side, then the benchmarks one release at a time per GPU.  Everything lives under .refresh/ (ignored): parts/, trees/, out/, logs.
 #
 # Environment: NSA_SEL_GIT_COMMIT (the commit being run: the device copy has no .git), REFRESH_EXPECT (default
 # all: the 13 releases of lanes.toml), REFRESH_WAIT_S (how long parts may keep arriving, default 900),
@@ -27,6 +28,9 @@ PY="${PYTHON:-python3}"
 R="${REFRESH_DIR:-.refresh}"
 CARRY="${REFRESH_CARRY:-.carry}"
 mkdir -p "$R/parts" "$R/trees" "$R/out"
+R="$(cd "$R" && pwd)"
+TOP="$PWD"
+BASE_PATH="${PYTHONPATH:-}"  # what the caller put on the path (tools brought as wheels), after the snapshot's
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NSA_SEL_OFF_PAIR_NOTE="${NSA_SEL_OFF_PAIR_NOTE:-the GPU machine has no network: its preinstalled torch runs every Triton brought as a wheel}"
 
@@ -59,12 +63,20 @@ feed() {
     fi
     if ! alive refresh && [ ! -f "$R/out/DONE" ]; then
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+        # The refresh runs from a snapshot of the repository: every device call copies the working tree anew, and a
+        # file replaced while a stage's process imports it fails that process (a pytest collection, a compile child).
+        rm -rf "$R/repo" && mkdir -p "$R/repo" \
+            && tar --exclude="./${R#"$TOP"/}" --exclude=./.refresh --exclude=./.carry --exclude=./.whl --exclude=./.git \
+                --exclude='./.venv*' --exclude=./.nox --exclude=./.pytest_cache --exclude=./.benchmarks \
+                --exclude=./.hypothesis --exclude=./.triton-cache --exclude=./build --exclude=./out \
+                --exclude=__pycache__ -cf - . | tar -xf - -C "$R/repo"
         # shellcheck disable=SC2086  # REFRESH_ARGS is a list of options
-        setsid nohup "$PY" -m nsa_triton_sel.compat.lanes.gpu_refresh --out "$R/out" --trees "$R/trees" $INSTALLED \
-            --expect "${REFRESH_EXPECT:-all}" --wait-s "${REFRESH_WAIT_S:-900}" \
+        PYTHONPATH="$R/repo/src:$R/repo${BASE_PATH:+:$BASE_PATH}" setsid nohup "$PY" \
+            -m nsa_triton_sel.compat.lanes.gpu_refresh --constraints "$R/repo/constraints" --out "$R/out" \
+            --trees "$R/trees" $INSTALLED --expect "${REFRESH_EXPECT:-all}" --wait-s "${REFRESH_WAIT_S:-900}" \
             --deadline-s "${REFRESH_DEADLINE_S:-1380}" ${REFRESH_ARGS:-} > "$R/refresh.log" 2>&1 < /dev/null &
         echo $! > "$R/refresh.pid"
-        echo "feed: refresh started (pid $!)"
+        echo "feed: refresh started from the snapshot $R/repo (pid $(cat "$R/refresh.pid"))"
     fi
     sleep 5
     progress 8

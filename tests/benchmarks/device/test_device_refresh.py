@@ -45,6 +45,8 @@ def test_parts_over_two_calls_then_collect(tmp_path):
 def _calls(tmp_path, rest, carry, out, env):
     first = _sh("feed", env=env)
     assert "unpacker started" in first.stdout and "refresh started" in first.stdout, first.stdout + first.stderr
+    snapshot = tmp_path / "refresh" / "repo"  # later calls replace the working tree: the refresh runs from a copy
+    assert (snapshot / "src" / "nsa_triton_sel" / "__init__.py").is_file() and not (snapshot / ".venv").exists()
     time.sleep(2)
     assert not (tmp_path / "refresh" / "trees" / "triton-3.8.0.ready").exists()  # waits for the rest
     for p in rest:  # ... call 2 the rest
