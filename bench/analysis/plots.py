@@ -6,7 +6,7 @@
 - ``releases.png``: per Triton release, the verdict of each correctness check in
   ``constraints/ledger.jsonl`` (compile, backward, parity on the interpreter and on a GPU), and the
   speed of our kernel in each pytest-benchmark group relative to the newest release that has a GPU
-  bench run (``triton-X.benchmark.json`` of :data:`LANE_BENCH`, from ``bench/device/run_release.sh``).
+  bench run (the ``*.benchmark.json`` of :data:`LANE_BENCH`, from the GPU refresh's bench stage).
 
 Needs matplotlib (the ``bench`` extra).  ``--out DIR`` writes elsewhere (default ``bench/results/plots``).
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
-# bench/device/run_release.sh's bench runs: the last GPU timings of 3.0.0, 3.6.0 and 3.9.0 (kernels c77c8425)
-LANE_BENCH = RESULTS / "2026-11-23-h100-triton3.0-3.6-3.9-gpu-evidence-kernels-c77c8425"
+# The GPU refresh's bench runs: the GPU timings of every release on the current kernels (H100)
+LANE_BENCH = RESULTS / "2026-11-27-h100-triton3.0-3.9-gpu-refresh" / "benchmarks"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 
