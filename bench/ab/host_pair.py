@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bench.ab import run
+
+ROOT = run.ROOT
 KINDS = ("ranges", "blocks")
 
 
@@ -65,11 +66,9 @@ def worker(calls: int) -> int:
 
 class Side:
     def __init__(self, name: str, src: Path, calls: int):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                   PYTHONUNBUFFERED="1")
         self.name = name
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.ab.host_pair", "--worker", "--calls", str(calls)],
-                                     cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     cwd=ROOT, env=run.tree_env(src), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.hello = self.read()
         if "ready" not in self.hello:
             raise SystemExit(f"bench.ab.host_pair: the {name} worker did not start: {self.hello}")

@@ -58,10 +58,15 @@ def base_tree(args) -> tuple[Path, str]:
     return tree / "src", args.base_name or f"{args.base}@{sha[:8]}"
 
 
+def tree_env(src: Path) -> dict:
+    """This process's environment with ``src`` (a tree's ``src/`` folder) first on the path, then this repository."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                PYTHONUNBUFFERED="1")
+
+
 def run_suite(label: str, src: Path, storage: Path, extra: list[str], pytest_args: list[str]) -> int:
     """One run of the suite with ``src`` first on the path; returns pytest's exit status."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               PYTHONUNBUFFERED="1")
+    env = tree_env(src)
     cmd = [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            f"--benchmark-storage=file://{storage}", f"--benchmark-save={label}", "--benchmark-sort=name",
            "--benchmark-columns=median,iqr,rounds",

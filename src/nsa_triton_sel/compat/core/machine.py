@@ -66,25 +66,32 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _smi_rows(query: str) -> list[str] | None:
+    """``nvidia-smi --query-gpu=QUERY`` rows for the GPUs this process may see (``CUDA_VISIBLE_DEVICES`` honoured
+    with ``-i``); None where there is none to ask (no ``nvidia-smi``, ``NSA_SEL_GPU=0``, the variable set and empty)
+    or it fails."""
+    if os.environ.get("NSA_SEL_GPU", "").strip() == "0":
+        return None
+    smi = shutil.which("nvidia-smi")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if smi is None or (visible is not None and not visible.strip()):
+        return None
+    cmd = [smi, f"--query-gpu={query}", "--format=csv,noheader"] + (["-i", visible.strip()] if visible else [])
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.splitlines() if res.returncode == 0 else None
+
+
 def gpu_archs() -> list[tuple[int, str]]:
     """(compute capability as an int, name) of each GPU ``nvidia-smi`` shows this process, [] without one.
 
     ``nvidia-smi`` rather than torch: the noxfile's process must not import torch (a lane brings its
     own), and a CPU torch sees no GPU anyway.  ``CUDA_VISIBLE_DEVICES`` is honoured (``-i``; set and
     empty: none); ``NSA_SEL_GPU=0`` (the CPU flavour, forced) means none."""
-    if os.environ.get("NSA_SEL_GPU", "").strip() == "0":
-        return []
-    smi = shutil.which("nvidia-smi")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if smi is None or (visible is not None and not visible.strip()):
-        return []
-    cmd = [smi, "--query-gpu=compute_cap,name", "--format=csv,noheader"] + (["-i", visible.strip()] if visible else [])
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
     out = []
-    for line in res.stdout.splitlines() if res.returncode == 0 else []:
+    for line in _smi_rows("compute_cap,name") or []:
         cap, _, name = line.partition(",")
         major, dot, minor = cap.strip().partition(".")
         if dot and major.isdigit() and minor.isdigit():  # an old driver without compute_cap prints "[N/A]"
@@ -100,15 +107,7 @@ def visible_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d.strip() for d in visible.split(",") if d.strip()]
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        res = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [ln.strip() for ln in res.stdout.splitlines() if ln.strip().isdigit()] if res.returncode == 0 else []
+    return [ln.strip() for ln in _smi_rows("index") or [] if ln.strip().isdigit()]
 
 
 def compile_archs(table: Table, requested: str | None = None, gpus: list[tuple[int, str]] | None = None,
