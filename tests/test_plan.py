@@ -85,3 +85,11 @@ def test_a_new_head_dimension_is_one_table_entry(monkeypatch):
     assert any("dk80-dv40" in v["name"] for v in variants.backward_variants(full=True))
     m = tiles.kernel_meta(mode=tiles.MODE_RANGES, h=4, Dk=80, Dv=40)
     assert (m.DK1, m.DK2, m.DV1, m.DV2) == (64, 16, 32, 16)
+
+
+def test_keymajor_plan_rejects_more_heads_than_pairs_per_step():
+    from nsa_triton_sel.plan.keymajor import keymajor_meta
+
+    with pytest.raises(ValueError, match="at most 16 heads"):
+        keymajor_meta(h=20, Dk=16, Dv=16, n_spans=2, T=64, span_len=64, aligned=False, B=1, S=2, G=1, sm_count=1,
+                      pairs=16)

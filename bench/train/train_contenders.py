@@ -83,18 +83,19 @@ class Problem:
 
 
 def make_problem(T: int, sel: str, *, device="cuda", dtype=torch.bfloat16, seed: int = 0, h: int = H_PER_GROUP,
-                 d: int = D) -> Problem:
+                 d: int = D, groups: int = G) -> Problem:
     from nsa_triton_sel.contract import block_indices_to_ranges
 
     gen = torch.Generator(device=device).manual_seed(seed + T + (sel == "local"))
-    blocks = select_blocks(T, G, local=sel == "local", gen=gen, device=device)
+    blocks = select_blocks(T, groups, local=sel == "local", gen=gen, device=device)
     ranges = block_indices_to_ranges(blocks, BS, T, validate=False)
 
     def randn(*shape):
         return torch.randn(*shape, generator=gen, device=device).to(dtype)
 
     keys = int((ranges[..., 1] - ranges[..., 0]).clamp_min(0).sum())
-    return Problem(T, sel, randn(1, T, G, h, d), randn(1, G, T, d), randn(1, G, T, d), randn(1, T, G, h, d),
+    return Problem(T, sel, randn(1, T, groups, h, d), randn(1, groups, T, d), randn(1, groups, T, d),
+                   randn(1, T, groups, h, d),
                    blocks, ranges, keys)
 
 
@@ -124,7 +125,8 @@ class KernelsOnly(torch.autograd.Function):
         from nsa_triton_sel.kernels import direct
         from nsa_triton_sel.plan.backward import dq_tokens_per_program
 
-        fwd = {"ranges": direct.sel_attn_ranges, "tokens": direct.sel_attn_tokens}[forward]
+        fwd = {"ranges": direct.sel_attn_ranges, "tokens": direct.sel_attn_tokens,
+               "keymajor": lambda *a, **kw: direct.sel_attn_keymajor(*a, span_len=BS, **kw)}[forward]
         out, lse = fwd(q, k, v, ranges, return_lse=True)
         if forward == "tokens" and "dq_tokens" not in tune:  # the same locality serves the dq kernel
             tune = {**tune, "dq_tokens": dq_tokens_per_program(q.shape[3]) or None}
@@ -184,8 +186,11 @@ def fla(p: Problem) -> Contender:
     return Contender("fla", [q, k, v], fwd, p.grad_out.reshape(B, T, Gn * h, d), to_ours)
 
 
-def xunhaolai(p: Problem) -> Contender:
-    from native_sparse_attention.ops.triton.topk_sparse_attention import topk_sparse_attention
+def xunhaolai(p: Problem, name: str = "xunhaolai") -> Contender:
+    if name == "fsa":  # FSA's kernel takes XunhaoLai's arguments
+        from fsa.ops.FSA_topk_sparse_attention import FSA_topk_sparse_attention as topk_sparse_attention
+    else:
+        from native_sparse_attention.ops.triton.topk_sparse_attention import topk_sparse_attention
 
     B, T, Gn, h, d = p.q.shape
     q = _leaf(p.q.reshape(T, Gn * h, d))
@@ -197,7 +202,12 @@ def xunhaolai(p: Problem) -> Contender:
         return gr[0].reshape(1, T, Gn, h, d), gr[1].transpose(0, 1)[None], gr[2].transpose(0, 1)[None]
 
     fwd = lambda: topk_sparse_attention(q, k, v, idx, BS, cu, p.scale)  # noqa: E731
-    return Contender("xunhaolai", [q, k, v], fwd, p.grad_out.reshape(T, Gn * h, d), to_ours)
+    return Contender(name, [q, k, v], fwd, p.grad_out.reshape(T, Gn * h, d), to_ours)
+
+
+def fsa(p: Problem) -> Contender:
+    """FSA (Flash Sparse Attention, key-block-major for small groups): XunhaoLai's arguments."""
+    return xunhaolai(p, name="fsa")
 
 
 def xunhaolai_topk(blocks: torch.Tensor) -> torch.Tensor:
@@ -206,13 +216,13 @@ def xunhaolai_topk(blocks: torch.Tensor) -> torch.Tensor:
     return blocks[0].permute(1, 0, 2).sort(dim=-1, descending=True).values.to(torch.int32).contiguous()
 
 
-PEERS = {"fla": fla, "xunhaolai": xunhaolai}
+PEERS = {"fla": fla, "xunhaolai": xunhaolai, "fsa": fsa}
 
 
 def peer_status(name: str) -> str | None:
     """``None`` when peer ``name`` imports, else the reason it does not."""
     mod = {"fla": "fla.ops.nsa.parallel", "xunhaolai": "native_sparse_attention.ops.triton.topk_sparse_attention",
-           "cudnn": "cudnn.native_sparse_attention"}
+           "cudnn": "cudnn.native_sparse_attention", "fsa": "fsa.ops.FSA_topk_sparse_attention"}
     try:
         __import__(mod[name])
     except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip

@@ -706,7 +706,7 @@ def sel_bwd_reader_keys_kernel(
     first = cum - count  # [BLOCK_S]
     total = tl.sum(count, 0)  # scalar
     tile0 = (b * G + g) * NT  # scalar: global id of the row's tile 0
-    pad = n_tiles.to(tl.int64) * S * n  # scalar
+    pad = (row * 0 + n_tiles) * S * n  # scalar int64 (n_tiles may arrive as the constant 1: no .to on it)
     # -- entry k falls in the span whose [first, cum) holds it --
     for k0 in range(0, per_row, BLOCK_E):
         k = k0 + tl.arange(0, BLOCK_E)  # [BLOCK_E]

@@ -9,6 +9,7 @@ launcher (``launch.py``), as the operator does with ``plan.plan_call``'s plan.
 - ``sel_attn_blocks``: the same with ``block_indices [B, S, G, n]`` read by the kernel itself;
 - ``sel_attn_decode``: the ranges contract, split-L over the keys (flash-decoding);
 - ``sel_attn_tokens``: several consecutive tokens per program (shared selections);
+- ``sel_attn_keymajor``: one program per key tile's readers, partial results merged per row (small groups);
 - ``sel_attn_fwd_dense``: ``q [N, H, Dk]``, ``k [N, L, Dk]``, ``v [N, L, Dv]``;
 - ``sel_attn_fwd_varlen``: ``q [N, H, Dk]``, ``k_all [total, Dk]``, ``v_all [total, Dv]``, ``cu_seqlens [N + 1]``;
 - ``sel_attn_backward``: ``(dq, dk, dv)`` of ``sel_attn_ranges`` (no autograd: the library's one autograd
@@ -76,6 +77,22 @@ def sel_attn_tokens(q, k, v, ranges, *, scale=None, return_lse=False, out=None, 
         if tokens < 2:
             raise ValueError(tokens_problem(tokens, h))
     return selection(q, k, v, ranges, scale=scale, return_lse=return_lse, out=out, tokens=tokens, **tune)
+
+
+def sel_attn_keymajor(q, k, v, spans, *, scale=None, return_lse=False, out=None, positions=None, block_size=0,
+                      span_len=0, **tune):
+    """Key-major forward (small groups): each key tile is loaded once for every (token, head) that selected it,
+    partial results merged per row by LSE.  ``spans``: ranges, or block indices with ``block_size``;
+    ``span_len`` bounds a span's keys (0: unbounded ranges, whose workspace grows with T).  ``**tune``: block_n,
+    pairs, num_warps, num_stages, chunk, max_rows."""
+    B, S, G, h, Dk = q.shape
+    dev = device_of(q.device)
+    blocks = spans.dim() == 4
+    plan = P.keymajor(B, S, G, h, Dk, v.shape[3], k.shape[2], spans.shape[3], dev=dev,
+                      span_len=block_size if blocks else span_len, aligned=blocks, has_lse=return_lse,
+                      dot_f32=_interpreter_dot_f32(q.dtype, dev), tune=_tune(tune) if tune else ())
+    return launch(plan, q, k, v, spans, scale=scale, return_lse=return_lse, out=out, positions=positions,
+                  block_size=block_size)
 
 
 def sel_attn_decode(q, k, v, ranges, *, scale=None, return_lse=False, out=None, num_splits=None,

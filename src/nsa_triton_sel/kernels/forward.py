@@ -16,6 +16,9 @@ a constexpr ``SPAN_MODE`` says where a row's keys come from:
 
 :func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
 selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
+:func:`sel_fwd_keymajor_kernel` and :func:`sel_fwd_keymajor_merge_kernel` are the key-major forward of
+small groups (``plan/keymajor.py``: one program per chunk of a key tile's readers, float32 partial results
+merged per row by LSE in a fixed order).
 
 Design (group-centric; this docstring is where the kernel design is written down):
 
@@ -59,8 +62,8 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _group_heads, _load_q, _prefix_sum,
-                     _tile_bounds, _token_rows)
+from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _gather_rows, _group_heads, _load_q,
+                     _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -481,3 +484,186 @@ def sel_fwd_tok_kernel(
         l_off = (b.to(tl.int64) * sl_b + (t0 + r_tok).to(tl.int64) * sl_s + g.to(tl.int64) * sl_g
                  + r_head.to(tl.int64) * sl_h)
         tl.store(LSE + l_off, lse, mask=r_ok)
+
+
+# -- key-major forward: one program per chunk of a key tile's readers, partial results merged per row --
+
+
+@triton.jit
+def _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2, v, v_bad,
+                   sq_b, sq_s, sq_g, sq_h, sq_d,
+                   BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
+    """The partial results of (entry, head) pairs ``[ROWS]`` against the program's key tile: each pair's
+    softmax over the keys ``[lo, hi)`` of the tile its entry reads, normalised, stored at the pair's partial
+    slot ``origin * h + head`` (``OP`` float32, ``LP`` its log2 LSE, ``-inf`` with no key)."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
+    bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]; 0 on masked pairs: no key
+    slot = tl.load(ORIGIN + ent, mask=ok, other=0) * h + head  # [ROWS] int64
+    q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
+    q1, q2 = _load_q(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK1], [ROWS, DK2]
+    # -- scores of the keys each pair reads, log2 domain; -inf elsewhere (where, so an unread inf key stays out) --
+    s = tl.dot(q1, kt1)  # [ROWS, BLOCK_N] fp32
+    if DK2 > 0:
+        s += tl.dot(q2, kt2)
+    lo = bnd & 0xFFFF  # [ROWS]
+    hi = bnd >> 16  # [ROWS]
+    inside = (offs_n[None, :] >= lo[:, None]) & (offs_n[None, :] < hi[:, None])  # [ROWS, BLOCK_N]
+    s = tl.where(inside, s * qk_scale, float("-inf"))  # [ROWS, BLOCK_N]
+    # -- softmax over the tile's keys (one pass: the whole tile is here) --
+    m = tl.max(s, 1)  # [ROWS]
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # [ROWS]: a pair with no key gets p = 0, not NaN
+    p = tl.exp2(s - m_safe[:, None])  # [ROWS, BLOCK_N]
+    l = tl.sum(p, 1)  # [ROWS]
+    if DOT_F32:
+        o = tl.dot(p, v)  # [ROWS, BLOCK_DV]
+    else:
+        o = tl.dot(p.to(v.dtype), v)  # [ROWS, BLOCK_DV]
+    if ISOLATE:
+        # The tile holds a non-finite value (loaded as 0 in ``v``): a pair that reads its key gets NaN in that
+        # column, as in exact arithmetic (p * inf summed, or 0 * inf), the others stay finite.
+        reads_bad = tl.dot(inside.to(tl.float16), v_bad.to(tl.float16))  # [ROWS, BLOCK_DV] counts
+        o = tl.where(reads_bad > 0, float("nan"), o)
+    empty = l == 0.0  # [ROWS]
+    o = o * (1.0 / tl.where(empty, 1.0, l))[:, None]  # [ROWS, BLOCK_DV]
+    lse2 = tl.where(empty, float("-inf"), m_safe + tl.log2(tl.where(empty, 1.0, l)))  # [ROWS]
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    tl.store(OP + slot[:, None] * Dv + offs_dv[None, :], o.to(OP.dtype.element_ty),  # [ROWS, BLOCK_DV]
+             mask=ok[:, None] & (offs_dv[None, :] < Dv))
+    tl.store(LP + slot, lse2, mask=ok)
+
+
+@triton.jit
+def sel_fwd_keymajor_kernel(
+    Q, K, V, OP, LP, ENTRIES, ORIGIN, CHUNKS,
+    G, h, Dk, Dv, T, NT, qk_scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    sk_b, sk_g, sk_t, sk_d,
+    sv_b, sv_g, sv_t, sv_d,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HP: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Partial selection attention of one chunk of one key tile's readers (key-major, for small groups).
+
+    The reader list is the backward's (``readers.py``): ``CHUNKS [P, 4]`` int64 rows ``(tile, e0, e1, _)``
+    (global tile ``(b * G + g) * NT + tile``, ``-1``: nothing to do), ``ENTRIES [E, 2]`` int32 ``(token,
+    lo | hi << 16)``, ``ORIGIN [E]`` int64 the entry's slot ``row * per_row + k`` before the sort (row
+    ``(b * S + s) * G + g``, ``k`` its k-th (span, tile) pair).  The K and V tile are loaded once; the chunk's
+    (entry, head) pairs are walked ``ROWS`` at a time, ``ROWS // HP`` whole entries a step (``HP``: a power of
+    two >= h), so a tile load serves every token that selected it however small h is.  Each pair's partial
+    result goes to its own slot of ``OP [slots, h, Dv]`` / ``LP [slots, h]``: no two programs write one place,
+    and :func:`sel_fwd_keymajor_merge_kernel` merges a row's partials in slot order (deterministic).
+    """
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
+    chunk = CHUNKS + tl.program_id(0).to(tl.int64) * 4
+    tile_id = tl.load(chunk)
+    if tile_id < 0:
+        return
+    e0 = tl.load(chunk + 1)
+    e1 = tl.load(chunk + 2)
+    bg = tile_id // NT
+    b = bg // G
+    g = bg % G
+    k0 = (tile_id % NT) * BLOCK_N
+
+    # -- the key tile (transposed for the score dot) and the value tile, loaded once --
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
+    k_tile = K + b * sk_b + g * sk_g + k0 * sk_t
+    kt1 = _load_kt(k_tile, offs_n, n_ok, sk_t, sk_d, Dk, 0, DK1, DOT_F32)  # [DK1, BLOCK_N]
+    if DK2 > 0:
+        kt2 = _load_kt(k_tile, offs_n, n_ok, sk_t, sk_d, Dk, DK1, DK2, DOT_F32)  # [DK2, BLOCK_N]
+    else:
+        kt2 = kt1  # placeholder, never used
+    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
+    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    v_bad = ~(tl.abs(v.to(tl.float32)) < float("inf"))  # [BLOCK_N, BLOCK_DV]: NaN fails too
+
+    # -- the chunk's (entry, head) pairs; the isolating step only where the value tile is not all finite --
+    r = tl.arange(0, ROWS)  # [ROWS]
+    r_ent = r // HP  # [ROWS]
+    head = r % HP  # [ROWS]
+    if tl.max(tl.max(v_bad.to(tl.int32), 1), 0) == 0:
+        for e in range(e0, e1, ROWS // HP):
+            ok = (e + r_ent < e1) & (head < h)  # [ROWS]
+            _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2,
+                           v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
+    else:
+        v = tl.where(v_bad, 0.0, v).to(v.dtype)
+        for e in range(e0, e1, ROWS // HP):
+            ok = (e + r_ent < e1) & (head < h)  # [ROWS]
+            _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2,
+                           v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
+
+
+@triton.jit
+def sel_fwd_keymajor_merge_kernel(
+    OP, LP, SPANS, O, LSE,
+    S, G, h, Dv, n_spans, T, per_row, n_rows,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    so_b, so_s, so_g, so_h, so_d,
+    sl_b, sl_s, sl_g, sl_h,
+    BLOCK_N: tl.constexpr,
+    PAIRS: tl.constexpr,
+    HP: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    HAS_LSE: tl.constexpr,
+):
+    """Merge the key-major partial results of ``PAIRS // HP`` rows into their output (and LSE).
+
+    A row's partials are its (span, key tile) pairs in the order ``sel_bwd_reader_keys_kernel`` numbers them
+    (spans in slot order, tiles in key order, at most ``per_row``): this kernel counts them the same way from
+    the spans, and folds them in that order with an online LSE merge, so the result does not depend on which
+    program computed which partial.  A row without keys stores zeros and LSE = -inf.
+    """
+    # -- the (row, head) pairs of this program: row (b * S + s) * G + g --
+    r = tl.arange(0, PAIRS)  # [PAIRS]
+    row = tl.program_id(0).to(tl.int64) * (PAIRS // HP) + r // HP  # [PAIRS]
+    head = r % HP  # [PAIRS]
+    ok = (row < n_rows) & (head < h)  # [PAIRS]
+    g = row % G
+    s = (row // G) % S
+    b = row // (G * S)
+    # -- how many partials each row has: the key tiles its clamped spans touch, cut at per_row --
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    s_ok = ok[:, None] & (offs_s < n_spans)[None, :]  # [PAIRS, BLOCK_S]
+    span = SPANS + (b * sr_b + s * sr_s + g * sr_g)[:, None] + offs_s.to(tl.int64)[None, :] * sr_n
+    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
+    tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
+    total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
+    # -- online LSE merge over the row's partials, in order --
+    offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
+    m = tl.full((PAIRS,), float("-inf"), tl.float32)  # [PAIRS]
+    l = tl.zeros((PAIRS,), tl.float32)  # [PAIRS]
+    acc = tl.zeros((PAIRS, BLOCK_DV), tl.float32)  # [PAIRS, BLOCK_DV]
+    for k in range(0, per_row):
+        live = ok & (k < total)  # [PAIRS]
+        slot = (row * per_row + k) * h + head  # [PAIRS]
+        lk = tl.load(LP + slot, mask=live, other=float("-inf"))  # [PAIRS]
+        ok_ = tl.load(OP + slot[:, None] * Dv + offs_dv[None, :],  # [PAIRS, BLOCK_DV]
+                      mask=live[:, None] & (offs_dv[None, :] < Dv), other=0.0).to(tl.float32)
+        m_new = tl.maximum(m, lk)  # [PAIRS]
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # [PAIRS]
+        alpha = tl.exp2(m - m_safe)  # [PAIRS]
+        w = tl.exp2(lk - m_safe)  # [PAIRS]
+        acc = acc * alpha[:, None] + ok_ * w[:, None]
+        l = l * alpha + w
+        m = m_new
+    # -- normalise and store --
+    empty = l == 0.0  # [PAIRS]
+    o_off = b * so_b + s * so_s + g * so_g + head.to(tl.int64) * so_h  # [PAIRS]
+    tl.store(O + o_off[:, None] + offs_dv[None, :] * so_d,  # [PAIRS, BLOCK_DV]
+             (acc * (1.0 / tl.where(empty, 1.0, l))[:, None]).to(O.dtype.element_ty),
+             mask=ok[:, None] & (offs_dv[None, :] < Dv))
+    if HAS_LSE:
+        m_fin = tl.where(m == float("-inf"), 0.0, m)
+        lse = tl.where(empty, float("-inf"), (m_fin + tl.log2(tl.where(empty, 1.0, l))) * LN2)  # [PAIRS]
+        tl.store(LSE + b * sl_b + s * sl_s + g * sl_g + head.to(tl.int64) * sl_h, lse, mask=ok)

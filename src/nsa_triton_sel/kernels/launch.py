@@ -17,10 +17,11 @@ import torch
 from .. import plan as P
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
+from ..plan.keymajor import MERGE_WARPS
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
 from . import bind, forward as fwd_kernels, params
-from .readers import ReaderList, reader_list
+from .readers import ReaderList, keymajor_reader_list, reader_list
 
 NO_STRIDES = (0, 0, 0, 0)
 
@@ -101,6 +102,43 @@ def run_tokens(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, wrap
         lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs()))
 
 
+def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float):
+    """Launch the key-major forward as ``plan`` says on 5-D q/o and ranges clamped into ``[0, T]``: per pass over
+    ``meta.groups_per_pass`` KV heads (strided views, no copies), the reader list, one float32 partial result
+    per (row, key tile, head) and their merge; fills ``o`` and ``lse``.  Device work only (the reader list is
+    sized from the shapes), so it captures in a CUDA graph; not traceable by Inductor (the reader list sorts
+    with torch), so a traced launch never plans it."""
+    meta = plan.meta
+    B, S, G, h, _ = q.shape
+    gpp = meta.groups_per_pass
+    slots = B * S * gpp * meta.per_row
+    op = torch.empty((slots, h, v.shape[3]), dtype=torch.float32, device=q.device)
+    lp = torch.empty((slots, h), dtype=torch.float32, device=q.device)
+    for g0 in range(0, G, gpp):
+        g1 = min(g0 + gpp, G)
+        _keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
+                       lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp, qk_scale)
+
+
+def _keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float):
+    meta = plan.meta
+    B, S, G, h, Dk = q.shape
+    T, Dv = k.shape[2], v.shape[3]
+    readers = keymajor_reader_list(ranges, T, meta)
+    fn = fwd_kernels.sel_fwd_keymajor_kernel
+    args = params.packer(fn)(Q=q, K=k, V=v, OP=op, LP=lp, ENTRIES=readers.entries, ORIGIN=readers.origin,
+                             CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
+                             qk_scale=qk_scale, sq=q.stride(), sk=k.stride(), sv=v.stride())
+    _go(fn, None, plan, (readers.chunks.shape[0],), args,
+        lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs()))
+    merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
+    args = params.packer(merge)(OP=op, LP=lp, SPANS=ranges, O=o, LSE=lse if lse is not None else o, S=S, G=G, h=h,
+                                Dv=Dv, n_spans=ranges.shape[3], T=T, per_row=meta.per_row, n_rows=B * S * G,
+                                sr=ranges.stride(), so=o.stride(), sl=lse.stride() if lse is not None else NO_STRIDES)
+    _go(merge, None, plan, (P.cdiv(B * S * G, meta.merge_rows_per_program()),), args,
+        lambda: dict(num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs()))
+
+
 def _outputs(shape_o, shape_l, dtype, device, return_lse, out=None, lse_out=None):
     o = torch.empty(shape_o, dtype=dtype, device=device) if out is None else out
     lse = (torch.empty(shape_l, dtype=torch.float32, device=device) if lse_out is None else lse_out) if return_lse \
@@ -141,10 +179,13 @@ def launch(plan: P.Launch, q, k, v, spans, *, scale=None, return_lse=False, out=
     if n == 0:
         return _empty_rows(o, lse, return_lse)
     qk_scale = (scale if type(scale) is float else resolve_scale(scale, Dk)) * LOG2E
-    if plan.kernel == "tokens":
+    if plan.kernel in ("tokens", "keymajor"):
         if blocks:
             spans = block_indices_to_ranges(spans, block_size, T, positions, validate=False)
-        run_tokens(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, wrap=wrap)
+        if plan.kernel == "tokens":
+            run_tokens(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, wrap=wrap)
+        else:
+            run_keymajor(plan, q, k, v, o, lse, spans, qk_scale=qk_scale)
         return (o, lse) if return_lse else o
     sr = spans.stride() + (0,) if blocks else spans.stride()
     run(plan, q, k, v, o, lse, spans, positions,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..plan.backward import READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, BackwardMeta
+from ..plan.keymajor import KeyMajorMeta
 from . import backward as bwd_kernels
 from .params import packer
 
@@ -47,6 +48,7 @@ class ReaderList:
     slots: int
     n_tiles: int  # key tiles per (b, g)
     chunk: int
+    origin: torch.Tensor | None = None  # [E] int64: each entry's slot before the sort (the key-major forward's)
 
 
 def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: int, chunk: int) -> ReaderList:
@@ -55,9 +57,18 @@ def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: in
 
     ``per_row`` bounds the (tile, span) entries of one row (a proof from the shapes, ``plan.entries_per_row``);
     ``chunk`` the entries per dk/dv program.  Device work only; at least one span (``B * S * G * n > 0``)."""
+    return _build(ranges, T, meta.KV_BLOCK_N, meta.reader_keys_constexprs(per_row), per_row, chunk, origin=False)
+
+
+def keymajor_reader_list(ranges: torch.Tensor, T: int, meta: KeyMajorMeta) -> ReaderList:
+    """The reader list of the key-major forward (``meta``'s tile, bound and chunk), with each entry's
+    ``origin``: its slot ``row * per_row + k`` before the sort, where the forward stores its partial result."""
+    return _build(ranges, T, meta.BLOCK_N, meta.reader_keys_constexprs(), meta.per_row, meta.chunk, origin=True)
+
+
+def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, chunk: int, *, origin: bool):
     B, S, G, n, _ = ranges.shape
     dev = ranges.device
-    block_n = meta.KV_BLOCK_N
     rows = B * S * G
     capacity = rows * per_row
     nt = -(-T // block_n)
@@ -69,8 +80,12 @@ def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: in
         *packer(bwd_kernels.sel_bwd_reader_keys_kernel)(
             SPANS=ranges, KEYS=keys, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
             sr=ranges.stride()), num_warps=READER_KEYS_WARPS,
-        num_stages=1, **meta.reader_keys_constexprs(per_row))
-    keys = torch.sort(keys).values  # unique keys but the padding: the order is the same on every run
+        num_stages=1, **keys_constexprs)
+    # unique keys but the padding: the order is the same on every run (the padding's order is never read)
+    if origin:
+        keys, where_from = torch.sort(keys)
+    else:
+        keys, where_from = torch.sort(keys).values, None
     entries = torch.empty((capacity, 2), dtype=torch.int32, device=dev)
     bwd_kernels.sel_bwd_reader_entries_kernel[(-(-capacity // READER_BLOCK),)](
         *packer(bwd_kernels.sel_bwd_reader_entries_kernel)(
@@ -82,7 +97,7 @@ def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: in
     offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
     per_tile = offsets[1:] - offsets[:-1]
     chunks, tile_slots, slots = _chunk_table(per_tile, offsets, capacity, chunk)
-    return ReaderList(entries, chunks, tile_slots, slots, nt, chunk)
+    return ReaderList(entries, chunks, tile_slots, slots, nt, chunk, where_from)
 
 
 def _chunk_table(per_tile, offsets, capacity: int, chunk: int):

@@ -19,9 +19,9 @@ sweeps these functions in processes that may have no torch.
 from __future__ import annotations
 
 from .call import Plan, entries_per_row, plan_call
-from .forward import MAX_DECODE_SPLITS, Launch, cdiv, decode_splits, packed, selection, use_decode
+from .forward import MAX_DECODE_SPLITS, Launch, cdiv, decode_splits, keymajor, packed, selection, use_decode
 from .tokens import PlanError, auto_tokens, choose_tokens, static_tokens, tokens_problem
 
 __all__ = ["MAX_DECODE_SPLITS", "Launch", "Plan", "PlanError", "auto_tokens", "cdiv", "choose_tokens",
-           "decode_splits", "entries_per_row", "packed", "plan_call", "selection", "static_tokens",
+           "decode_splits", "entries_per_row", "keymajor", "packed", "plan_call", "selection", "static_tokens",
            "tokens_problem", "use_decode"]

@@ -109,10 +109,7 @@ class BackwardMeta:
         return self.chunk or chunk_size(entries, self.programs_per_sm * sm_count, self.ROWS, self.KV_HP or h)
 
     def reader_keys_constexprs(self, per_row: int) -> dict:
-        """The reader-key kernel's: one program per row, its spans as one vector (``BLOCK_S``), its ``per_row``
-        entry slots at most 64 at a time; a row's work is small (launched with ``READER_KEYS_WARPS``)."""
-        block_e = 1 << max(per_row - 1, 0).bit_length()  # the next power of two
-        return {"BLOCK_N": self.KV_BLOCK_N, "BLOCK_S": self.BLOCK_S, "BLOCK_E": min(64, max(MIN_DOT, block_e))}
+        return reader_keys_constexprs(self.KV_BLOCK_N, self.BLOCK_S, per_row)
 
     def dkdv_constexprs(self) -> dict:
         return {"BLOCK_N": self.KV_BLOCK_N, "ROWS": self.ROWS, "HP": self.KV_HP, "DK1": self.DK1, "DK2": self.DK2,
@@ -120,6 +117,13 @@ class BackwardMeta:
 
     def reduce_constexprs(self) -> dict:
         return {"BLOCK_N": self.KV_BLOCK_N, "DK1": self.DK1, "DK2": self.DK2, "BLOCK_DV": self.BLOCK_DV}
+
+
+def reader_keys_constexprs(block_n: int, block_s: int, per_row: int) -> dict:
+    """The reader-key kernel's: one program per row, its spans as one vector (``BLOCK_S``), its ``per_row``
+    entry slots at most 64 at a time; a row's work is small (launched with ``READER_KEYS_WARPS``)."""
+    block_e = 1 << max(per_row - 1, 0).bit_length()  # the next power of two
+    return {"BLOCK_N": block_n, "BLOCK_S": block_s, "BLOCK_E": min(64, max(MIN_DOT, block_e))}
 
 
 def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
@@ -219,3 +223,25 @@ def chunk_size(entries: int, programs: int, rows_per_step: int, width: int) -> i
     c = min(CHUNK_MAX, max(CHUNK_MIN, c))
     step = max(1, rows_per_step // width) if rows_per_step % width == 0 else 1
     return -(-c // step) * step
+
+
+def entries_per_row(n: int, T: int, block_n: int, span_len: int, aligned: bool) -> int:
+    """How many reader entries (key tile, span) one row can add, for ``n`` spans of at most ``span_len`` keys
+    (0: unbounded) over ``T`` keys in tiles of ``block_n``.
+
+    A span of ``L`` keys touches at most ``cdiv(L, block_n) + 1`` tiles, exactly ``L / block_n`` when it
+    starts on a tile boundary and ``block_n`` divides ``L`` (block indices, ``aligned``), one when ``L``
+    divides ``block_n`` and it starts on a multiple of ``L``.  Without a length (ranges), the row's spans
+    are disjoint (the contract), so together they touch at most ``tiles + n`` tiles.
+    """
+    nt = -(-max(T, 1) // block_n)
+    if span_len <= 0:
+        return max(1, min(n * nt, nt + n))
+    L = min(span_len, max(T, 1))
+    if aligned and L % block_n == 0:
+        per_span = L // block_n
+    elif aligned and block_n % L == 0:
+        per_span = 1
+    else:
+        per_span = -(-L // block_n) + 1
+    return max(1, n * min(per_span, nt))

@@ -1,7 +1,8 @@
 """The plan of one operator call, forward and backward: :func:`plan_call`, asked once per call.
 
 A :class:`Plan` holds every launch decision of a call: the forward kernel and its configuration
-(``forward.selection``: single-token, split-L decode or multi-token; tiles, warps, stages, grid), the
+(``forward.selection``: single-token, split-L decode or multi-token; ``forward.keymajor`` for small groups,
+``keymajor.py``; tiles, warps, stages, grid), the
 backward's (``backward.backward_meta``: the dq kernel, single- or multi-token as the forward, the dk/dv
 and reduce kernels), and the bound of the backward's reader list.  The autograd function carries it from
 the forward to the backward, so the backward asks nothing again.
@@ -19,8 +20,10 @@ from dataclasses import dataclass, field
 from .. import caches
 from ..device import Device, device_of
 from . import tiles as M
-from .backward import BackwardMeta, backward_meta, dq_tokens_per_program
-from .forward import Launch, cdiv, selection, use_decode
+from .backward import BackwardMeta, backward_meta, dq_tokens_per_program, entries_per_row
+from . import keymajor as KM
+from .forward import Launch, keymajor, selection, use_decode
+from .keymajor import key_major, keymajor_meta
 from .tokens import choose_tokens, static_tokens
 
 
@@ -51,28 +54,6 @@ class _Signature:
 _SIGNATURES: dict = caches.register("plans", {})
 
 
-def entries_per_row(n: int, T: int, block_n: int, span_len: int, aligned: bool) -> int:
-    """How many reader entries (key tile, span) one row can add, for ``n`` spans of at most ``span_len`` keys
-    (0: unbounded) over ``T`` keys in tiles of ``block_n``.
-
-    A span of ``L`` keys touches at most ``cdiv(L, block_n) + 1`` tiles, exactly ``L / block_n`` when it
-    starts on a tile boundary and ``block_n`` divides ``L`` (block indices, ``aligned``), one when ``L``
-    divides ``block_n`` and it starts on a multiple of ``L``.  Without a length (ranges), the row's spans
-    are disjoint (the contract), so together they touch at most ``tiles + n`` tiles.
-    """
-    nt = cdiv(max(T, 1), block_n)
-    if span_len <= 0:
-        return max(1, min(n * nt, nt + n))
-    L = min(span_len, max(T, 1))
-    if aligned and L % block_n == 0:
-        per_span = L // block_n
-    elif aligned and block_n % L == 0:
-        per_span = 1
-    else:
-        per_span = cdiv(L, block_n) + 1
-    return max(1, n * min(per_span, nt))
-
-
 def plan_call(q, k, v, spans, positions, *, per_head: bool, tokens: int, span_len: int, packed: bool,
               traced: bool = False) -> Plan:
     """The plan of one operator call: ``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``spans`` ranges or block
@@ -97,21 +78,33 @@ def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, tr
     blocks = spans.dim() == 4
     rows_as_batch = packed and B == 1 and S > 1 and not blocks and use_decode(S, 1, G, h, per_head, dev)
     decode = rows_as_batch or use_decode(B, S, G, h, per_head, dev)
-    tok, candidate = static_tokens(tokens, h, S, dev, single=per_head or decode or (traced and tokens == 0))
     dot_f32 = dev.interpreter and str(q.dtype) == "torch.bfloat16"
-    args = (tuple(q.shape), k.shape[2], v.shape[3], spans.shape[3], blocks, positions is not None, per_head,
-            span_len, packed, rows_as_batch, decode, dot_f32)
+    T, Dv, n = k.shape[2], v.shape[3], spans.shape[3]
+    # Small groups: the key-major forward, where its workspace is bounded (it is not traceable by Inductor)
+    by_key = not (per_head or decode or traced or tokens > 1) and span_len > 0 and h <= KM.MAX_H and key_major(
+        keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=blocks and not packed,
+                      B=B, S=S, G=G, sm_count=dev.sm_count, max_rows=dev.max_rows),
+        rows=B * S * G, h=h, bounded=True)
+    tok, candidate = static_tokens(tokens, h, S, dev,
+                                   single=per_head or decode or by_key or (traced and tokens == 0))
+    args = (tuple(q.shape), T, Dv, n, blocks, positions is not None, per_head, span_len, packed, rows_as_batch,
+            decode, dot_f32, by_key)
     return _Signature(dev, tok, candidate, args)
 
 
 def _build(sig: _Signature, tok: int) -> Plan:
-    (B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode, dot_f32 = sig.args
+    ((B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode, dot_f32,
+     by_key) = sig.args
     dev = sig.dev
     if rows_as_batch:
         B, S = S, 1
     mode = M.MODE_BLOCKS if blocks and tok == 1 else M.MODE_RANGES
-    fwd = selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=mode, has_pos=has_pos and mode == M.MODE_BLOCKS,
-                    has_lse=True, per_head=per_head, tokens=tok, decode=decode, dot_f32=dot_f32)
+    if by_key:
+        fwd = keymajor(B, S, G, h, Dk, Dv, T, n, dev=dev, span_len=span_len, aligned=blocks and not packed,
+                       has_lse=True, dot_f32=dot_f32)
+    else:
+        fwd = selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=mode, has_pos=has_pos and mode == M.MODE_BLOCKS,
+                        has_lse=True, per_head=per_head, tokens=tok, decode=decode, dot_f32=dot_f32)
     bwd = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=dot_f32, max_rows=dev.max_rows,
                         dq_tokens=(dq_tokens_per_program(h, dev.max_rows) or None) if tok > 1 else None)
     B0, S0 = sig.args[0][:2]  # the backward runs on the call's own shape

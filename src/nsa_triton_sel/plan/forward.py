@@ -24,6 +24,7 @@ from functools import lru_cache
 from .. import caches
 from ..device import ROWS, Device
 from . import tiles as M
+from .keymajor import WORKSPACE_BYTES, KeyMajorMeta, keymajor_meta
 
 # Each extra split adds one partial result that the merge kernel reads in a serial loop, while a decode
 # row selects only L keys (16 blocks of 64 in NSA), which the host does not know without a sync.  On the
@@ -37,11 +38,11 @@ class Launch:
     """One forward launch: the kernel, its constexprs and launch options, and its grid.  Hashed once (the
     bound launcher keys every launch by it)."""
 
-    kernel: str  # "ranges", "decode" (split-L), "tokens", "dense" or "varlen"
-    meta: M.KernelMeta | M.TokMeta
+    kernel: str  # "ranges", "decode" (split-L), "tokens", "keymajor", "dense" or "varlen"
+    meta: M.KernelMeta | M.TokMeta | KeyMajorMeta
     grid: tuple[int, int]
     num_splits: int = 1  # decode: programs per row (the merge kernel runs on the rows' grid)
-    merge_grid: tuple[int, int] | None = None
+    merge_grid: tuple[int, ...] | None = None  # decode splits, key-major partials: the merge kernel's grid
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -52,7 +53,9 @@ class Launch:
 
     @property
     def rows(self) -> int:
-        """The dot's M: heads per program, or tokens x padded heads."""
+        """The dot's M: heads per program, tokens x padded heads, or (entry, head) pairs per step."""
+        if isinstance(self.meta, KeyMajorMeta):
+            return self.meta.ROWS
         return self.meta.BLOCK_H if isinstance(self.meta, M.KernelMeta) else self.meta.TOK * self.meta.HP
 
 
@@ -113,6 +116,25 @@ def selection(
 
 
 @lru_cache(maxsize=256)
+def keymajor(B: int, S: int, G: int, h: int, Dk: int, Dv: int, T: int, n: int, *, dev: Device, span_len: int,
+             aligned: bool, has_lse: bool = True, dot_f32: bool = False, tune: tuple = ()) -> Launch:
+    """The key-major forward of a call (``plan.keymajor``), per pass over ``meta.groups_per_pass`` KV heads:
+    ``grid`` bounds its programs (one per chunk of a key tile's readers; the launcher launches the reader list's
+    chunk rows, of this count), ``merge_grid`` the merge's.  ``tune``: block_n, pairs, num_warps, num_stages,
+    chunk, groups_per_pass, max_rows."""
+    opts = dict(tune)
+    cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
+    meta = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=aligned, B=B, S=S, G=G,
+                         sm_count=dev.sm_count, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap, **opts)
+    if meta.groups_per_pass == 0:
+        raise ValueError(f"the key-major forward's workspace for one KV head passes {WORKSPACE_BYTES} bytes "
+                         f"(S={S}, h={h}, Dv={Dv}, {meta.per_row} partials a row); use the token-major kernels")
+    gpp = meta.groups_per_pass
+    programs = B * gpp * cdiv(max(T, 1), meta.BLOCK_N) + B * S * gpp * meta.per_row // meta.chunk
+    return Launch("keymajor", meta, (programs,), merge_grid=(cdiv(B * S * gpp, meta.merge_rows_per_program()),))
+
+
+@lru_cache(maxsize=256)
 def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: Device, has_lse: bool,
            dot_f32: bool = False, tune: tuple = ()) -> Launch:
     """The launch of the seeds' packed layouts: ``MODE_DENSE`` (rows of ``L`` keys) or ``MODE_CU``."""
@@ -126,5 +148,5 @@ def packed(mode: int, N: int, H: int, Dk: int, Dv: int, L: int | None, *, dev: D
     return Launch(kernel, meta, (N, cdiv(H, meta.BLOCK_H)))
 
 
-for _fn in (selection, packed):
+for _fn in (selection, keymajor, packed):
     caches.register(f"launches_{_fn.__name__}", clear=_fn.cache_clear, size=lambda f=_fn: f.cache_info().currsize)

@@ -1,0 +1,123 @@
+"""The key-major forward: when it runs, and its launch configuration.
+
+The token-major kernels read each row's selected K/V tiles for the ``h`` heads of one group, so a tile load
+serves ``h`` rows: with small groups (plain MHA, Llama-style 4-8 heads per KV head) the forward is bound by
+the reads of the same tiles, program after program.  The key-major forward turns the loop around (as FSA
+does): one program per chunk of a key tile's readers loads the tile once and computes the partial softmax of
+every (token, head) pair that selected it, ``ROWS`` pairs per MMA; a second kernel merges each row's partials
+by LSE, in a fixed order.  Its reader list is the backward's (``kernels/readers.py``), built on the device
+with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``,
+``sel_fwd_keymajor_merge_kernel``).
+
+The cost: a workspace of one partial result per (row, key tile, head), ``Dv + 1`` float32 values (a partial
+output rounded to bf16 before the merge doubled the forward's error against the float64 oracle), and the
+reader list's sort.  Where the workspace of the whole call would pass :data:`WORKSPACE_BYTES`, the launcher
+runs it in passes over slices of the KV heads (``groups_per_pass``), each with its own reader list.
+:func:`key_major` takes the path only where the group is small (``h <= MAX_H``), there are enough rows to
+amortise the sort, and the reader list has a bound from the shapes (block indices or a span length:
+unbounded ranges would make the workspace grow with T).
+
+Pure Python (no torch, no triton).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backward import chunk_size, entries_per_row, reader_keys_constexprs
+from .tiles import MIN_DOT, _Constexprs, check_sizes, next_pow2, split_head_dim
+
+MAX_H = 4  # larger groups: the token-major kernels win (H100, h = 8: 7.7 ms against 9.8 at 32K, 32/4 heads)
+MIN_ROWS = 4096  # fewer (token, group) rows: the reader list's sort and the merge cost more than they save
+WORKSPACE_BYTES = 4 << 30  # the partial results' bytes per pass (H100, 32K: h = 1 in 3 passes 14.4 ms, one pass 13.9; h = 4 needs 1 GiB a KV head)
+ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the device's row cap
+PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
+MERGE_PAIRS = 64  # (row, head) pairs per merge program
+MERGE_WARPS = 4
+
+
+@dataclass(frozen=True)
+class KeyMajorMeta(_Constexprs):
+    """Constexprs and launch options of the key-major forward (and its merge), for one call's shapes."""
+
+    BLOCK_N: int  # keys per tile: the reader list's tile
+    ROWS: int  # (entry, head) pairs per step: the dot's M
+    HP: int  # a power of two >= h: ROWS // HP whole entries per step
+    DK1: int
+    DK2: int
+    BLOCK_DV: int
+    BLOCK_S: int  # spans per row, padded to a power of two (the merge and the reader keys read them)
+    DOT_F32: bool
+    HAS_LSE: bool
+    num_warps: int
+    num_stages: int
+    per_row: int  # the reader list's entries (partials) per row: a bound from the shapes
+    chunk: int  # entries per program
+    groups_per_pass: int  # KV heads per pass (the workspace of one pass stays under WORKSPACE_BYTES)
+
+    def kernel_constexprs(self) -> dict:
+        return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
+
+    def merge_constexprs(self) -> dict:
+        return {"BLOCK_N": self.BLOCK_N, "PAIRS": max(MERGE_PAIRS, self.HP), "HP": self.HP, "BLOCK_S": self.BLOCK_S,
+                "BLOCK_DV": self.BLOCK_DV, "HAS_LSE": self.HAS_LSE}
+
+    def reader_keys_constexprs(self) -> dict:
+        return reader_keys_constexprs(self.BLOCK_N, self.BLOCK_S, self.per_row)
+
+    def merge_rows_per_program(self) -> int:
+        return max(MERGE_PAIRS, self.HP) // self.HP
+
+
+def workspace_bytes(rows: int, per_row: int, h: int, Dv: int) -> int:
+    """Bytes of the partial results: ``Dv`` float32 values and a float32 LSE per (row, tile, head)."""
+    return rows * per_row * h * (Dv + 1) * 4
+
+
+def key_major(meta: KeyMajorMeta, *, rows: int, h: int, bounded: bool) -> bool:
+    """Whether the planner takes the key-major forward (``meta``) for a call of ``rows = B x S x G`` (token,
+    group) rows; ``bounded``: the spans have a length bound (block indices, ``span_len``).  Decode, per-head
+    programs and traced launches stay token-major: the caller checks those."""
+    return h <= MAX_H and rows >= MIN_ROWS and bounded and meta.groups_per_pass > 0
+
+
+def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: int, aligned: bool, B: int, S: int,
+                  G: int, sm_count: int, has_lse: bool = True, dot_f32: bool = False, max_rows: int = 64,
+                  block_n: int | None = None, pairs: int | None = None, num_warps: int | None = None,
+                  num_stages: int | None = None, chunk: int | None = None,
+                  groups_per_pass: int | None = None) -> KeyMajorMeta:
+    """The key-major forward's configuration for ``q [B, S, G, h, Dk]`` with ``n_spans`` spans of at most
+    ``span_len`` keys (0: unbounded; ``aligned``: block indices) over ``T`` keys; ``ValueError`` outside its
+    range (more heads than pairs per step, tile sizes that are not powers of two).  ``groups_per_pass`` 0 means
+    that not even one KV head's workspace fits :data:`WORKSPACE_BYTES` (the planner then runs token-major)."""
+    check_sizes(h, Dk, Dv, "the key-major forward")
+    dk1, dk2 = split_head_dim(Dk)
+    block_dv = max(MIN_DOT, next_pow2(Dv))
+    wide = dk1 + dk2 + block_dv > 256  # Dk = 192 or 256: smaller key tiles keep the scores in registers
+    bn = min(block_n or (32 if wide else 64), max_rows)
+    rows_per_step = min(pairs or ROWS, max(max_rows, MIN_DOT))
+    hp = next_pow2(h)
+    for name, x in (("block_n", bn), ("pairs", rows_per_step)):
+        if x < MIN_DOT or x & (x - 1):
+            raise ValueError(f"{name}={x}: need a power of two >= {MIN_DOT}")
+    if hp > rows_per_step:
+        raise ValueError(f"h={h}: the key-major forward takes at most {rows_per_step} heads per group")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
+    per_row = entries_per_row(max(n_spans, 1), T, bn, span_len, aligned)
+    if groups_per_pass is None:
+        one = workspace_bytes(B * S, per_row, h, Dv)  # one KV head's
+        passes = -(-one * G // WORKSPACE_BYTES)
+        groups_per_pass = 0 if one > WORKSPACE_BYTES else -(-G // max(passes, 1))
+    elif not 1 <= groups_per_pass:
+        raise ValueError(f"groups_per_pass={groups_per_pass}: need at least 1")
+    gpp = min(groups_per_pass, G) if groups_per_pass else 0
+    return KeyMajorMeta(
+        BLOCK_N=bn, ROWS=rows_per_step, HP=hp, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
+        BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32), HAS_LSE=bool(has_lse),
+        num_warps=num_warps or 4, num_stages=num_stages or 3, per_row=per_row,
+        chunk=chunk or chunk_size(max(B * S * max(gpp, 1) * per_row, 1), PROGRAMS_PER_SM * sm_count,
+                                  rows_per_step, hp),
+        groups_per_pass=gpp,
+    )

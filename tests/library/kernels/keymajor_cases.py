@@ -1,0 +1,70 @@
+"""The key-major forward's cases, shared by its interpreter and GPU tests: what broke the seeds (L just over 64,
+multi-span and multi-tile rows, empty rows, partial tiles, odd h, Dk = 192 and Dk != Dv, strided inputs) and
+what is new here (a span over several key tiles, a tile read by several chunks, a non-finite value that only
+its readers may see)."""
+
+from __future__ import annotations
+
+import torch
+
+from kernel_checks import check_against_oracle
+from nsa_triton_sel.contract import block_indices_to_ranges
+from nsa_triton_sel.kernels import direct
+from nsa_triton_sel.testing import make_problem, nsa_block_indices
+
+# (name, make_problem keywords, span_len): spans of at most span_len keys (0: the problem's own bound)
+RANGE_CASES = [
+    ("h1-multispan", dict(B=1, S=6, G=2, h=1, Dk=32, Dv=32, T=150, n=4), 70),
+    ("h3-empty-rows", dict(B=2, S=3, G=1, h=3, Dk=16, Dv=48, T=100, n=3, empty_frac=0.4), 100),
+    ("h8-dk192-dv128-strided", dict(B=1, S=3, G=2, h=8, Dk=192, Dv=128, T=130, n=3, noncontiguous=True), 130),
+]
+
+
+def ranges_case(kw, span_len, dtype, device, seed):
+    p = make_problem(**kw, dtype=dtype, seed=seed)
+    r = p.ranges.long()
+    r[..., 1] = torch.minimum(r[..., 1], r[..., 0] + span_len)  # spans of at most span_len keys
+    return p.q.to(device), p.k.to(device), p.v.to(device), r.to(torch.int32).to(device)
+
+
+def check_ranges(kw, span_len, dtype, device, seed, check=check_against_oracle, **tune):
+    q, k, v, r = ranges_case(kw, span_len, dtype, device, seed)
+    out, lse = direct.sel_attn_keymajor(q, k, v, r, span_len=span_len, return_lse=True, **tune)
+    check(out, lse, q, k, v, r, what=f"keymajor {kw} {dtype}")
+    dirty = torch.full_like(out, float("nan"))
+    direct.sel_attn_keymajor(q, k, v, r, span_len=span_len, out=dirty, **tune)
+    assert torch.equal(dirty, out), "an output element was not written"
+    return out
+
+
+def blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions=False):
+    gen = torch.Generator().manual_seed(seed)
+    pos = (torch.arange(S) + (T - S)) if positions else None
+    blocks = nsa_block_indices(B, S, G, T, bs, n, "random", gen, pos)
+    q = torch.randn(B, S, G, h, D, generator=gen).to(dtype)
+    k = torch.randn(B, G, T, D, generator=gen).to(dtype)
+    v = torch.randn(B, G, T, D, generator=gen).to(dtype)
+    pos_d = pos.to(device) if pos is not None else None
+    return q.to(device), k.to(device), v.to(device), blocks.to(device), pos_d
+
+
+def check_blocks(B, S, G, h, D, T, bs, n, dtype, device, seed, positions=False, check=check_against_oracle, **tune):
+    q, k, v, blocks, pos = blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions)
+    out, lse = direct.sel_attn_keymajor(q, k, v, blocks, block_size=bs, positions=pos, return_lse=True, **tune)
+    ranges = block_indices_to_ranges(blocks, bs, T, pos)
+    check(out, lse, q, k, v, ranges, what=f"keymajor blocks h={h} T={T} bs={bs} {dtype}")
+    return out
+
+
+def inf_value_case(dtype, device):
+    """``v[key 0] = inf`` in a tile that token 0 reads (keys 0..2) and token 1 does not (keys 5..8)."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 2, 1, 2, 16, generator=gen).to(dtype)
+    k = torch.randn(1, 1, 12, 16, generator=gen).to(dtype)
+    v = torch.randn(1, 1, 12, 16, generator=gen).to(dtype)
+    v[0, 0, 0, 3] = float("inf")
+    r = torch.tensor([[[[[0, 3]]], [[[5, 9]]]]], dtype=torch.int32).view(1, 2, 1, 1, 2)
+    out = direct.sel_attn_keymajor(q.to(device), k.to(device), v.to(device), r.to(device), span_len=9).cpu()
+    assert torch.isfinite(out[0, 1]).all(), "a row that never read the inf value got a non-finite output"
+    bad = ~torch.isfinite(out[0, 0, 0])  # [h, Dv]: the reader's column 3 only
+    assert bad[:, 3].all() and not bad[:, :3].any() and not bad[:, 4:].any(), out[0, 0, 0]

@@ -1,0 +1,72 @@
+"""The key-major forward (small groups) on a CUDA device, bf16 and fp16: against the float64 oracle on fresh
+random inputs, every output element written, bit-identical on a second run, captured in a CUDA graph, and taken
+by the operator where the planner says.  Run with ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import keymajor_cases as C
+from nsa_triton_sel import caches, plan, selection_attention
+from nsa_triton_sel.contract import block_indices_to_ranges
+from nsa_triton_sel.kernels import direct
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.bfloat16, torch.float16]
+DEV = "cuda"
+
+
+def fresh_seed():
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    print(f"seed={seed}")
+    return seed
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name,kw,span_len", C.RANGE_CASES, ids=[c[0] for c in C.RANGE_CASES])
+def test_keymajor_ranges(name, kw, span_len, dtype):
+    C.check_ranges(kw, span_len, dtype, DEV, seed=fresh_seed())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("h", [1, 3, 8])
+def test_keymajor_nsa_blocks(h, dtype):
+    # the canonical NSA selection (16 blocks of 64, causal, positions) over 2K keys, T not a multiple of 64
+    C.check_blocks(1, 1000, 2, h, 128, 1999, 64, 16, dtype, DEV, seed=fresh_seed(), positions=True)
+
+
+def test_keymajor_hot_tile_split_and_groups_in_passes():
+    C.check_blocks(2, 300, 3, 2, 64, 300, 32, 4, torch.bfloat16, DEV, seed=fresh_seed(), chunk=8,
+                   groups_per_pass=2)
+
+
+def test_keymajor_keeps_an_inf_value_to_its_readers():
+    C.inf_value_case(torch.bfloat16, DEV)
+
+
+def test_keymajor_is_deterministic_and_captures_in_a_cuda_graph():
+    q, k, v, blocks, pos = C.blocks_case(1, 2048, 4, 4, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed())
+    run = lambda: direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
+    out1, lse1 = run()
+    out2, lse2 = run()
+    assert torch.equal(out1, out2) and torch.equal(lse1, lse2), "two runs differ"
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got, got_lse = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, out1) and torch.equal(got_lse, lse1)
+
+
+@pytest.mark.parametrize("h", [1, 4])
+def test_operator_takes_keymajor_for_small_groups(h):
+    caches.clear()
+    q, k, v, blocks, _ = C.blocks_case(1, 4096, 2, h, 128, 4096, 64, 16, torch.bfloat16, DEV, fresh_seed())
+    p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
+    assert p.forward.kernel == "keymajor"
+    out = selection_attention(q, k, v, block_indices=blocks, block_size=64)
+    want = direct.sel_attn_ranges(q, k, v, block_indices_to_ranges(blocks, 64, 4096))
+    assert (out.float() - want.float()).abs().max() < 2e-2

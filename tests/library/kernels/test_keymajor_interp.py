@@ -1,0 +1,82 @@
+"""The key-major forward (small groups) against the float64 oracle, under the Triton interpreter (CPU); the
+operator takes it where the planner says (``plan/keymajor.py``), gradients through it included."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import keymajor_cases as C
+import kernel_checks
+from nsa_triton_sel import caches, reference, selection_attention
+
+pytestmark = [
+    pytest.mark.interp,
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                       reason="interpreter tests (a CUDA device is present: see test_keymajor_gpu)"),
+]
+
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def check(out, lse, q, *args, **kw):
+    # bf16 under the interpreter rounds by truncation (see test_kernels_interp.py): a looser relative bound
+    factor = 4.0 if q.dtype == torch.bfloat16 else 2.0
+    return kernel_checks.check_against_oracle(out, lse, q, *args, rel_factor=factor, **kw)
+
+
+@pytest.mark.parametrize("name,kw,span_len", C.RANGE_CASES, ids=[c[0] for c in C.RANGE_CASES])
+def test_keymajor_ranges(name, kw, span_len):
+    for dtype in DTYPES:
+        C.check_ranges(kw, span_len, dtype, "cpu", seed=len(name), check=check)
+
+
+def test_keymajor_span_lengths_around_a_tile_and_a_hot_tile_in_chunks():
+    # spans of at most L keys: two tiles when one straddles a boundary
+    for L in (63, 64, 65):
+        C.check_ranges(dict(B=1, S=3, G=1, h=2, Dk=16, Dv=16, T=200, n=2, empty_frac=0.0), L, torch.float16, "cpu",
+                       seed=L, check=check)
+    # every row reads tile 0: with 4 entries per program its readers are cut into several chunks
+    C.check_blocks(1, 40, 1, 3, 16, 100, 16, 3, torch.float16, "cpu", seed=1, check=check, chunk=4, pairs=16)
+
+
+def test_keymajor_block_indices():
+    for positions in (False, True):
+        C.check_blocks(2, 20, 2, 1, 32, 90, 16, 4, torch.float16, "cpu", seed=2, positions=positions, check=check)
+
+
+def test_keymajor_keeps_an_inf_value_to_its_readers():
+    C.inf_value_case(torch.float16, "cpu")
+
+
+@pytest.fixture
+def keymajor_from_few_rows(monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("nsa_triton_sel.plan.keymajor"), "MIN_ROWS", 1)
+    caches.clear()
+    yield
+    caches.clear()
+
+
+def test_operator_takes_keymajor_and_differentiates_through_it(keymajor_from_few_rows):
+    from nsa_triton_sel import plan
+
+    q, k, v, blocks, _ = C.blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.float16, "cpu", seed=5)
+    p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=16, packed=False)
+    assert p.forward.kernel == "keymajor"
+    xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    out = selection_attention(*xs, block_indices=blocks, block_size=16)
+    go = torch.randn_like(out)
+    out.backward(go)
+    from nsa_triton_sel.contract import block_indices_to_ranges
+
+    r = block_indices_to_ranges(blocks, 16, 80)
+    ys = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    want = reference.oracle(*ys, r)
+    want.backward(go.double())
+    assert (out.double() - want).abs().max() < 5e-3
+    for x, y in zip(xs, ys):
+        assert (x.grad.double() - y.grad).abs().max() < 2e-2 * max(1.0, float(y.grad.abs().max()))
