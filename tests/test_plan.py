@@ -93,3 +93,23 @@ def test_keymajor_plan_rejects_more_heads_than_pairs_per_step():
     with pytest.raises(ValueError, match="at most 16 heads"):
         keymajor_meta(h=20, Dk=16, Dv=16, n_spans=2, T=64, span_len=64, aligned=False, B=1, S=2, G=1, sm_count=1,
                       pairs=16)
+
+
+@pytest.mark.parametrize("arch, release, by_key", [(90, "3.6.0", True), (80, "3.3.1", True), (80, "3.2.0", False),
+                                                   (89, "3.0.0", False), (90, "3.1.0", False)])
+def test_the_planner_runs_token_major_where_the_keymajor_forward_does_not_compile(monkeypatch, arch, release, by_key):
+    """Small groups go key-major, except where a window names the path (Triton < 3.3 on Ampere/Ada) or caps the
+    rows (3.0/3.1 on sm_90): there the compiler would crash the process, so the plan is token-major."""
+    import torch
+
+    from nsa_triton_sel.plan import call
+
+    dev = device.Device.target(arch, release, name="target")
+    monkeypatch.setattr(call, "device_of", lambda d: dev)
+    monkeypatch.setattr(call, "_SIGNATURES", {})
+    B, S, G, h, D, T = 1, 4096, 1, 1, 64, 4096
+    q = torch.empty(B, S, G, h, D, dtype=torch.bfloat16)
+    k = v = torch.empty(B, G, T, D, dtype=torch.bfloat16)
+    blocks = torch.zeros(B, S, G, 4, dtype=torch.int32)
+    p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False, traced=False)
+    assert (p.forward.kernel == "keymajor") == by_key, (arch, release, p.forward.kernel)

@@ -51,11 +51,13 @@ class Device:
     triton: str  # the installed Triton version ("" without Triton)
     interpreter: bool = False  # TRITON_INTERPRET=1 when the device was first read
     max_rows: int = ROWS  # largest dot M tile this Triton compiles here (:func:`row_cap`)
+    avoided: frozenset[str] = frozenset()  # launch paths this Triton must not take here (``known_bad.avoided_paths``)
 
     @classmethod
     def target(cls, arch: int | None, triton: str, sm_count: int = 132, name: str = "target") -> Device:
         """A device described by hand (the compile-smoke registry plans for archs it does not have)."""
-        return cls("cuda" if arch else "cpu", arch, sm_count, name, triton, arch is None, row_cap(triton, arch))
+        return cls("cuda" if arch else "cpu", arch, sm_count, name, triton, arch is None, row_cap(triton, arch),
+                   known_bad.avoided_paths(triton, arch))
 
     @property
     def cc(self) -> str:
@@ -92,4 +94,5 @@ def _read_device(device) -> Device:
 
     props = torch.cuda.get_device_properties(device)
     arch = props.major * 10 + props.minor
-    return Device("cuda", arch, props.multi_processor_count, props.name, version, interp, row_cap(version, arch))
+    return Device("cuda", arch, props.multi_processor_count, props.name, version, interp, row_cap(version, arch),
+                  known_bad.avoided_paths(version, arch))

@@ -12,7 +12,8 @@ affects and the checks it explains, and a one-line reason.  Three consumers read
 - the launch planner (:mod:`nsa_triton_sel.plan`) and the compile-smoke registry read
   :func:`row_cap`: a window with ``max_rows`` names the largest dot M tile that version compiles
   for that arch, so the launchers never hand a larger one to the compiler and the registry skips
-  (and lists) the variants above it.  This is the one place that rule is written.
+  (and lists) the variants above it.  This is the one place that rule is written.  Likewise
+  :func:`avoided_paths`: a window with ``paths`` names launch paths the planner does not take there.
 
 Only the standard library and ``packaging`` are imported: this runs at package import.
 """
@@ -54,10 +55,18 @@ class Window:
     max_rows: int | None = None  # the largest dot M tile that compiles there; the launchers cap at it
     signature: str = ""  # a failure is this window's only if its message contains this ("" = any failure)
     variants: tuple[str, ...] = ()  # compile-variant name patterns (fnmatch) the window names: skipped there
+    paths: tuple[str, ...] = ()  # launch paths (PATHS) the planner does not take there; their variants are skipped
+
+    @property
+    def mitigated(self) -> bool:
+        """The planner steers around it (a row cap, or launch paths it does not take): no runtime warning."""
+        return self.max_rows is not None or bool(self.paths)
 
     def names(self, variant: str) -> bool:
-        """Whether the window names this compile variant (one of its ``variants`` patterns matches)."""
-        return any(fnmatch.fnmatchcase(variant, pat) for pat in self.variants)
+        """Whether the window names this compile variant (one of its ``variants`` patterns, or of its
+        ``paths``' variants, matches)."""
+        patterns = self.variants + tuple(PATHS[p] for p in self.paths)
+        return any(fnmatch.fnmatchcase(variant, pat) for pat in patterns)
 
     def explains(self, message: str | None) -> bool:
         """Whether a failure with this message is the window's own (its ``signature`` is in it)."""
@@ -130,6 +139,7 @@ def parse(text: str, source: str = "<known-bad>") -> list[Window]:
                 max_rows=_max_rows(raw.get("max_rows"), raw["id"], source),
                 signature=str(raw.get("signature", "")),
                 variants=tuple(str(p) for p in raw.get("variants", ())),
+                paths=_paths(raw.get("paths", ()), raw["id"], source),
             )
         )
     return windows
@@ -147,6 +157,16 @@ def _max_rows(raw, wid: str, source: str) -> int | None:
 
 
 MODES = ("aot", "interp", "gpu", "cpu")
+
+# Launch paths a window can steer the planner off, with the compile variants (fnmatch) each launches.
+PATHS = {"keymajor": "sel_fwd_keymajor*"}
+
+
+def _paths(raw, wid: str, source: str) -> tuple[str, ...]:
+    bad = set(raw) - set(PATHS)
+    if bad:
+        raise ValueError(f"{source}: window {wid!r} has unknown paths {sorted(bad)}; known: {sorted(PATHS)}")
+    return tuple(raw)
 
 
 def _modes(raw, wid: str, source: str) -> tuple[str, ...]:
@@ -188,13 +208,16 @@ def touching(version: str, windows: list[Window] | None = None) -> list[Window]:
 
 def expected_failure(version: str, arch: int | None = None, check: str | None = None,
                      windows: list[Window] | None = None, mode: str | None = None,
-                     message: str | None = None) -> str | None:
+                     message: str | None = None, variant: str | None = None) -> str | None:
     """The reason a failure of ``check`` is expected there, or None (for xfail marks).
 
     With ``message`` (what the failure said), a window with a ``signature`` claims it only if the
-    message carries that signature: any other failure in the window stays a failure.
+    message carries that signature: any other failure in the window stays a failure.  With ``variant``
+    (the compile variant that failed), a window naming variants (``variants``, ``paths``) claims only those.
     """
-    hits = [w for w in matching(version, arch, check, windows, mode) if message is None or w.explains(message)]
+    hits = [w for w in matching(version, arch, check, windows, mode)
+            if (message is None or w.explains(message))
+            and (variant is None or not (w.variants or w.paths) or w.names(variant))]
     return "; ".join(f"[{w.id}] {w.reason}" for w in hits) or None
 
 
@@ -208,6 +231,14 @@ def row_cap(version: str | None, arch: int | None, windows: list[Window] | None 
         return None
     caps = [w.max_rows for w in matching(version, arch, None, windows) if w.max_rows is not None]
     return min(caps) if caps else None
+
+
+def avoided_paths(version: str | None, arch: int | None, windows: list[Window] | None = None) -> frozenset[str]:
+    """The launch paths (:data:`PATHS`) the planner must not take with Triton ``version`` on ``arch``: those the
+    covering windows name.  Without a version or an arch (the interpreter) none."""
+    if not version or arch is None:
+        return frozenset()
+    return frozenset(p for w in matching(version, arch, None, windows) for p in w.paths)
 
 
 def excluding_windows(version: str, windows: list[Window] | None = None) -> list[Window]:
@@ -255,9 +286,9 @@ def check_installed(arch: int | None = None, windows: list[Window] | None = None
         # Kernels run compiled on a visible GPU: windows of the "gpu" mode (wrong results or slow
         # there) apply; under the interpreter only "interp" ones; without either, mode-free ones.
         mode = "interp" if interp else ("gpu" if arch is not None else None)
-        # A window with max_rows is handled: the launchers cap the tile there, so it needs no warning.
+        # A mitigated window is handled (the launchers cap the tile or take another path there): no warning.
         hits = [w for w in (_cached() if windows is None else windows)
-                if w.covers(version, arch, None, mode) and w.max_rows is None]
+                if w.covers(version, arch, None, mode) and not w.mitigated]
     except (InvalidVersion, ValueError, OSError) as exc:
         warnings.warn(f"known-bad windows unreadable: {exc}", KnownBadTritonWarning, stacklevel=2)
         return None

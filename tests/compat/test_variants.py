@@ -120,7 +120,8 @@ def test_smoke_cases_cover_everything_the_planner_picks():
 
 def test_registry_is_the_smoke_cases_with_window_skips():
     cases = smoke_cases()
-    forward = [s for s in SPECS if not s.name.startswith("sel_bwd") and "+cap" not in s.name]  # backward: own test
+    forward = [s for s in SPECS if not s.name.startswith(("sel_bwd", "sel_fwd_keymajor")) and "+cap" not in s.name]
+    # the backward and the key-major forward: own tests
     assert [s.name for s in forward] == [c.name for c in cases]
     wide = [s for s, c in zip(forward, cases) if c.rows > 32]
     assert wide, "no 64-row variant in the registry"
@@ -133,6 +134,28 @@ def test_registry_is_the_smoke_cases_with_window_skips():
             named = window.names(s.name) if window.variants else rows > window.max_rows
             assert s.skipped(version, window.arch[0]) == named, s.name  # skipped: only what the window names
             assert not s.skipped(version, 80) or 80 in window.arch
+
+
+def test_the_keymajor_variants_are_skipped_exactly_where_a_window_steers_the_planner_off():
+    """The key-major specs are in the registry, compiled wherever the planner may take the path and skipped
+    where a window names it (``paths``): there the planner runs token-major, so nothing there launches them."""
+    from nsa_triton_sel.plan.keymajor import key_major, keymajor_meta
+
+    keymajor = [s for s in SPECS if s.name.startswith("sel_fwd_keymajor")]
+    assert {s.kernel.rpartition(":")[2] for s in keymajor} == {"sel_fwd_keymajor_kernel",
+                                                                 "sel_fwd_keymajor_merge_kernel"}
+    steering = [w for w in known_bad.load() if w.paths]
+    assert steering, "no window steers the planner off a path: this test would check nothing"
+    for w in steering:
+        version = next(v for v in ("3.0.0", "3.1.0", "3.2.0", "3.6.0") if w.triton.contains(v))
+        for arch in (*w.arch, 90):
+            dev = device.Device.target(arch, version)
+            meta = keymajor_meta(h=1, Dk=128, Dv=128, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
+                                 G=4, sm_count=132, max_rows=dev.max_rows)
+            takes = key_major(meta, rows=8192 * 4, h=1, bounded=True, avoided=dev.avoided)
+            assert takes == (arch not in w.arch and dev.max_rows == 64), (w.id, arch)
+            for s in keymajor:
+                assert s.skipped(version, arch) == (arch in w.arch), (s.name, arch)
 
 
 def test_under_a_row_cap_window_the_registry_compiles_what_the_capped_planner_launches():

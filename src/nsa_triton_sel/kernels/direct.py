@@ -87,6 +87,10 @@ def sel_attn_keymajor(q, k, v, spans, *, scale=None, return_lse=False, out=None,
     pairs, num_warps, num_stages, chunk, max_rows."""
     B, S, G, h, Dk = q.shape
     dev = device_of(q.device)
+    if "keymajor" in dev.avoided:  # the compiler would crash the process: say so instead
+        raise RuntimeError(f"the key-major forward does not compile with Triton {dev.triton} on sm_{dev.arch} "
+                           "(a known-bad window names the path there: data/known_bad.toml); use selection_attention, which "
+                           "runs token-major there, or Triton >= 3.3")
     blocks = spans.dim() == 4
     plan = P.keymajor(B, S, G, h, Dk, v.shape[3], k.shape[2], spans.shape[3], dev=dev,
                       span_len=block_size if blocks else span_len, aligned=blocks, has_lse=return_lse,

@@ -84,7 +84,7 @@ def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, tr
     by_key = not (per_head or decode or traced or tokens > 1) and span_len > 0 and h <= KM.MAX_H and key_major(
         keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=blocks and not packed,
                       B=B, S=S, G=G, sm_count=dev.sm_count, max_rows=dev.max_rows),
-        rows=B * S * G, h=h, bounded=True)
+        rows=B * S * G, h=h, bounded=True, avoided=dev.avoided)
     tok, candidate = static_tokens(tokens, h, S, dev,
                                    single=per_head or decode or by_key or (traced and tokens == 0))
     args = (tuple(q.shape), T, Dv, n, blocks, positions is not None, per_head, span_len, packed, rows_as_batch,

@@ -75,11 +75,15 @@ def workspace_bytes(rows: int, per_row: int, h: int, Dv: int) -> int:
     return rows * per_row * h * (Dv + 1) * 4
 
 
-def key_major(meta: KeyMajorMeta, *, rows: int, h: int, bounded: bool) -> bool:
+def key_major(meta: KeyMajorMeta, *, rows: int, h: int, bounded: bool, avoided: frozenset[str] = frozenset()) -> bool:
     """Whether the planner takes the key-major forward (``meta``) for a call of ``rows = B x S x G`` (token,
-    group) rows; ``bounded``: the spans have a length bound (block indices, ``span_len``).  Decode, per-head
-    programs and traced launches stay token-major: the caller checks those."""
-    return h <= MAX_H and rows >= MIN_ROWS and bounded and meta.groups_per_pass > 0
+    group) rows; ``bounded``: the spans have a length bound (block indices, ``span_len``); ``avoided``: the
+    device's avoided launch paths (``Device.avoided``: a known-bad window names "keymajor" where this Triton
+    crashes compiling it).  Only full :data:`ROWS`-pair steps: a row cap (Triton 3.0/3.1 on sm_90) gives
+    32-pair steps, which those releases cannot compile.  Decode, per-head programs and traced launches stay
+    token-major: the caller checks those."""
+    return (h <= MAX_H and rows >= MIN_ROWS and bounded and meta.groups_per_pass > 0 and meta.ROWS == ROWS
+            and "keymajor" not in avoided)
 
 
 def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: int, aligned: bool, B: int, S: int,

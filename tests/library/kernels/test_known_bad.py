@@ -146,3 +146,38 @@ def test_interp_only_window_guards_only_under_the_interpreter(monkeypatch):
 def test_unknown_mode_is_rejected():
     with pytest.raises(ValueError, match="unknown modes"):
         known_bad.parse(INTERP.replace('"interp"]', '"interpreter"]'))
+
+
+PATH_TOML = """
+schema = 1
+
+[[window]]
+id = "keymajor-crash"
+triton = ">=3.0,<3.3"
+arch = [80, 89]
+checks = ["compile"]
+paths = ["keymajor"]
+reason = "the key-major kernel crashes the compiler"
+"""
+
+
+def test_a_path_window_steers_the_planner_and_claims_only_its_variants():
+    w = known_bad.parse(PATH_TOML)
+    assert known_bad.avoided_paths("3.2.0", 80, w) == {"keymajor"}
+    assert known_bad.avoided_paths("3.3.0", 80, w) == set() and known_bad.avoided_paths("3.2.0", 90, w) == set()
+    assert known_bad.avoided_paths("3.2.0", None, w) == set()  # the interpreter: no arch, nothing avoided
+    assert known_bad.expected_failure("3.1.0", 89, "compile", w, variant="sel_fwd_keymajor/bf16/dk128-dv128/h1")
+    assert known_bad.expected_failure("3.1.0", 89, "compile", w, variant="sel_fwd_keymajor_merge/bf16/h1")
+    # another kernel's crash in the same window stays a failure
+    assert known_bad.expected_failure("3.1.0", 89, "compile", w, variant="sel_fwd/ranges/bf16/dk128/h16") is None
+
+
+def test_a_path_window_is_mitigated_so_the_guard_is_silent(monkeypatch):
+    w = known_bad.parse(PATH_TOML)
+    monkeypatch.setattr(known_bad, "_installed_triton", lambda: "3.2.0")
+    assert known_bad.check_installed(arch=80, windows=w) is None
+
+
+def test_an_unknown_path_is_rejected():
+    with pytest.raises(ValueError, match="unknown paths"):
+        known_bad.parse(PATH_TOML.replace('"keymajor"', '"keymajr"'))

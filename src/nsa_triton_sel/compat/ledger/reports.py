@@ -42,7 +42,7 @@ def records_from_smoke(report: dict, base: dict, windows: list | None = None) ->
         check = backward_check(check, name)
         if check in ("compile", "backward") and verdict in BAD:
             why = known_bad.expected_failure(base["triton"], r.get("arch"), "compile", windows, base.get("mode"),
-                                             message=message)
+                                             message=message, variant=name)
             if why:
                 verdict, message = XFAIL, f"known-bad {why} | {message}"
         metrics = dict(r.get("metrics") or {})

@@ -37,16 +37,17 @@ SEL_TOK = f"{FORWARD}:sel_fwd_tok_kernel"
 
 
 def _skips(rows: int, name: str = "") -> dict | None:
-    """{triton specifier: archs} where this variant is not compiled: the variants a row-cap window
-    names (``variants``: the ones that abort there), or, for a window that names none, every variant
-    wider than its cap (the capped planner never launches those there)."""
+    """{triton specifier: archs} where this variant is not compiled: the variants of a launch path a window
+    steers the planner off (``paths``), the variants a row-cap window names (``variants``: the ones that abort
+    there), or, for a row-cap window that names none, every variant wider than its cap (the capped planner
+    never launches those there)."""
     from ... import known_bad
 
     skips = {}
     for w in known_bad.load():
-        if w.max_rows is None or not w.arch:
+        if not w.arch or (w.max_rows is None and not w.paths):
             continue
-        hit = w.names(name) if w.variants else rows > w.max_rows
+        hit = w.names(name) if (w.variants or w.paths) else rows > w.max_rows
         if hit:
             skips[str(w.triton)] = tuple(sorted(set(skips.get(str(w.triton), ())) | set(w.arch)))
     return skips or None
@@ -104,14 +105,15 @@ def registry() -> list[CompileSpec]:
             skip=_skips(rows, case.name), note=", ".join(f"{k}={v}" for k, v in case.constexprs.items()),
         ))
     specs += capped_specs(specs)
+    specs += keymajor_specs()
     specs += backward_specs()
     check_unique(specs)
     return specs
 
 
 def keymajor_specs() -> list[CompileSpec]:
-    """The key-major forward's variant classes (``variants.keymajor_variants``), skipped as the others are; not yet
-    in :func:`registry` (the README's and docs' compile counts are regenerated from lane runs that include it)."""
+    """The key-major forward's variant classes (``variants.keymajor_variants``), skipped where a window steers
+    the planner off the path."""
     from .variants import keymajor_variants
 
     return _dict_specs(keymajor_variants())

@@ -232,22 +232,22 @@ KEYMAJOR_TYPES = {
 def keymajor_variants() -> list[dict]:
     """The key-major forward's configuration classes (``plan.keymajor``), as compile-smoke specs in the format of
     :func:`backward_variants`: both dtypes, one head and up to its largest group (``MAX_H``; an odd h pads to the
-    same power of two), Dk = 128 and Dk = 192 with Dv = 128 (two Dk slices, 32-key tiles), the row-capped tiles
-    (32 pairs and keys), and the merge with and without the LSE."""
+    same power of two), Dk = 128 and Dk = 192 with Dv = 128 (two Dk slices, 32-key tiles), and the merge with
+    and without the LSE.  Only full 64-pair steps: the planner runs token-major under a row cap
+    (``plan.keymajor.key_major``)."""
     from ...plan.keymajor import MAX_H, keymajor_meta
 
     out = []
     for dtype in ("fp16", "bf16"):
-        for (Dk, Dv), h, cap in (((128, 128), 1, 64), ((128, 128), MAX_H, 64), ((192, 128), 1, 64),
-                                 ((128, 128), 1, 32)):
+        for (Dk, Dv), h in (((128, 128), 1), ((128, 128), MAX_H), ((192, 128), 1)):
             m = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192, G=4,
-                              sm_count=132, max_rows=cap)
-            tag = f"{dtype}/dk{Dk}-dv{Dv}/h{h}" + ("" if cap == 64 else f"+m{cap}")
+                              sm_count=132)
+            tag = f"{dtype}/dk{Dk}-dv{Dv}/h{h}"
             out.append({"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
                         "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
                         "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
             for has_lse in (True, False):
-                if cap != 64 or (Dk, Dv) != (128, 128):
+                if (Dk, Dv) != (128, 128):
                     break
                 ce = {**m.merge_constexprs(), "HAS_LSE": has_lse}
                 out.append({"name": f"sel_fwd_keymajor_merge/{tag}" + ("+lse" if has_lse else ""),
