@@ -65,7 +65,7 @@ class Window:
     def names(self, variant: str) -> bool:
         """Whether the window names this compile variant (one of its ``variants`` patterns, or of its
         ``paths``' variants, matches)."""
-        patterns = self.variants + tuple(PATHS[p] for p in self.paths)
+        patterns = self.variants + tuple(pat for p in self.paths for pat in PATHS[p])
         return any(fnmatch.fnmatchcase(variant, pat) for pat in patterns)
 
     def explains(self, message: str | None) -> bool:
@@ -159,7 +159,7 @@ def _max_rows(raw, wid: str, source: str) -> int | None:
 MODES = ("aot", "interp", "gpu", "cpu")
 
 # Launch paths a window can steer the planner off, with the compile variants (fnmatch) each launches.
-PATHS = {"keymajor": "sel_fwd_keymajor*"}
+PATHS = {"keymajor": ("sel_fwd_keymajor*", "sel_bwd_dq_keymajor*")}
 
 
 def _paths(raw, wid: str, source: str) -> tuple[str, ...]:

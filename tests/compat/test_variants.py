@@ -10,9 +10,9 @@ import pytest
 
 from nsa_triton_sel import device, known_bad, plan
 from nsa_triton_sel.compat.registry.compile_spec import derive_signature, load_object
-from nsa_triton_sel.compat.registry.specs import SPECS, backward_specs, uncovered_kernels
+from nsa_triton_sel.compat.registry.specs import SPECS, backward_specs, keymajor_specs, uncovered_kernels
 from nsa_triton_sel.compat.registry.variants import (BACKWARD_MODULE, _features, _sweep, _tile_class,
-                                                     backward_variants, smoke_cases)
+                                                     backward_variants, keymajor_variants, smoke_cases)
 from nsa_triton_sel.plan import tiles as M
 from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
 
@@ -20,7 +20,8 @@ from nsa_triton_sel.plan.backward import backward_meta, dq_tokens_per_program
 @pytest.mark.parametrize("full", [False, True])
 def test_every_backward_kernel_is_registered(full):
     specs = backward_specs(full)
-    assert uncovered_kernels(BACKWARD_MODULE, specs) == []
+    # the key-major dq is registered with the key-major forward (its configuration is the forward's)
+    assert uncovered_kernels(BACKWARD_MODULE, specs + keymajor_specs()) == []
     assert len({s.name for s in specs}) == len(specs)
     if not full:
         from nsa_triton_sel.compat.registry.variants import SMOKE_SUBSET
@@ -29,7 +30,7 @@ def test_every_backward_kernel_is_registered(full):
 
 
 def test_variants_name_exactly_the_kernels_constexprs():
-    for d in backward_variants(full=True):
+    for d in backward_variants(full=True) + keymajor_variants():
         fn = load_object(d["kernel"])
         types, constexprs = derive_signature(fn, d)  # raises on a missing or unknown constexpr
         assert set(constexprs) == set(d["constexprs"]), d["name"]

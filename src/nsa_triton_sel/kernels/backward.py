@@ -20,6 +20,12 @@ Launched in this order by ``launch.backward``:
   the dO it reads anyway), so there is no separate preprocessing pass.  With ``LOAD_DELTA``
   (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.  It
   subtracts ``dlse`` (loaded per row, a stride-0 zero when the LSE has no gradient) either way.
+- for small groups, where the forward ran key-major (``plan.call``: ``Plan.dq_groups_per_pass``), the dq kernel
+  above is replaced by :func:`sel_bwd_dq_keymajor_delta_kernel` (delta = ``rowsum(dO * O) - dlse`` and the
+  non-finite flag, a streaming pass over O, dO and q) and :func:`sel_bwd_dq_keymajor_kernel`: the key-major forward's walk over its reader list (each key tile's K and V
+  loaded once for every (token, head) that selected it), one float32 partial dq per (row, key tile, head) in its
+  own slot, summed per row in slot order by :func:`sel_bwd_dq_keymajor_merge_kernel`; in passes over the KV heads
+  (the workspace bound of the forward).  A tile with a non-finite k or v value gives NaN to its readers' dq only.
 - :func:`sel_bwd_reader_keys_kernel`, :func:`sel_bwd_reader_entries_kernel`: the reader list of the dk/dv
   kernel (``readers.py``): each row's (span, key tile) pairs as unique int64 keys, sorted by torch, then
   decoded into the entries below.
@@ -742,3 +748,219 @@ def sel_bwd_reader_entries_kernel(
     hi = tl.minimum(tl.maximum(end - k0, 0), BLOCK_N)  # [BLOCK]
     tl.store(ENTRIES + offs * 2, tl.where(live, s, 0).to(tl.int32), mask=ok)
     tl.store(ENTRIES + offs * 2 + 1, tl.where(live, lo | (hi << 16), 0).to(tl.int32), mask=ok)
+
+
+# -- key-major dq (small groups): one program per chunk of a key tile's readers, partial dq summed per row --
+
+
+@triton.jit
+def sel_bwd_dq_keymajor_delta_kernel(
+    Q, O, DO, DLSE, DELTA, NONFINITE,
+    S, G, h, Dk, Dv, n_rows,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    so_b, so_s, so_g, so_h, so_d,
+    sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+    sdl_b, sdl_s, sdl_g, sdl_h,
+    ROWS: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    LOAD_DELTA: tl.constexpr,
+):
+    """delta of ``ROWS`` (token, group, head) rows for the key-major dq: ``rowsum(dO * O) - dlse`` in float32
+    (with ``LOAD_DELTA``, ``rowsum(dO * O)`` was computed before from O recomputed in fp32), stored in ``DELTA``
+    (contiguous ``[B, S, G, h]``); raises ``NONFINITE`` when a row's q or dO is not finite (the token-major dq
+    kernels do both on the way)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # [ROWS] row ((b * S + s) * G + g) * h + head
+    ok = r < n_rows  # [ROWS]
+    head = r % h
+    g = (r // h) % G
+    s = (r // (h * G)) % S
+    b = r // (h * G * S)
+    do = _gather_rows(DO, b * sdo_b + s * sdo_s + g * sdo_g + head * sdo_h, ok, sdo_d, Dv, 0, BLOCK_DV,
+                      False)  # [ROWS, BLOCK_DV]
+    if LOAD_DELTA:
+        delta = tl.load(DELTA + r, mask=ok, other=0.0)  # [ROWS]
+    else:
+        o = _gather_rows(O, b * so_b + s * so_s + g * so_g + head * so_h, ok, so_d, Dv, 0, BLOCK_DV,
+                         False)  # [ROWS, BLOCK_DV]
+        delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [ROWS]
+    delta -= tl.load(DLSE + b * sdl_b + s * sdl_s + g * sdl_g + head * sdl_h, mask=ok, other=0.0)
+    tl.store(DELTA + r, delta, mask=ok)
+    q1, q2 = _load_q(Q, b * sq_b + s * sq_s + g * sq_g + head * sq_h, ok, sq_d, Dk, DK1, DK2,
+                     False)  # [ROWS, DK1], [ROWS, DK2]
+    _flag_nonfinite(NONFINITE, q1, q2, do, DK2)
+
+
+@triton.jit
+def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, scale,
+                      k1, k2, v, bad,
+                      sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+                      sd_b, sd_s, sd_g, sd_h,
+                      BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                      DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
+    """The partial dq of (entry, head) pairs ``[ROWS]`` against the program's key tile, ``scale * dS K`` over
+    the keys ``[lo, hi)`` of the tile its entry reads, stored at the pair's slot ``origin * h + head`` of ``DQP``
+    (float32 ``[slots, h, Dk]``).  ``ISOLATE``: the tile holds a non-finite k or v value (loaded as 0); a pair
+    that reads its key gets NaN (as in exact arithmetic), the others stay finite."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    tok, bnd = _readers(ENTRIES, ent, ok)  # [ROWS] x 2; bnd 0 on masked pairs: no key
+    slot = tl.load(ORIGIN + ent, mask=ok, other=0) * h + head  # [ROWS] int64
+    tok64 = tok.to(tl.int64)
+    head64 = head.to(tl.int64)
+    q1, q2 = _load_q(Q, b * sq_b + tok64 * sq_s + g * sq_g + head64 * sq_h, ok, sq_d, Dk, DK1, DK2,
+                     DOT_F32)  # [ROWS, DK1], [ROWS, DK2]
+    do = _gather_rows(DO, b * sdo_b + tok64 * sdo_s + g * sdo_g + head64 * sdo_h, ok, sdo_d, Dv, 0, BLOCK_DV,
+                      DOT_F32)  # [ROWS, BLOCK_DV]
+    lse2 = _log2_lse(tl.load(LSE + b * sl_b + tok64 * sl_s + g * sl_g + head64 * sl_h, mask=ok, other=0.0))
+    delta = tl.load(DELTA + b * sd_b + tok64 * sd_s + g * sd_g + head64 * sd_h, mask=ok, other=0.0)  # [ROWS]
+    # -- P from the forward's LSE over the keys each pair reads; dS = P * (dO V^T - delta) --
+    s = tl.dot(q1, tl.trans(k1))  # [ROWS, BLOCK_N] fp32
+    if DK2 > 0:
+        s += tl.dot(q2, tl.trans(k2))
+    lo = bnd & 0xFFFF  # [ROWS]
+    hi = bnd >> 16  # [ROWS]
+    inside = (offs_n[None, :] >= lo[:, None]) & (offs_n[None, :] < hi[:, None])  # [ROWS, BLOCK_N]
+    p = tl.where(inside, tl.exp2(_at_most_0(s * qk_scale - lse2[:, None])), 0.0)  # [ROWS, BLOCK_N]
+    dp = tl.dot(do, tl.trans(v))  # [ROWS, BLOCK_N]: dO V^T
+    # where, not p * ...: a key the pair does not read stays out of its dq
+    ds = tl.where(inside, p * (dp - delta[:, None]), 0.0).to(k1.dtype)  # [ROWS, BLOCK_N]
+    dq1 = tl.dot(ds, k1) * scale  # [ROWS, DK1]
+    if ISOLATE:
+        reads_bad = tl.max((inside & bad[None, :]).to(tl.int32), 1) > 0  # [ROWS]
+        dq1 = tl.where(reads_bad[:, None], float("nan"), dq1)
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], dq1, mask=ok[:, None] & (offs_d1[None, :] < Dk))
+    if DK2 > 0:
+        dq2 = tl.dot(ds, k2) * scale  # [ROWS, DK2]
+        if ISOLATE:
+            dq2 = tl.where(reads_bad[:, None], float("nan"), dq2)
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], dq2, mask=ok[:, None] & (offs_d2[None, :] < Dk))
+
+
+@triton.jit
+def sel_bwd_dq_keymajor_kernel(
+    Q, K, V, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, CHUNKS,
+    G, h, Dk, Dv, T, NT, qk_scale, scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d,
+    sk_b, sk_g, sk_t, sk_d,
+    sv_b, sv_g, sv_t, sv_d,
+    sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+    sl_b, sl_s, sl_g, sl_h,
+    sd_b, sd_s, sd_g, sd_h,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HP: tl.constexpr,
+    DK1: tl.constexpr,
+    DK2: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Partial dq of one chunk of one key tile's readers (key-major, for small groups): the key-major forward's
+    walk (``forward.sel_fwd_keymajor_kernel``, the same reader list and slots) with the dq step.
+
+    The K and V tile are loaded once; the chunk's (entry, head) pairs are walked ``ROWS`` at a time, ``ROWS // HP``
+    whole entries a step.  ``DELTA`` float32 ``[B, S, G, h]`` (any strides) is ``rowsum(dO * O) - dlse``, computed
+    before.  Each pair's partial goes to its own slot of ``DQP``; :func:`sel_bwd_dq_keymajor_merge_kernel` sums a
+    row's partials in slot order (deterministic, no atomics).
+    """
+    qk_scale = tl.cast(qk_scale, tl.float32)
+    scale = tl.cast(scale, tl.float32)
+    # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
+    chunk = CHUNKS + tl.program_id(0).to(tl.int64) * 4
+    tile_id = tl.load(chunk)
+    if tile_id < 0:
+        return
+    e0 = tl.load(chunk + 1)
+    e1 = tl.load(chunk + 2)
+    bg = tile_id // NT
+    b = bg // G
+    g = bg % G
+    k0 = (tile_id % NT) * BLOCK_N
+
+    # -- the key and value tiles, loaded once --
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
+    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
+    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
+    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
+    if DK2 > 0:
+        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
+        bad_k = tl.max((~(tl.abs(k2.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0  # [BLOCK_N]
+    else:
+        k2 = k1  # placeholder, never used
+        bad_k = offs_n < 0  # [BLOCK_N] all false
+    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    # [BLOCK_N]: keys with a non-finite k or v value (NaN fails the comparison too)
+    bad = (tl.max((~(tl.abs(k1.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0) | bad_k
+    bad = bad | (tl.max((~(tl.abs(v.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0)
+
+    # -- the chunk's (entry, head) pairs; the isolating step only where the tiles are not all finite --
+    r = tl.arange(0, ROWS)  # [ROWS]
+    r_ent = r // HP  # [ROWS]
+    head = r % HP  # [ROWS]
+    if tl.max(bad.to(tl.int32), 0) == 0:
+        for e in range(e0, e1, ROWS // HP):
+            ok = (e + r_ent < e1) & (head < h)  # [ROWS]
+            _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
+                              qk_scale, scale, k1, k2, v, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
+                              sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
+                              BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
+    else:
+        k1 = tl.where(bad[:, None], 0.0, k1).to(k1.dtype)
+        if DK2 > 0:
+            k2 = tl.where(bad[:, None], 0.0, k2).to(k2.dtype)
+        v = tl.where(bad[:, None], 0.0, v).to(v.dtype)
+        for e in range(e0, e1, ROWS // HP):
+            ok = (e + r_ent < e1) & (head < h)  # [ROWS]
+            _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
+                              qk_scale, scale, k1, k2, v, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
+                              sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
+                              BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
+
+
+@triton.jit
+def sel_bwd_dq_keymajor_merge_kernel(
+    DQP, SPANS, DQ,
+    S, G, h, Dk, n_spans, T, per_row, n_rows,
+    sr_b, sr_s, sr_g, sr_n, sr_e,
+    sdq_b, sdq_s, sdq_g, sdq_h, sdq_d,
+    BLOCK_N: tl.constexpr,
+    PAIRS: tl.constexpr,
+    HP: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+):
+    """Sum the key-major partial dq of ``PAIRS // HP`` rows in slot order and store dq (q's dtype).
+
+    A row's partials are counted from its spans as ``forward.sel_fwd_keymajor_merge_kernel`` counts them (the
+    key tiles its clamped spans touch, at most ``per_row``), so the sum's order does not depend on which program
+    computed which partial.  A row without keys gets zeros.
+    """
+    # -- the (row, head) pairs of this program: row (b * S + s) * G + g --
+    r = tl.arange(0, PAIRS)  # [PAIRS]
+    row = tl.program_id(0).to(tl.int64) * (PAIRS // HP) + r // HP  # [PAIRS]
+    head = r % HP  # [PAIRS]
+    ok = (row < n_rows) & (head < h)  # [PAIRS]
+    g = row % G
+    s = (row // G) % S
+    b = row // (G * S)
+    # -- how many partials each row has --
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    s_ok = ok[:, None] & (offs_s < n_spans)[None, :]  # [PAIRS, BLOCK_S]
+    span = SPANS + (b * sr_b + s * sr_s + g * sr_g)[:, None] + offs_s.to(tl.int64)[None, :] * sr_n
+    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
+    tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
+    total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
+    # -- the sum, in slot order --
+    offs_d = tl.arange(0, BLOCK_DK)  # [BLOCK_DK]
+    acc = tl.zeros((PAIRS, BLOCK_DK), tl.float32)  # [PAIRS, BLOCK_DK]
+    for k in range(0, per_row):
+        live = ok & (k < total)  # [PAIRS]
+        slot = (row * per_row + k) * h + head  # [PAIRS]
+        acc += tl.load(DQP + slot[:, None] * Dk + offs_d[None, :],  # [PAIRS, BLOCK_DK]
+                       mask=live[:, None] & (offs_d[None, :] < Dk), other=0.0)
+    dq_off = b * sdq_b + s * sdq_s + g * sdq_g + head.to(tl.int64) * sdq_h  # [PAIRS]
+    tl.store(DQ + dq_off[:, None] + offs_d[None, :] * sdq_d, acc.to(DQ.dtype.element_ty),  # [PAIRS, BLOCK_DK]
+             mask=ok[:, None] & (offs_d[None, :] < Dk))

@@ -17,7 +17,7 @@ import torch
 from .. import plan as P
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
-from ..plan.keymajor import MERGE_WARPS
+from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
 from . import bind, forward as fwd_kernels, params
@@ -234,7 +234,10 @@ def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale:
         launch(p.delta_forward, q, k, v, ranges, scale=scale, out=o32)
         torch.sum(grad_out.float() * o32, dim=-1, out=delta)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # raised by the dq kernel, read by dk/dv
-    _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
+    if p.dq_groups_per_pass:
+        _launch_dq_keymajor(p, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, scale)
+    else:
+        _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
     readers = reader_list(ranges, T, meta, per_row=p.reader_per_row, chunk=p.reader_chunk)
     _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers, meta, scale)
     return dq, dk, dv
@@ -254,6 +257,45 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
         return
     bwd_kernels.sel_bwd_dq_kernel[(B * S, G * -(-h // meta.BLOCK_H))](
         *params.packer(bwd_kernels.sel_bwd_dq_kernel)(**named), num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
+
+
+def _launch_dq_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, sc: float):
+    """The key-major dq (small groups): delta and the non-finite flag first (one streaming kernel), then per pass
+    over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list, one float32 partial dq per
+    (row, key tile, head) and their sum in slot order."""
+    B, S, G, h, Dk = q.shape
+    meta = p.forward.meta
+    n_rows = B * S * G * h
+    fn = bwd_kernels.sel_bwd_dq_keymajor_delta_kernel
+    fn[(P.cdiv(n_rows, DELTA_ROWS),)](
+        *params.packer(fn)(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, NONFINITE=nonfinite, S=S, G=G, h=h,
+                           Dk=Dk, Dv=v.shape[3], n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=grad_out.stride(),
+                           sdl=grad_lse.stride()),
+        num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(Dk, load_delta=p.delta_forward is not None))
+    gpp = p.dq_groups_per_pass
+    dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=torch.float32, device=q.device)
+    for g0 in range(0, G, gpp):
+        g = slice(g0, min(g0 + gpp, G))
+        _dq_keymajor_pass(meta, q[:, :, g], k[:, g], v[:, g], lse[:, :, g], grad_out[:, :, g], delta[:, :, g],
+                          dq[:, :, g], ranges[:, :, g], dqp, sc)
+
+
+def _dq_keymajor_pass(meta, q, k, v, lse, grad_out, delta, dq, ranges, dqp, sc: float):
+    B, S, G, h, Dk = q.shape
+    T, Dv = k.shape[2], v.shape[3]
+    readers = keymajor_reader_list(ranges, T, meta)
+    fn = bwd_kernels.sel_bwd_dq_keymajor_kernel
+    fn[(readers.chunks.shape[0],)](
+        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DQP=dqp, ENTRIES=readers.entries,
+                           ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
+                           NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(),
+                           sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride()),
+        num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.kernel_constexprs())
+    merge = bwd_kernels.sel_bwd_dq_keymajor_merge_kernel
+    merge[(P.cdiv(B * S * G, meta.merge_rows_per_program()),)](
+        *params.packer(merge)(DQP=dqp, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk, n_spans=ranges.shape[3], T=T,
+                              per_row=meta.per_row, n_rows=B * S * G, sr=ranges.stride(), sdq=dq.stride()),
+        num_warps=MERGE_WARPS, num_stages=1, **meta.dq_merge_constexprs(Dk))
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: ReaderList, meta: BackwardMeta,

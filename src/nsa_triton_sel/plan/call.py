@@ -38,6 +38,7 @@ class Plan:
     reader_per_row: int  # the backward's reader list: at most this many entries per row (entries_per_row)
     reader_chunk: int  # entries per dk/dv program
     delta_forward: Launch | None = None  # backward delta="fp32": the forward that recomputes O in fp32
+    dq_groups_per_pass: int = 0  # the key-major dq (with a key-major forward): KV heads per pass; 0: token-major dq
 
 
 @dataclass
@@ -113,5 +114,7 @@ def _build(sig: _Signature, tok: int) -> Plan:
     if bwd.delta == "fp32":
         delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
                                   dot_f32=dot_f32)
+    # small groups: dq key-major too, on the forward's reader list (its workspace bounded as the forward's)
+    dq_gpp = KM.dq_groups_per_pass(fwd.meta, rows=B0 * S0, h=h, Dk=Dk, G=G) if by_key else 0
     return Plan(fwd, bwd, tok, rows_as_batch, per_row, bwd.chunk_for(B0 * S0 * G * per_row, h, dev.sm_count),
-                delta_forward)
+                delta_forward, dq_gpp)

@@ -34,6 +34,9 @@ ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the devic
 PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
 MERGE_PAIRS = 64  # (row, head) pairs per merge program
 MERGE_WARPS = 4
+DQ_WARPS = 4
+DQ_STAGES = 1  # H100, 32K: backward 25.4 ms against 28.1 with 3 stages at h = 1, 20.0 against 23.0 at h = 4
+DELTA_ROWS = 64  # (token, group, head) rows per program of the key-major dq's delta pass
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class KeyMajorMeta(_Constexprs):
     per_row: int  # the reader list's entries (partials) per row: a bound from the shapes
     chunk: int  # entries per program
     groups_per_pass: int  # KV heads per pass (the workspace of one pass stays under WORKSPACE_BYTES)
+    dq_warps: int = DQ_WARPS  # the key-major dq kernel's launch (its dots: scores, dO V^T and dS K per step)
+    dq_stages: int = DQ_STAGES
 
     def kernel_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
@@ -62,6 +67,14 @@ class KeyMajorMeta(_Constexprs):
     def merge_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "PAIRS": max(MERGE_PAIRS, self.HP), "HP": self.HP, "BLOCK_S": self.BLOCK_S,
                 "BLOCK_DV": self.BLOCK_DV, "HAS_LSE": self.HAS_LSE}
+
+    def dq_merge_constexprs(self, Dk: int) -> dict:
+        return {"BLOCK_N": self.BLOCK_N, "PAIRS": max(MERGE_PAIRS, self.HP), "HP": self.HP, "BLOCK_S": self.BLOCK_S,
+                "BLOCK_DK": max(MIN_DOT, next_pow2(Dk))}
+
+    def delta_constexprs(self, Dk: int, load_delta: bool = False) -> dict:
+        return {"ROWS": DELTA_ROWS, "DK1": self.DK1, "DK2": self.DK2, "BLOCK_DV": self.BLOCK_DV,
+                "LOAD_DELTA": load_delta}
 
     def reader_keys_constexprs(self) -> dict:
         return reader_keys_constexprs(self.BLOCK_N, self.BLOCK_S, self.per_row)
@@ -73,6 +86,22 @@ class KeyMajorMeta(_Constexprs):
 def workspace_bytes(rows: int, per_row: int, h: int, Dv: int) -> int:
     """Bytes of the partial results: ``Dv`` float32 values and a float32 LSE per (row, tile, head)."""
     return rows * per_row * h * (Dv + 1) * 4
+
+
+def kv_heads_per_pass(one: int, G: int) -> int:
+    """KV heads per pass when one KV head's workspace is ``one`` bytes: the workspace of a pass stays under
+    :data:`WORKSPACE_BYTES`; 0 where not even one KV head's fits."""
+    if one > WORKSPACE_BYTES:
+        return 0
+    passes = max(-(-one * G // WORKSPACE_BYTES), 1)
+    return min(-(-G // passes), G)
+
+
+def dq_groups_per_pass(meta: KeyMajorMeta, *, rows: int, h: int, Dk: int, G: int) -> int:
+    """KV heads per pass of the key-major dq (``rows = B x S`` tokens; a float32 partial dq per (row, tile,
+    head)), 0 where one KV head's partials would pass :data:`WORKSPACE_BYTES` (the backward then runs the
+    token-major dq)."""
+    return kv_heads_per_pass(rows * meta.per_row * h * Dk * 4, G)
 
 
 def key_major(meta: KeyMajorMeta, *, rows: int, h: int, bounded: bool, avoided: frozenset[str] = frozenset()) -> bool:
@@ -111,9 +140,7 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
         raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
     per_row = entries_per_row(max(n_spans, 1), T, bn, span_len, aligned)
     if groups_per_pass is None:
-        one = workspace_bytes(B * S, per_row, h, Dv)  # one KV head's
-        passes = -(-one * G // WORKSPACE_BYTES)
-        groups_per_pass = 0 if one > WORKSPACE_BYTES else -(-G // max(passes, 1))
+        groups_per_pass = kv_heads_per_pass(workspace_bytes(B * S, per_row, h, Dv), G)
     elif not 1 <= groups_per_pass:
         raise ValueError(f"groups_per_pass={groups_per_pass}: need at least 1")
     gpp = min(groups_per_pass, G) if groups_per_pass else 0

@@ -37,13 +37,13 @@ def check_ranges(kw, span_len, dtype, device, seed, check=check_against_oracle, 
     return out
 
 
-def blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions=False):
+def blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions=False, Dv=None):
     gen = torch.Generator().manual_seed(seed)
     pos = (torch.arange(S) + (T - S)) if positions else None
     blocks = nsa_block_indices(B, S, G, T, bs, n, "random", gen, pos)
     q = torch.randn(B, S, G, h, D, generator=gen).to(dtype)
     k = torch.randn(B, G, T, D, generator=gen).to(dtype)
-    v = torch.randn(B, G, T, D, generator=gen).to(dtype)
+    v = torch.randn(B, G, T, Dv or D, generator=gen).to(dtype)
     pos_d = pos.to(device) if pos is not None else None
     return q.to(device), k.to(device), v.to(device), blocks.to(device), pos_d
 
@@ -68,3 +68,38 @@ def inf_value_case(dtype, device):
     assert torch.isfinite(out[0, 1]).all(), "a row that never read the inf value got a non-finite output"
     bad = ~torch.isfinite(out[0, 0, 0])  # [h, Dv]: the reader's column 3 only
     assert bad[:, 3].all() and not bad[:, :3].any() and not bad[:, 4:].any(), out[0, 0, 0]
+
+
+def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv=None, lse_grad=False,
+                             positions=False, tol=2e-2):
+    """The operator on block indices, where the planner takes the key-major forward and dq: its output and the
+    gradients of q, k and v (through the LSE output too, with ``lse_grad``) against float64 autograd of the
+    oracle, on the same random output gradients."""
+    from nsa_triton_sel import plan, reference, selection_attention
+
+    q, k, v, blocks, pos = blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions, Dv)
+    p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=bs, packed=False)
+    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    res = selection_attention(*xs, block_indices=blocks, block_size=bs, positions=pos, return_lse=lse_grad)
+    out, lse = res if lse_grad else (res, None)
+    gen = torch.Generator().manual_seed(seed + 1)
+    go = torch.randn(out.shape, generator=gen).to(device)
+    gl = torch.randn(out.shape[:-1], generator=gen).to(device) if lse_grad else None
+    loss = (out.float() * go).sum() + ((lse.float() * gl).sum() if lse_grad else 0.0)
+    loss.backward()
+    r = block_indices_to_ranges(blocks, bs, T, pos).cpu()
+    ys = [x.detach().cpu().double().requires_grad_() for x in (q, k, v)]
+    want = reference.oracle(*ys, r, return_lse=lse_grad)
+    want_out, want_lse = want if lse_grad else (want, None)
+    ref_loss = (want_out * go.cpu().double()).sum()
+    if lse_grad:
+        ref_loss = ref_loss + (torch.where(torch.isfinite(want_lse), want_lse, 0.0) * gl.cpu().double()).sum()
+    ref_loss.backward()
+    what = f"keymajor grads B={B} S={S} G={G} h={h} D={D} Dv={Dv} T={T} {dtype} seed={seed}"
+    assert (out.detach().cpu().double() - want_out).abs().max() < 5e-3 * 4, what
+    for name, x, y in zip("qkv", xs, ys):
+        err = (x.grad.cpu().double() - y.grad).abs().max()
+        bound = tol * max(1.0, float(y.grad.abs().max()))
+        assert err < bound, f"d{name}: {err:.3e} >= {bound:.3e} ({what})"
+    return xs

@@ -70,3 +70,59 @@ def test_operator_takes_keymajor_for_small_groups(h):
     out = selection_attention(q, k, v, block_indices=blocks, block_size=64)
     want = direct.sel_attn_ranges(q, k, v, block_indices_to_ranges(blocks, 64, 4096))
     assert (out.float() - want.float()).abs().max() < 2e-2
+
+
+@pytest.fixture
+def keymajor_from_few_rows(monkeypatch):
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("nsa_triton_sel.plan.keymajor"), "MIN_ROWS", 1)
+    caches.clear()
+    yield
+    caches.clear()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [
+    dict(B=1, S=300, G=2, h=1, D=128, T=700, bs=64, n=8, positions=True),
+    dict(B=2, S=150, G=1, h=3, D=64, Dv=128, T=333, bs=32, n=5, lse_grad=True),
+    dict(B=1, S=200, G=2, h=4, D=192, Dv=128, T=400, bs=64, n=4),
+], ids=["h1-nsa", "h3-dv128-lse-grad", "h4-dk192"])
+def test_keymajor_dq_gradients(keymajor_from_few_rows, case, dtype):
+    case = dict(case)
+    args = [case.pop(x) for x in ("B", "S", "G", "h", "D", "T", "bs", "n")]
+    C.check_operator_gradients(*args, dtype, DEV, seed=fresh_seed(), **case)
+
+
+def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph():
+    q, k, v, blocks, pos = C.blocks_case(1, 2048, 4, 2, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed(),
+                                         positions=True)
+    p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=64, packed=False)
+    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0
+    xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    go = torch.randn(q.shape[:-1] + (v.shape[-1],), device=DEV, dtype=q.dtype)
+
+    def step():
+        for x in xs:
+            x.grad = None
+        selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos).backward(go)
+        return [x.grad.clone() for x in xs]
+
+    first, second = step(), step()
+    for a, b, name in zip(first, second, "qkv"):
+        assert torch.equal(a, b), f"d{name} differs between two runs"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    for x in xs:
+        x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos)
+        out.backward(go)
+    graph.replay()
+    torch.cuda.synchronize()
+    for x, want, name in zip(xs, first, "qkv"):
+        assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"

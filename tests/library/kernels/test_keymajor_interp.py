@@ -66,7 +66,7 @@ def test_operator_takes_keymajor_and_differentiates_through_it(keymajor_from_few
 
     q, k, v, blocks, _ = C.blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.float16, "cpu", seed=5)
     p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=16, packed=False)
-    assert p.forward.kernel == "keymajor"
+    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass == 2
     xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     out = selection_attention(*xs, block_indices=blocks, block_size=16)
     go = torch.randn_like(out)
@@ -80,3 +80,51 @@ def test_operator_takes_keymajor_and_differentiates_through_it(keymajor_from_few
     assert (out.double() - want).abs().max() < 5e-3
     for x, y in zip(xs, ys):
         assert (x.grad.double() - y.grad).abs().max() < 2e-2 * max(1.0, float(y.grad.abs().max()))
+
+
+@pytest.mark.parametrize("case", [
+    dict(B=1, S=20, G=2, h=1, D=32, T=150, bs=16, n=4, positions=True),  # multi-span rows, partial last tile
+    dict(B=2, S=9, G=1, h=3, D=16, Dv=48, T=65, bs=16, n=3, lse_grad=True),  # odd h, Dk != Dv, the LSE's gradient
+    dict(B=1, S=6, G=1, h=2, D=192, Dv=64, T=70, bs=32, n=2),  # Dk = 192: two Dk slices, 32-key tiles
+], ids=["h1-multispan-positions", "h3-dv48-lse-grad", "dk192"])
+def test_keymajor_dq_gradients_against_float64(keymajor_from_few_rows, case):
+    case = dict(case)
+    args = [case.pop(x) for x in ("B", "S", "G", "h", "D", "T", "bs", "n")]
+    C.check_operator_gradients(*args, torch.float16, "cpu", seed=sum(args), **case)
+
+
+def test_keymajor_dq_in_passes_of_kv_heads(keymajor_from_few_rows, monkeypatch):
+    import importlib
+
+    km = importlib.import_module("nsa_triton_sel.plan.keymajor")
+    monkeypatch.setattr(km, "WORKSPACE_BYTES", 40_000)  # one KV head's partials per pass: 3 passes
+    caches.clear()
+    C.check_operator_gradients(1, 12, 3, 2, 16, 60, 16, 3, torch.float16, "cpu", seed=7)
+
+
+def test_keymajor_dq_keeps_an_inf_key_to_its_readers(keymajor_from_few_rows):
+    """``k[key 0] = inf`` in a tile that token 0 reads and token 1 does not: only token 0's dq is not finite."""
+    q, k, v, blocks, _ = C.blocks_case(1, 2, 1, 2, 16, 32, 4, 1, torch.float16, "cpu", seed=3)
+    blocks = torch.tensor([0, 1], dtype=torch.int32).view(1, 2, 1, 1)  # token 0: keys 0..3, token 1: keys 4..7
+    k[0, 0, 0, 5] = float("inf")
+    q = q.requires_grad_()
+    pos = torch.tensor([10, 11])  # both past their blocks: nothing clamped; both blocks lie in key tile 0
+    out = selection_attention(q, k, v, block_indices=blocks, block_size=4, positions=pos)
+    out.sum().backward()
+    assert torch.isfinite(q.grad[0, 1]).all(), "a token that never read the inf key got a non-finite dq"
+    assert not torch.isfinite(q.grad[0, 0]).all()
+
+
+def test_keymajor_backward_keeps_a_nan_query_to_its_own_keys(keymajor_from_few_rows):
+    """A NaN in token 0's q: the delta pass raises the non-finite flag, so the dk/dv kernel isolates the row;
+    only token 0's dq and the dk, dv of the keys it read may be NaN."""
+    q, k, v, _, _ = C.blocks_case(1, 2, 1, 2, 16, 32, 4, 1, torch.float16, "cpu", seed=4)
+    blocks = torch.tensor([0, 1], dtype=torch.int32).view(1, 2, 1, 1)  # token 0: keys 0..3, token 1: keys 4..7
+    q[0, 0, 0, 1, 3] = float("nan")
+    xs = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = selection_attention(*xs, block_indices=blocks, block_size=4, positions=torch.tensor([10, 11]))
+    out.sum().backward()
+    dq, dk, dv = (x.grad[0] for x in xs)
+    assert torch.isfinite(dq[1]).all() and not torch.isfinite(dq[0]).all()
+    assert torch.isfinite(dk[0, 4:]).all() and torch.isfinite(dv[0, 4:]).all(), "keys token 0 never read got NaN"
+    assert not torch.isfinite(dk[0, :4]).all()

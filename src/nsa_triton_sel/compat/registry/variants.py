@@ -225,7 +225,8 @@ FORWARD_MODULE = "nsa_triton_sel.kernels.forward"
 # The key-major forward's pointers of another element type, and its UPPERCASE sizes.
 KEYMAJOR_TYPES = {
     "OP": "*fp32", "LP": "*fp32", "LSE": "*fp32", "SPANS": "*i32", "ENTRIES": "*i32", "ORIGIN": "*i64",
-    "CHUNKS": "*i64", "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
+    "CHUNKS": "*i64", "S": "i32", "G": "i32", "T": "i32", "NT": "i32", "DQP": "*fp32", "DELTA": "*fp32",
+    "DLSE": "*fp32", "NONFINITE": "*i32",
 }
 
 
@@ -233,7 +234,7 @@ def keymajor_variants() -> list[dict]:
     """The key-major forward's configuration classes (``plan.keymajor``), as compile-smoke specs in the format of
     :func:`backward_variants`: both dtypes, one head and up to its largest group (``MAX_H``; an odd h pads to the
     same power of two), Dk = 128 and Dk = 192 with Dv = 128 (two Dk slices, 32-key tiles), and the merge with
-    and without the LSE.  Only full 64-pair steps: the planner runs token-major under a row cap
+    and without the LSE; the key-major dq (the backward's, on the same configuration) and its merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
     from ...plan.keymajor import MAX_H, keymajor_meta
 
@@ -246,6 +247,19 @@ def keymajor_variants() -> list[dict]:
             out.append({"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
                         "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
                         "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
+            out.append({"name": f"sel_bwd_dq_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_kernel",
+                        "constexprs": m.kernel_constexprs(), "num_warps": m.dq_warps, "num_stages": m.dq_stages,
+                        "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
+            if h == 1:  # the delta pass has no head dimension of its own
+                out.append({"name": f"sel_bwd_dq_keymajor_delta/{dtype}/dk{Dk}-dv{Dv}",
+                            "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_delta_kernel",
+                            "constexprs": m.delta_constexprs(Dk), "num_warps": 4, "num_stages": 1, "dtype": dtype,
+                            "types": dict(KEYMAJOR_TYPES), "rows": 0})
+            if (Dk, Dv) == (128, 128):
+                out.append({"name": f"sel_bwd_dq_keymajor_merge/{tag}",
+                            "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_merge_kernel",
+                            "constexprs": m.dq_merge_constexprs(Dk), "num_warps": 4, "num_stages": 1, "dtype": dtype,
+                            "types": dict(KEYMAJOR_TYPES), "rows": 0})
             for has_lse in (True, False):
                 if (Dk, Dv) != (128, 128):
                     break
