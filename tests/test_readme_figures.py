@@ -131,8 +131,9 @@ def test_the_compatibility_summary_is_matrix_mds():
     for row in main:
         for gpu in (g.split(" (")[0] for g in row[11].split(", ") if g not in ("stale", "—", "**no**")):
             by_gpu.setdefault(gpu, []).append(row[0])
-    assert by_gpu, "no release has GPU evidence about today's kernels: update the README"
     text = " ".join(README.split())  # the README's line breaks fall anywhere in a sentence
+    # no GPU verdict about today's kernels: the README says so instead of naming releases
+    assert bool(by_gpu) != ("no release has GPU evidence about the current kernel sources" in text), by_gpu
     for gpu, admitted in by_gpu.items():
         listed = ", ".join(admitted[:-1]) + " and " + admitted[-1] if len(admitted) > 1 else admitted[0]
         assert f"on an {gpu}, Triton {listed} have passed" in text or f"Triton {listed} on an {gpu}" in text, (gpu, listed)

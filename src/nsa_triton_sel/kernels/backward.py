@@ -754,6 +754,13 @@ def sel_bwd_reader_entries_kernel(
 
 
 @triton.jit
+def _nonfinite(x):
+    """1 where ``x`` is not finite (NaN fails the comparison too), else 0, as int32 (a where, not ``~``: Triton
+    3.0's interpreter cannot invert a mask)."""
+    return tl.where(tl.abs(x.to(tl.float32)) < float("inf"), 0, 1)
+
+
+@triton.jit
 def sel_bwd_dq_keymajor_delta_kernel(
     Q, O, DO, DLSE, DELTA, NONFINITE,
     S, G, h, Dk, Dv, n_rows,
@@ -887,14 +894,13 @@ def sel_bwd_dq_keymajor_kernel(
     k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
     if DK2 > 0:
         k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
-        bad_k = tl.max((~(tl.abs(k2.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0  # [BLOCK_N]
+        bad_k = tl.max(_nonfinite(k2), 1) > 0  # [BLOCK_N]
     else:
         k2 = k1  # placeholder, never used
         bad_k = offs_n < 0  # [BLOCK_N] all false
     v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
-    # [BLOCK_N]: keys with a non-finite k or v value (NaN fails the comparison too)
-    bad = (tl.max((~(tl.abs(k1.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0) | bad_k
-    bad = bad | (tl.max((~(tl.abs(v.to(tl.float32)) < float("inf"))).to(tl.int32), 1) > 0)
+    # [BLOCK_N]: keys with a non-finite k or v value
+    bad = (tl.max(_nonfinite(k1), 1) > 0) | bad_k | (tl.max(_nonfinite(v), 1) > 0)
 
     # -- the chunk's (entry, head) pairs; the isolating step only where the tiles are not all finite --
     r = tl.arange(0, ROWS)  # [ROWS]

@@ -584,7 +584,8 @@ def sel_fwd_keymajor_kernel(
         kt2 = kt1  # placeholder, never used
     v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
     v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
-    v_bad = ~(tl.abs(v.to(tl.float32)) < float("inf"))  # [BLOCK_N, BLOCK_DV]: NaN fails too
+    # [BLOCK_N, BLOCK_DV]: NaN fails the comparison too (where, not ~: Triton 3.0's interpreter cannot invert a mask)
+    v_bad = tl.where(tl.abs(v.to(tl.float32)) < float("inf"), 0, 1) > 0
 
     # -- the chunk's (entry, head) pairs; the isolating step only where the value tile is not all finite --
     r = tl.arange(0, ROWS)  # [ROWS]

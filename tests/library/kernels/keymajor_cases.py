@@ -75,7 +75,7 @@ def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv
     """The operator on block indices, where the planner takes the key-major forward and dq: its output and the
     gradients of q, k and v (through the LSE output too, with ``lse_grad``) against float64 autograd of the
     oracle, on the same random output gradients."""
-    from nsa_triton_sel import plan, reference, selection_attention
+    from nsa_triton_sel import failures, plan, reference, selection_attention
 
     q, k, v, blocks, pos = blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions, Dv)
     p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=bs, packed=False)
@@ -88,6 +88,8 @@ def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv
     gl = torch.randn(out.shape[:-1], generator=gen).to(device) if lse_grad else None
     loss = (out.float() * go).sum() + ((lse.float() * gl).sum() if lse_grad else 0.0)
     loss.backward()
+    # the kernels ran: a failure would have been answered by the packed-SDPA path (and these checks would pass)
+    assert not failures.FORWARD and not failures.BACKWARD, (dict(failures.FORWARD), dict(failures.BACKWARD))
     r = block_indices_to_ranges(blocks, bs, T, pos).cpu()
     ys = [x.detach().cpu().double().requires_grad_() for x in (q, k, v)]
     want = reference.oracle(*ys, r, return_lse=lse_grad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_checks import check_against_oracle, packed_as_5d, varlen_as_5d
+from kernel_checks import check_against_oracle, fresh_seed, packed_as_5d, varlen_as_5d
 from nsa_triton_sel import arguments, caches, failures, selection_attention
 from nsa_triton_sel.kernels import direct
 from nsa_triton_sel.testing import make_problem, nsa_ranges
@@ -18,13 +18,6 @@ from nsa_triton_sel.testing import make_problem, nsa_ranges
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.bfloat16, torch.float16]
 DEV = "cuda"
-
-
-def fresh_seed():
-    # Fresh random inputs on every run (the seed is printed so a failure reproduces).
-    seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    print(f"seed={seed}")
-    return seed
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

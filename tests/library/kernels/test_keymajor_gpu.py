@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
+from kernel_checks import fresh_seed
 from nsa_triton_sel import caches, plan, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import direct
@@ -15,12 +16,6 @@ from nsa_triton_sel.kernels import direct
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.bfloat16, torch.float16]
 DEV = "cuda"
-
-
-def fresh_seed():
-    seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    print(f"seed={seed}")
-    return seed
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -62,3 +62,10 @@ def varlen_as_5d(q, k_all, v_all, cu):
     spans = torch.stack([cu[:-1], cu[1:]], dim=-1).to(torch.int32)
     return (q.reshape(1, N, 1, H, Dk), k_all.reshape(1, 1, -1, Dk),
             v_all.reshape(1, 1, -1, v_all.shape[-1]), spans.reshape(1, N, 1, 1, 2))
+
+
+def fresh_seed() -> int:
+    """A fresh seed for a test's random inputs, printed so that a failure reproduces."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    print(f"seed={seed}")
+    return seed
