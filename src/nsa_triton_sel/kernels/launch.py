@@ -271,7 +271,7 @@ def _launch_dq_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse
         *params.packer(fn)(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, NONFINITE=nonfinite, S=S, G=G, h=h,
                            Dk=Dk, Dv=v.shape[3], n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=grad_out.stride(),
                            sdl=grad_lse.stride()),
-        num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(Dk, load_delta=p.delta_forward is not None))
+        num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=p.delta_forward is not None))
     gpp = p.dq_groups_per_pass
     dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):

@@ -72,7 +72,7 @@ class KeyMajorMeta(_Constexprs):
         return {"BLOCK_N": self.BLOCK_N, "PAIRS": max(MERGE_PAIRS, self.HP), "HP": self.HP, "BLOCK_S": self.BLOCK_S,
                 "BLOCK_DK": max(MIN_DOT, next_pow2(Dk))}
 
-    def delta_constexprs(self, Dk: int, load_delta: bool = False) -> dict:
+    def delta_constexprs(self, load_delta: bool = False) -> dict:
         return {"ROWS": DELTA_ROWS, "DK1": self.DK1, "DK2": self.DK2, "BLOCK_DV": self.BLOCK_DV,
                 "LOAD_DELTA": load_delta}
 

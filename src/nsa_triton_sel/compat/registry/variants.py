@@ -253,7 +253,7 @@ def keymajor_variants() -> list[dict]:
             if h == 1:  # the delta pass has no head dimension of its own
                 out.append({"name": f"sel_bwd_dq_keymajor_delta/{dtype}/dk{Dk}-dv{Dv}",
                             "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_delta_kernel",
-                            "constexprs": m.delta_constexprs(Dk), "num_warps": 4, "num_stages": 1, "dtype": dtype,
+                            "constexprs": m.delta_constexprs(), "num_warps": 4, "num_stages": 1, "dtype": dtype,
                             "types": dict(KEYMAJOR_TYPES), "rows": 0})
             if (Dk, Dv) == (128, 128):
                 out.append({"name": f"sel_bwd_dq_keymajor_merge/{tag}",
