@@ -69,7 +69,8 @@ dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head
 import triton
 import triton.language as tl
 
-from .common import LOG2E, _clamp_spans, _gather_rows, _group_heads, _load_q, _prefix_sum, _tile_bounds, _token_rows
+from .common import (LOG2E, _chunk_tile, _clamp_spans, _gather_rows, _group_heads, _key_value_rows, _load_q,
+                     _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -566,28 +567,17 @@ def sel_bwd_dkdv_kernel(
     tile_id = tl.load(chunk)
     if tile_id < 0:
         return
-    e0 = tl.load(chunk + 1)
-    e1 = tl.load(chunk + 2)
-    slot = tl.load(chunk + 3)
-    bg = tile_id // NT
-    b = bg // G
-    g = bg % G
-    k0 = (tile_id % NT) * BLOCK_N
+    e0, e1, slot, bg, b, g, k0 = _chunk_tile(chunk, tile_id, NT, G, BLOCK_N)
 
     # -- the key tile and its dk/dv accumulators stay on chip for the whole chunk --
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
-    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
-    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
-    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
-    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    n_ok, k1, k2, v = _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
+                                      BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)  # k2: a placeholder when DK2 == 0
     dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
     if DK2 > 0:
-        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
         dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
     else:
-        k2 = k1  # placeholders, never used
-        dk2 = dk1
+        dk2 = dk1  # placeholder, never used
     dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
 
     # -- the chunk's (entry, head) pairs; the isolating walk only when a dq kernel saw a non-finite row --
@@ -879,28 +869,16 @@ def sel_bwd_dq_keymajor_kernel(
     tile_id = tl.load(chunk)
     if tile_id < 0:
         return
-    e0 = tl.load(chunk + 1)
-    e1 = tl.load(chunk + 2)
-    bg = tile_id // NT
-    b = bg // G
-    g = bg % G
-    k0 = (tile_id % NT) * BLOCK_N
+    e0, e1, _, _, b, g, k0 = _chunk_tile(chunk, tile_id, NT, G, BLOCK_N)
 
-    # -- the key and value tiles, loaded once --
-    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
-    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
-    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
-    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
+    # -- the key and value tiles, loaded once, and the keys with a non-finite k or v value --
+    _, k1, k2, v = _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
+                                      BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)  # k2: a placeholder when DK2 == 0
     if DK2 > 0:
-        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
         bad_k = tl.max(_nonfinite(k2), 1) > 0  # [BLOCK_N]
     else:
-        k2 = k1  # placeholder, never used
-        bad_k = offs_n < 0  # [BLOCK_N] all false
-    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
-    # [BLOCK_N]: keys with a non-finite k or v value
-    bad = (tl.max(_nonfinite(k1), 1) > 0) | bad_k | (tl.max(_nonfinite(v), 1) > 0)
+        bad_k = tl.arange(0, BLOCK_N) < 0  # [BLOCK_N] all false
+    bad = (tl.max(_nonfinite(k1), 1) > 0) | bad_k | (tl.max(_nonfinite(v), 1) > 0)  # [BLOCK_N]
 
     # -- the chunk's (entry, head) pairs; the isolating step only where the tiles are not all finite --
     r = tl.arange(0, ROWS)  # [ROWS]

@@ -2,7 +2,8 @@
 
 Imports only ``triton`` (the compile-smoke harness loads the kernel modules without torch).
 Written once here so the two kernel modules cannot drift apart: the span walk (prefix sum,
-flattened tile bounds, span clamp), the row gather of q, and the constants below.
+flattened tile bounds, span clamp), the row gather of q, the key tile of a reader-list chunk (the key-centric
+kernels), and the constants below.
 
 A global read inside ``@triton.jit`` code must be a ``tl.constexpr`` object (a plain Python
 int or float global is rejected by some Triton 3.x releases), and a helper imported from
@@ -117,3 +118,34 @@ def _load_q(Q, q_off, rows_ok, sq_d, Dk, DK1: tl.constexpr, DK2: tl.constexpr, D
     else:
         q2 = q1  # unused
     return q1, q2
+
+
+@triton.jit
+def _chunk_tile(chunk, tile_id, NT, G, BLOCK_N: tl.constexpr):
+    """A reader-list chunk (its row ``(tile, e0, e1, slot)`` at ``chunk``, global tile ``tile_id = (b * G + g) * NT
+    + tile``, checked >= 0 by the caller): ``(e0, e1, slot, bg, b, g, k0)``, its entries ``[e0, e1)``, its workspace
+    slot, ``bg = b * G + g`` and ``k0`` the tile's first key."""
+    e0 = tl.load(chunk + 1)
+    e1 = tl.load(chunk + 2)
+    slot = tl.load(chunk + 3)
+    bg = tile_id // NT
+    return e0, e1, slot, bg, bg // G, bg % G, (tile_id % NT) * BLOCK_N
+
+
+@triton.jit
+def _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
+                    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
+                    DOT_F32: tl.constexpr):
+    """The key tile at ``k0`` of KV head ``(b, g)`` as rows: ``(n_ok [BLOCK_N], k1 [BLOCK_N, DK1], k2 [BLOCK_N,
+    DK2], v [BLOCK_N, BLOCK_DV])``, keys past ``T`` as 0 (``k2`` is ``k1`` as a placeholder when ``DK2 == 0``)."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    n_ok = (k0 + offs_n) < T  # [BLOCK_N]
+    k_off = b * sk_b + g * sk_g + (k0 + offs_n).to(tl.int64) * sk_t  # [BLOCK_N]
+    v_off = b * sv_b + g * sv_g + (k0 + offs_n).to(tl.int64) * sv_t  # [BLOCK_N]
+    k1 = _gather_rows(K, k_off, n_ok, sk_d, Dk, 0, DK1, DOT_F32)  # [BLOCK_N, DK1]
+    v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
+    if DK2 > 0:
+        k2 = _gather_rows(K, k_off, n_ok, sk_d, Dk, DK1, DK2, DOT_F32)  # [BLOCK_N, DK2]
+    else:
+        k2 = k1  # placeholder, never used
+    return n_ok, k1, k2, v

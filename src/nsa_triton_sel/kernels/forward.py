@@ -62,8 +62,8 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _clamp_spans, _gather_rows, _group_heads, _load_q,
-                     _prefix_sum, _tile_bounds, _token_rows)
+from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _chunk_tile, _clamp_spans, _gather_rows, _group_heads,
+                     _load_q, _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -566,12 +566,7 @@ def sel_fwd_keymajor_kernel(
     tile_id = tl.load(chunk)
     if tile_id < 0:
         return
-    e0 = tl.load(chunk + 1)
-    e1 = tl.load(chunk + 2)
-    bg = tile_id // NT
-    b = bg // G
-    g = bg % G
-    k0 = (tile_id % NT) * BLOCK_N
+    e0, e1, _, _, b, g, k0 = _chunk_tile(chunk, tile_id, NT, G, BLOCK_N)
 
     # -- the key tile (transposed for the score dot) and the value tile, loaded once --
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
