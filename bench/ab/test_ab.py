@@ -9,6 +9,8 @@ chunk for ``local``, as ``bench.train.train_contenders.select_blocks`` draws the
 - ``fwd-{random,local}-{8K,32K,64K}``: the forward, no autograd;
 - ``train-{random,local}-{8K,32K,64K}``: forward + backward (q, k, v require grad), with the extra peak memory
   of one step in ``extra_info["extra_peak_mib"]`` (above what was allocated before it);
+- ``fwd-small-{h1,h4}`` and ``train-small-{h1,h4}``: the small groups of open models at 32K, random selections
+  (32 query heads over 32 KV heads, h = 1, or over 8, h = 4): the key-major path;
 - ``decode-B64-32K``: one decode step (B = 64, T = 32K, ranges), replayed from a CUDA graph (GPU time only);
 - ``host-decode-{ranges,blocks}``: host time of eager decode calls, ``CALLS`` back to back per round, the GPU idle
   at the round's start.  On the lent H100 machines this moves by up to 2x between processes of the same tree
@@ -35,6 +37,7 @@ from bench.train.train_contenders import select_blocks
 
 BS, TOPK, G, H, D = 64, 16, 4, 16, 128
 TS = {"8K": 8192, "32K": 32768, "64K": 65536}
+SMALL_T, SMALL = 32768, {"h1": (32, 1), "h4": (8, 4)}  # small groups: (KV heads, query heads per KV head)
 DECODE_B, DECODE_T = 64, 32768
 CALLS = 20  # eager decode calls per host round (back to back, as a decode loop makes them)
 HOLD_MIN_MS = 1.0
@@ -44,6 +47,7 @@ if DRY:  # the plumbing on a CPU (interpreter): tiny shapes, the numbers mean no
     G, H, D, TOPK = 1, 2, 16, 2
     TS = {"8K": 128, "32K": 192, "64K": 256}
     DECODE_B, DECODE_T, CALLS, COPIES = 2, 256, 2, 1
+    SMALL_T, SMALL = 192, {"h1": (2, 1), "h4": (1, 4)}
 
 DEVICE = "cpu" if DRY else "cuda"
 SELS = ("random", "local")
@@ -58,9 +62,10 @@ def _sel():
 _PROBLEM: dict = {}
 
 
-def problem(T: int, sel: str) -> list[dict]:
-    """``COPIES`` copies of the inputs of one (T, selection), kept until another is asked for."""
-    key = (T, sel)
+def problem(T: int, sel: str, g: int = G, h: int = H) -> list[dict]:
+    """``COPIES`` copies of the inputs of one (T, selection, g KV heads x h query heads each), kept until another
+    is asked for."""
+    key = (T, sel, g, h)
     if key not in _PROBLEM:
         _PROBLEM.clear()
         gc.collect()
@@ -71,9 +76,9 @@ def problem(T: int, sel: str) -> list[dict]:
         def randn(*shape):
             return torch.randn(*shape, generator=gen, device=DEVICE).to(torch.bfloat16)
 
-        blocks = select_blocks(T, G, local=sel == "local", gen=gen, device=DEVICE, bs=BS, topk=TOPK)
-        one = {"q": randn(1, T, G, H, D), "k": randn(1, G, T, D), "v": randn(1, G, T, D),
-               "grad_out": randn(1, T, G, H, D), "blocks": blocks}
+        blocks = select_blocks(T, g, local=sel == "local", gen=gen, device=DEVICE, bs=BS, topk=TOPK)
+        one = {"q": randn(1, T, g, h, D), "k": randn(1, g, T, D), "v": randn(1, g, T, D),
+               "grad_out": randn(1, T, g, h, D), "blocks": blocks}
         copies = [one]
         for _ in range(COPIES - 1):
             copies.append({n: x.clone() for n, x in one.items()})
@@ -189,7 +194,16 @@ def _record_tree(benchmark) -> None:
 @pytest.mark.parametrize("T", list(TS))
 @pytest.mark.parametrize("sel", SELS)
 def test_fwd(benchmark, l2_flush, sel, T):
-    ps, sa, turn = problem(TS[T], sel), _sel(), Turns()
+    _fwd_rounds(benchmark, l2_flush, problem(TS[T], sel), TS[T])
+
+
+@pytest.mark.parametrize("groups", list(SMALL))
+def test_fwd_small(benchmark, l2_flush, groups):
+    _fwd_rounds(benchmark, l2_flush, problem(SMALL_T, "random", *SMALL[groups]), SMALL_T)
+
+
+def _fwd_rounds(benchmark, l2_flush, ps: list[dict], T: int):
+    sa, turn = _sel(), Turns()
     benchmark.group = "fwd"
     _record_tree(benchmark)
 
@@ -201,13 +215,22 @@ def test_fwd(benchmark, l2_flush, sel, T):
     for _ in range(COPIES):  # every copy once before the timing
         fwd()
         turn.advance()
-    _gpu_rounds(benchmark, l2_flush, fwd, rounds=3 if DRY else (21 if TS[T] <= 8192 else 12), before=turn.advance)
+    _gpu_rounds(benchmark, l2_flush, fwd, rounds=3 if DRY else (21 if T <= 8192 else 12), before=turn.advance)
 
 
 @pytest.mark.parametrize("T", list(TS))
 @pytest.mark.parametrize("sel", SELS)
 def test_train(benchmark, l2_flush, sel, T):
-    ps, sa, turn = problem(TS[T], sel), _sel(), Turns()
+    _train_rounds(benchmark, l2_flush, problem(TS[T], sel), TS[T])
+
+
+@pytest.mark.parametrize("groups", list(SMALL))
+def test_train_small(benchmark, l2_flush, groups):
+    _train_rounds(benchmark, l2_flush, problem(SMALL_T, "random", *SMALL[groups]), SMALL_T)
+
+
+def _train_rounds(benchmark, l2_flush, ps: list[dict], T: int):
+    sa, turn = _sel(), Turns()
     leaves = [[p[n].requires_grad_() for n in ("q", "k", "v")] for p in ps]
     benchmark.group = "train"
     _record_tree(benchmark)
@@ -231,7 +254,7 @@ def test_train(benchmark, l2_flush, sel, T):
 
         benchmark.extra_info["extra_peak_mib"] = extra_peak_bytes(step) / 2**20
         next_round()
-    _gpu_rounds(benchmark, l2_flush, step, rounds=3 if DRY else (15 if TS[T] <= 8192 else 9), before=next_round)
+    _gpu_rounds(benchmark, l2_flush, step, rounds=3 if DRY else (15 if T <= 8192 else 9), before=next_round)
     for xs in leaves:
         for x in xs:
             x.requires_grad_(False)

@@ -275,7 +275,7 @@ def launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, *, hp,
         num_warps=warps, num_stages=stages)
     if readers.slots:
         bwd_kernels.sel_bwd_reduce_kernel[(readers.tile_slots.shape[0],)](
-            ws, readers.tile_slots, dk, dv, T, readers.n_tiles, Dk, Dv,
+            ws, readers.tile_slots, dk, dv, G, T, readers.n_tiles, Dk, Dv, *dk.stride()[:3], *dv.stride()[:3],
             num_warps=4, num_stages=1, **meta.reduce_constexprs())
 
 

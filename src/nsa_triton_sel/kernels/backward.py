@@ -423,19 +423,19 @@ def _readers(ENTRIES, ent, ok):
 
 
 @triton.jit
-def _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+def _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, Dk, Dv,
                sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
-               DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
+               sd_b, sd_s, sd_g, sd_h, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
     """The gathered rows of (token, head) pairs ``[ROWS]``: ``q1 [ROWS, DK1]``, ``q2 [ROWS, DK2]`` (``q1`` as a
     placeholder when ``DK2 == 0``), ``do [ROWS, BLOCK_DV]``, the log2 LSE and delta ``[ROWS]``."""
     q_off = b * sq_b + tok.to(tl.int64) * sq_s + g * sq_g + head.to(tl.int64) * sq_h  # [ROWS]
     do_off = b * sdo_b + tok.to(tl.int64) * sdo_s + g * sdo_g + head.to(tl.int64) * sdo_h  # [ROWS]
     l_off = b * sl_b + tok.to(tl.int64) * sl_s + g * sl_g + head.to(tl.int64) * sl_h  # [ROWS]
+    d_off = b * sd_b + tok.to(tl.int64) * sd_s + g * sd_g + head.to(tl.int64) * sd_h  # [ROWS]
     q1 = _gather_rows(Q, q_off, ok, sq_d, Dk, 0, DK1, DOT_F32)  # [ROWS, DK1]
     do = _gather_rows(DO, do_off, ok, sdo_d, Dv, 0, BLOCK_DV, DOT_F32)  # [ROWS, BLOCK_DV]
     lse2 = _log2_lse(tl.load(LSE + l_off, mask=ok, other=0.0))  # [ROWS]
-    # [ROWS]: DELTA is contiguous [B, S, G, h] (written by the dq kernel)
-    delta = tl.load(DELTA + ((b * S + tok.to(tl.int64)) * G + g) * h + head, mask=ok, other=0.0)
+    delta = tl.load(DELTA + d_off, mask=ok, other=0.0)  # [ROWS]
     if DK2 > 0:
         q2 = _gather_rows(Q, q_off, ok, sq_d, Dk, DK1, DK2, DOT_F32)  # [ROWS, DK2]
     else:
@@ -481,8 +481,8 @@ def _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
 
 @triton.jit
 def _dkdv_pairs(
-    Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
-    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+    Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, h, Dk, Dv, qk_scale,
+    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
     k1, k2, v, dk1, dk2, dv,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HP: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr,
     BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr, ISOLATE: tl.constexpr,
@@ -502,9 +502,10 @@ def _dkdv_pairs(
         ok = (e0 + r_ent < e1) & (head < h)  # [ROWS]
         tok, bnd = _readers(ENTRIES, e0 + r_ent, ok)  # [ROWS] x 2
         for e in range(e0, e1, ROWS // HP):
-            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, Dk, Dv,
                                                  sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-                                                 sl_b, sl_s, sl_g, sl_h, DK1, DK2, BLOCK_DV, DOT_F32)
+                                                 sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
+                                                 DK1, DK2, BLOCK_DV, DOT_F32)
             # -- the next step's readers, in flight while this step computes --
             ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
             tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
@@ -519,9 +520,10 @@ def _dkdv_pairs(
         head = (e0 * h + r) % h  # [ROWS]
         tok, bnd = _readers(ENTRIES, (e0 * h + r) // h, ok)  # [ROWS] x 2
         for f0 in range(e0 * h, f_hi, ROWS):
-            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
+            q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, Dk, Dv,
                                                  sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-                                                 sl_b, sl_s, sl_g, sl_h, DK1, DK2, BLOCK_DV, DOT_F32)
+                                                 sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
+                                                 DK1, DK2, BLOCK_DV, DOT_F32)
             # -- the next step's readers, in flight while this step computes --
             ok_n = f0 + ROWS + r < f_hi  # [ROWS]
             head_n = (f0 + ROWS + r) % h  # [ROWS]
@@ -538,12 +540,15 @@ def _dkdv_pairs(
 @triton.jit
 def sel_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, CHUNKS, NONFINITE,
-    S, G, h, Dk, Dv, T, NT, qk_scale, scale,
+    G, h, Dk, Dv, T, NT, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
     sv_b, sv_g, sv_t, sv_d,
     sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
     sl_b, sl_s, sl_g, sl_h,
+    sd_b, sd_s, sd_g, sd_h,
+    sdk_b, sdk_g, sdk_t,
+    sdv_b, sdv_g, sdv_t,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     HP: tl.constexpr,
@@ -558,7 +563,9 @@ def sel_bwd_dkdv_kernel(
     tile`` (``-1``: nothing to do), the chunk's entries ``[e0, e1)``, and the workspace slot
     (``-1``: the tile has one chunk, write ``DK``/``DV`` directly).  ``ENTRIES [E, 2]`` int32
     rows ``(token s, lo | hi << 16)``: the reader's key range within the tile.  ``DK``/``DV``
-    are contiguous ``[B, G, T, D]`` in k's/v's dtype; ``WS`` is float32 ``[slots, BLOCK_N,
+    are ``[B, G, T, D]`` in k's/v's dtype, rows contiguous in ``D`` (strides ``sdk_*``/``sdv_*``: a pass over
+    some KV heads writes its slice of the whole gradient); ``DELTA`` float32 ``[B, S, G, h]`` (strides
+    ``sd_*``) is ``rowsum(dO * O) - dlse``; ``WS`` is float32 ``[slots, BLOCK_N,
     DK1 + DK2 + BLOCK_DV]``.
     """
     # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
@@ -582,30 +589,32 @@ def sel_bwd_dkdv_kernel(
 
     # -- the chunk's (entry, head) pairs; the isolating walk only when a dq kernel saw a non-finite row --
     if tl.load(NONFINITE) == 0:
-        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
+        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, h, Dk, Dv, qk_scale,
                                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-                                   sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
+                                   sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
                                    BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, False)
     else:
-        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, S, G, h, Dk, Dv, qk_scale,
+        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, h, Dk, Dv, qk_scale,
                                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-                                   sl_b, sl_s, sl_g, sl_h, k1, k2, v, dk1, dk2, dv,
+                                   sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
                                    BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, True)
 
     # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     if slot < 0:
-        t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
-        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+        t_idx = (k0 + offs_n).to(tl.int64)  # [BLOCK_N] keys of the tile
+        dk_rows = DK + (b * sdk_b + g * sdk_g + t_idx * sdk_t)[:, None]  # [BLOCK_N, 1]
+        dv_rows = DV + (b * sdv_b + g * sdv_g + t_idx * sdv_t)[:, None]  # [BLOCK_N, 1]
+        tl.store(dk_rows + offs_d1[None, :],  # [BLOCK_N, DK1]
                  (dk1 * scale).to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
         if DK2 > 0:
             offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-            tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
+            tl.store(dk_rows + offs_d2[None, :],  # [BLOCK_N, DK2]
                      (dk2 * scale).to(DK.dtype.element_ty),
                      mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+        tl.store(dv_rows + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
                  dv.to(DV.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
     else:
@@ -620,7 +629,9 @@ def sel_bwd_dkdv_kernel(
 @triton.jit
 def sel_bwd_reduce_kernel(
     WS, TILE_SLOTS, DK, DV,
-    T, NT, Dk, Dv,
+    G, T, NT, Dk, Dv,
+    sdk_b, sdk_g, sdk_t,
+    sdv_b, sdv_g, sdv_t,
     BLOCK_N: tl.constexpr,
     DK1: tl.constexpr,
     DK2: tl.constexpr,
@@ -629,7 +640,7 @@ def sel_bwd_reduce_kernel(
     """Sum the workspace slots of one split key tile in slot order and store its dk, dv.
 
     ``TILE_SLOTS [tiles, 2]`` int64 rows ``(first slot, count)``; a count of 0 means the
-    tile was written directly by the dk/dv kernel.
+    tile was written directly by the dk/dv kernel.  ``DK``/``DV`` as the dk/dv kernel's.
     """
     # -- which key tile this program owns, and its workspace slots --
     tile_id = tl.program_id(0).to(tl.int64)
@@ -655,17 +666,21 @@ def sel_bwd_reduce_kernel(
         dv += tl.load(ws + (DK1 + DK2) + offs_dv[None, :])  # [BLOCK_N, BLOCK_DV]
     # -- store (the dk/dv kernel applied the scale to the partial sums) --
     bg = tile_id // NT
+    b = bg // G
+    g = bg % G
     k0 = (tile_id % NT) * BLOCK_N
     n_ok = (k0 + offs_n) < T  # [BLOCK_N]
-    t_idx = bg * T + k0 + offs_n  # [BLOCK_N] rows of DK / DV
-    tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :],  # [BLOCK_N, DK1]
+    t_idx = (k0 + offs_n).to(tl.int64)  # [BLOCK_N] keys of the tile
+    dk_rows = DK + (b * sdk_b + g * sdk_g + t_idx * sdk_t)[:, None]  # [BLOCK_N, 1]
+    dv_rows = DV + (b * sdv_b + g * sdv_g + t_idx * sdv_t)[:, None]  # [BLOCK_N, 1]
+    tl.store(dk_rows + offs_d1[None, :],  # [BLOCK_N, DK1]
              dk1.to(DK.dtype.element_ty),
              mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        tl.store(DK + t_idx[:, None] * Dk + offs_d2[None, :],  # [BLOCK_N, DK2]
+        tl.store(dk_rows + offs_d2[None, :],  # [BLOCK_N, DK2]
                  dk2.to(DK.dtype.element_ty),
                  mask=n_ok[:, None] & (offs_d2[None, :] < Dk))
-    tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
+    tl.store(dv_rows + offs_dv[None, :],  # [BLOCK_N, BLOCK_DV]
              dv.to(DV.dtype.element_ty),
              mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
 

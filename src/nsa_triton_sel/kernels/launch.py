@@ -235,9 +235,9 @@ def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale:
         torch.sum(grad_out.float() * o32, dim=-1, out=delta)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # raised by the dq kernel, read by dk/dv
     if p.dq_groups_per_pass:
-        _launch_dq_keymajor(p, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, scale)
-    else:
-        _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
+        _backward_keymajor(p, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite, scale)
+        return dq, dk, dv
+    _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
     readers = reader_list(ranges, T, meta, per_row=p.reader_per_row, chunk=p.reader_chunk)
     _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers, meta, scale)
     return dq, dk, dv
@@ -259,10 +259,13 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
         *params.packer(bwd_kernels.sel_bwd_dq_kernel)(**named), num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
-def _launch_dq_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, sc: float):
-    """The key-major dq (small groups): delta and the non-finite flag first (one streaming kernel), then per pass
-    over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list, one float32 partial dq per
-    (row, key tile, head) and their sum in slot order."""
+def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite,
+                       sc: float):
+    """The key-major backward (small groups): delta and the non-finite flag first (one streaming kernel), then per
+    pass over ``p.dq_groups_per_pass`` KV heads (strided views) one reader list for both gradients: one float32
+    partial dq per (row, key tile, head) and their sum in slot order, and the dk/dv kernel over the same entries
+    (cut into its own chunks: ``p.reader_chunk``).  The list is the forward's (tile, bound, chunk), which the
+    planner matched to the dk/dv kernel's tile."""
     B, S, G, h, Dk = q.shape
     meta = p.forward.meta
     n_rows = B * S * G * h
@@ -276,14 +279,16 @@ def _launch_dq_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse
     dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
-        _dq_keymajor_pass(meta, q[:, :, g], k[:, g], v[:, g], lse[:, :, g], grad_out[:, :, g], delta[:, :, g],
-                          dq[:, :, g], ranges[:, :, g], dqp, sc)
+        qg, kg, vg, lg, dog, deltag = q[:, :, g], k[:, g], v[:, g], lse[:, :, g], grad_out[:, :, g], delta[:, :, g]
+        readers = keymajor_reader_list(ranges[:, :, g], k.shape[2], meta)
+        _dq_keymajor_pass(meta, qg, kg, vg, lg, dog, deltag, dq[:, :, g], ranges[:, :, g], readers, dqp, sc)
+        _launch_dkdv(qg, kg, vg, lg, dog, deltag, nonfinite, dk[:, g], dv[:, g], readers.rechunk(p.reader_chunk),
+                     p.backward, sc)
 
 
-def _dq_keymajor_pass(meta, q, k, v, lse, grad_out, delta, dq, ranges, dqp, sc: float):
+def _dq_keymajor_pass(meta, q, k, v, lse, grad_out, delta, dq, ranges, readers: ReaderList, dqp, sc: float):
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
-    readers = keymajor_reader_list(ranges, T, meta)
     fn = bwd_kernels.sel_bwd_dq_keymajor_kernel
     fn[(readers.chunks.shape[0],)](
         *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DQP=dqp, ENTRIES=readers.entries,
@@ -307,14 +312,15 @@ def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: Read
     bwd_kernels.sel_bwd_dkdv_kernel[(readers.chunks.shape[0],)](
         *params.packer(bwd_kernels.sel_bwd_dkdv_kernel)(
             Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, WS=ws, ENTRIES=readers.entries,
-            CHUNKS=readers.chunks, NONFINITE=nonfinite, S=S, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
+            CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
             qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(),
-            sl=lse.stride()),
+            sl=lse.stride(), sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
         num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs(),
     )
     if readers.slots:
         bwd_kernels.sel_bwd_reduce_kernel[(readers.tile_slots.shape[0],)](
-            *params.packer(bwd_kernels.sel_bwd_reduce_kernel)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, T=T,
-                                                               NT=readers.n_tiles, Dk=Dk, Dv=Dv),
+            *params.packer(bwd_kernels.sel_bwd_reduce_kernel)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, G=G,
+                                                               T=T, NT=readers.n_tiles, Dk=Dk, Dv=Dv,
+                                                               sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
             num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs(),
         )

@@ -48,7 +48,16 @@ class ReaderList:
     slots: int
     n_tiles: int  # key tiles per (b, g)
     chunk: int
+    offsets: torch.Tensor  # [B * G * n_tiles + 1] int64: where each tile's entries start (the last: their end)
     origin: torch.Tensor | None = None  # [E] int64: each entry's slot before the sort (the key-major forward's)
+
+    def rechunk(self, chunk: int) -> ReaderList:
+        """The same entries cut into chunks of at most ``chunk`` (another kernel's programs over them): only the
+        chunk table is new."""
+        if chunk == self.chunk:
+            return self
+        chunks, tile_slots, slots = _chunk_table(self.offsets, self.entries.shape[0], chunk)
+        return ReaderList(self.entries, chunks, tile_slots, slots, self.n_tiles, chunk, self.offsets, self.origin)
 
 
 def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: int, chunk: int) -> ReaderList:
@@ -95,12 +104,11 @@ def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, ch
     # Tile t's entries start at the first key of tile t (padding keys, tile n_tiles, mark the end).
     first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * (S * n)
     offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
-    per_tile = offsets[1:] - offsets[:-1]
-    chunks, tile_slots, slots = _chunk_table(per_tile, offsets, capacity, chunk)
-    return ReaderList(entries, chunks, tile_slots, slots, nt, chunk, where_from)
+    chunks, tile_slots, slots = _chunk_table(offsets, capacity, chunk)
+    return ReaderList(entries, chunks, tile_slots, slots, nt, chunk, offsets, where_from)
 
 
-def _chunk_table(per_tile, offsets, capacity: int, chunk: int):
+def _chunk_table(offsets, capacity: int, chunk: int):
     """One row ``(tile, e0, e1, slot)`` per dk/dv program, padded to a bound known on the host.
 
     Every tile gets at least one program (a tile nobody reads still stores zeros).  A tile with several
@@ -111,6 +119,7 @@ def _chunk_table(per_tile, offsets, capacity: int, chunk: int):
     chunk`` this bound is smaller where tiles are fewer than chunks, as at short T, where the workspace is
     the backward's largest temporary.)
     """
+    per_tile = offsets[1:] - offsets[:-1]
     dev = per_tile.device
     n_tiles = per_tile.numel()
     n_ch = torch.div(per_tile + chunk - 1, chunk, rounding_mode="floor").clamp_min(1)

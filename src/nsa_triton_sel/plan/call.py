@@ -38,7 +38,9 @@ class Plan:
     reader_per_row: int  # the backward's reader list: at most this many entries per row (entries_per_row)
     reader_chunk: int  # entries per dk/dv program
     delta_forward: Launch | None = None  # backward delta="fp32": the forward that recomputes O in fp32
-    dq_groups_per_pass: int = 0  # the key-major dq (with a key-major forward): KV heads per pass; 0: token-major dq
+    # the key-major backward (with a key-major forward: its reader list serves the dq kernel and the dk/dv kernel):
+    # KV heads per pass; 0: the token-major dq and one reader list of the whole call for dk/dv
+    dq_groups_per_pass: int = 0
 
 
 @dataclass
@@ -114,7 +116,10 @@ def _build(sig: _Signature, tok: int) -> Plan:
     if bwd.delta == "fp32":
         delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
                                   dot_f32=dot_f32)
-    # small groups: dq key-major too, on the forward's reader list (its workspace bounded as the forward's)
-    dq_gpp = KM.dq_groups_per_pass(fwd.meta, rows=B0 * S0, h=h, Dk=Dk, G=G) if by_key else 0
-    return Plan(fwd, bwd, tok, rows_as_batch, per_row, bwd.chunk_for(B0 * S0 * G * per_row, h, dev.sm_count),
-                delta_forward, dq_gpp)
+    # Small groups: the backward key-major too, per pass over KV heads (the dq partials bounded as the forward's
+    # workspace), one reader list of the forward's for dq and dk/dv (so only where its tile is the dk/dv kernel's)
+    dq_gpp = 0
+    if by_key and fwd.meta.BLOCK_N == bwd.KV_BLOCK_N and fwd.meta.per_row == per_row:
+        dq_gpp = KM.dq_groups_per_pass(fwd.meta, rows=B0 * S0, h=h, Dk=Dk, G=G)
+    entries = B0 * S0 * (dq_gpp or G) * per_row  # the dk/dv kernel's entries per launch (one pass, or the call)
+    return Plan(fwd, bwd, tok, rows_as_batch, per_row, bwd.chunk_for(entries, h, dev.sm_count), delta_forward, dq_gpp)

@@ -249,7 +249,7 @@ def test_workspace_slots_bound_every_split():
         torch.cumsum(per_tile, 0, out=offsets[1:])
         n_entries = int(offsets[-1])
         for chunk in (1, 2, 8, 16, 64):
-            _, tile_slots, slots = readers._chunk_table(per_tile.to(torch.int64), offsets, n_entries, chunk)
+            _, tile_slots, slots = readers._chunk_table(offsets, n_entries, chunk)
             used = int(tile_slots[:, 1].sum())
             assert used <= slots, f"chunk {chunk}: {used} slots used, {slots} allocated"
             assert slots == n_entries // chunk + min(per_tile.numel(), n_entries // chunk)

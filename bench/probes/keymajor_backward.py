@@ -1,0 +1,109 @@
+"""The key-major path against the token-major kernels, forward and backward, and where the key-major backward's
+time goes, on the GPU.
+
+    python -m bench.probes.keymajor_backward [--T 32768] [--HQ 32] [--H 32,8,4]
+
+One NSA problem per ``H`` (bf16, D = 128, 16 random causal blocks of 64, ``h = HQ / H``): the operator's plans
+with the key-major path taken (``plan.keymajor.MAX_H`` raised to ``h``) and not (lowered to 0), timed with
+``triton.testing.do_bench`` (median, L2 flushed): the forward (``launch.forward``) and the kernel backward
+(``launch.backward``) of each, so every pairing of a forward with a backward reads off the table (the backward
+needs the forward's LSE only).  The two backwards' dq, dk and dv are compared.  Then a ``torch.profiler``
+trace of the key-major backward: its time per kernel (the reader list's build, its sort, the dq, the dk/dv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+
+import torch
+import triton.testing as tt
+
+from nsa_triton_sel import caches, plan as P
+from nsa_triton_sel.contract import block_indices_to_ranges, resolve_scale
+from nsa_triton_sel.kernels import launch
+from nsa_triton_sel.testing import nsa_problem
+
+KM = importlib.import_module("nsa_triton_sel.plan.keymajor")  # the module (the package exports a function of its name)
+
+
+def plan_with(q, k, v, blocks, max_h: int) -> P.Plan:
+    """The operator's plan with the key-major path allowed up to ``max_h`` heads per KV head."""
+    saved = KM.MAX_H
+    KM.MAX_H = max_h
+    caches.clear()
+    try:
+        return P.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
+    finally:
+        KM.MAX_H = saved
+        caches.clear()
+
+
+def kernel_times(fn, steps: int = 3) -> list[tuple[str, float]]:
+    """``(kernel, ms per call)`` of ``fn``'s GPU work, largest first, from ``torch.profiler``."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    per = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:60]] += e.device_time_total / 1e3 / steps
+    return per.most_common()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--T", type=int, default=32768)
+    ap.add_argument("--HQ", type=int, default=32)
+    ap.add_argument("--H", default="32,8,4", help="comma list of KV head counts")
+    a = ap.parse_args(argv)
+
+    def bench(fn):
+        return float(tt.do_bench(fn, warmup=20, rep=100, return_mode="median"))
+
+    print(f"{torch.cuda.get_device_name()}; T={a.T} HQ={a.HQ}", flush=True)
+    print("| h | forward ms: token / key-major | backward ms: token / key-major | fwd + bwd ms: token / key-major / "
+          "token fwd + key-major bwd | max diff dq / dk / dv |", flush=True)
+    print("|---|---|---|---|---|", flush=True)
+    profiles = []
+    for H in (int(x) for x in a.H.split(",")):
+        h = a.HQ // H
+        p = nsa_problem(a.T, G=H, h=h)
+        q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
+        sc = resolve_scale(None, q.shape[-1])
+        ranges = block_indices_to_ranges(blocks, 64, a.T, validate=False)
+        token, keyed = plan_with(q, k, v, blocks, 0), plan_with(q, k, v, blocks, h)
+        if keyed.forward.kernel != "keymajor" or not keyed.dq_groups_per_pass:
+            print(f"| {h} | the planner takes no key-major path here (forward {keyed.forward.kernel}) | | | |")
+            continue
+        out, lse = launch.forward(token, q, k, v, blocks, None, scale=sc, block_size=64)
+        go = torch.randn_like(out)
+        fwd = {n: bench(lambda pl=pl: launch.forward(pl, q, k, v, blocks, None, scale=sc, block_size=64))
+               for n, pl in (("token", token), ("keyed", keyed))}
+
+        def backward(pl):
+            return launch.backward(pl, q, k, v, ranges, out, lse, go, None, scale=sc)
+
+        bwd = {n: bench(lambda pl=pl: backward(pl)) for n, pl in (("token", token), ("keyed", keyed))}
+        diffs = " / ".join(f"{(x.float() - y.float()).abs().max().item():.2e}"
+                           for x, y in zip(backward(token), backward(keyed)))
+        print(f"| {h} | {fwd['token']:.2f} / {fwd['keyed']:.2f} | {bwd['token']:.2f} / {bwd['keyed']:.2f} | "
+              f"{fwd['token'] + bwd['token']:.2f} / {fwd['keyed'] + bwd['keyed']:.2f} / "
+              f"{fwd['token'] + bwd['keyed']:.2f} | {diffs} |", flush=True)
+        profiles.append((h, H, keyed.dq_groups_per_pass, kernel_times(lambda: backward(keyed))))
+        del p, q, k, v, out, lse, go
+        torch.cuda.empty_cache()
+    for h, H, gpp, times in profiles:
+        total = sum(ms for _, ms in times)
+        print(f"\nkey-major backward, h={h} ({H} KV heads, {gpp} per pass): {total:.2f} ms of kernels", flush=True)
+        for name, ms in times[:12]:
+            print(f"  {ms:8.3f} ms {100 * ms / total:5.1f} %  {name}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
