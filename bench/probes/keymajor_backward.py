@@ -1,7 +1,7 @@
 """The key-major path against the token-major kernels, forward and backward, and where the key-major backward's
 time goes, on the GPU.
 
-    python -m bench.probes.keymajor_backward [--T 32768] [--HQ 32] [--H 32,8,4]
+    python -m bench.probes.keymajor_backward [--T 32768] [--HQ 32] [--H 32,8,4] [--tune]
 
 One NSA problem per ``H`` (bf16, D = 128, 16 random causal blocks of 64, ``h = HQ / H``): the operator's plans
 with the key-major path taken (``plan.keymajor.MAX_H`` raised to ``h``) and not (lowered to 0), timed with
@@ -9,13 +9,17 @@ with the key-major path taken (``plan.keymajor.MAX_H`` raised to ``h``) and not 
 (``launch.backward``) of each, so every pairing of a forward with a backward reads off the table (the backward
 needs the forward's LSE only).  The two backwards' dq, dk and dv are compared.  Then a ``torch.profiler``
 trace of the key-major backward: its time per kernel (the reader list's build, its sort, the dq, the dk/dv).
+``--tune``: the key-major backward kernel over pairs per step x warps x stages (``KeyMajorMeta.bwd_*``), each
+checked against the default's gradients.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import importlib
+import itertools
 
 import torch
 import triton.testing as tt
@@ -55,11 +59,39 @@ def kernel_times(fn, steps: int = 3) -> list[tuple[str, float]]:
     return per.most_common()
 
 
+def tune(plan: P.Plan, backward, bench, h: int, T: int) -> None:
+    """The key-major backward over its kernel's pairs per step x warps x stages, against the plan's default."""
+    meta = plan.forward.meta
+    want = backward(plan)
+    entries = T * plan.dq_groups_per_pass * meta.per_row
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for pairs, warps, stages in itertools.product((32, 64), (4, 8), (1, 2, 3)):
+        m = dataclasses.replace(meta, bwd_rows=pairs, bwd_warps=warps, bwd_stages=stages)
+        pl = dataclasses.replace(plan, forward=dataclasses.replace(plan.forward, meta=m),
+                                 reader_chunk=m.bwd_chunk(entries, sm))
+        try:
+            got = backward(pl)
+            ms = bench(lambda pl=pl: backward(pl))
+        except Exception as exc:  # noqa: BLE001 - a launch that does not compile is a row
+            print(f"  h={h} pairs={pairs} warps={warps} stages={stages}: {type(exc).__name__}: {str(exc)[:100]}",
+                  flush=True)
+            continue
+        diff = max((x.float() - y.float()).abs().max().item() for x, y in zip(got, want))
+        default = (pairs, warps, stages) == (meta.bwd_rows, meta.bwd_warps, meta.bwd_stages)
+        rows.append((ms, pairs, warps, stages))
+        print(f"  h={h} pairs={pairs} warps={warps} stages={stages}: backward {ms:.3f} ms, max diff to the default "
+              f"{diff:.2e}{' (default)' if default else ''}", flush=True)
+    best = min(rows)
+    print(f"  h={h} best: pairs={best[1]} warps={best[2]} stages={best[3]} {best[0]:.3f} ms", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, default=32768)
     ap.add_argument("--HQ", type=int, default=32)
     ap.add_argument("--H", default="32,8,4", help="comma list of KV head counts")
+    ap.add_argument("--tune", action="store_true", help="sweep the key-major backward kernel's launch")
     a = ap.parse_args(argv)
 
     def bench(fn):
@@ -95,6 +127,8 @@ def main(argv=None) -> int:
               f"{fwd['token'] + bwd['token']:.2f} / {fwd['keyed'] + bwd['keyed']:.2f} / "
               f"{fwd['token'] + bwd['keyed']:.2f} | {diffs} |", flush=True)
         profiles.append((h, H, keyed.dq_groups_per_pass, kernel_times(lambda: backward(keyed))))
+        if a.tune:
+            tune(keyed, backward, bench, h, a.T)
         del p, q, k, v, out, lse, go
         torch.cuda.empty_cache()
     for h, H, gpp, times in profiles:

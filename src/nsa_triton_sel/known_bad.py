@@ -159,7 +159,7 @@ def _max_rows(raw, wid: str, source: str) -> int | None:
 MODES = ("aot", "interp", "gpu", "cpu")
 
 # Launch paths a window can steer the planner off, with the compile variants (fnmatch) each launches.
-PATHS = {"keymajor": ("sel_fwd_keymajor*", "sel_bwd_dq_keymajor*")}
+PATHS = {"keymajor": ("sel_fwd_keymajor*", "sel_bwd_keymajor*", "sel_bwd_dq_keymajor*")}
 
 
 def _paths(raw, wid: str, source: str) -> tuple[str, ...]:

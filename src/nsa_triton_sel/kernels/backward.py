@@ -20,15 +20,16 @@ Launched in this order by ``launch.backward``:
   the dO it reads anyway), so there is no separate preprocessing pass.  With ``LOAD_DELTA``
   (the launcher's ``delta="fp32"``) it loads delta computed before from O recomputed in fp32.  It
   subtracts ``dlse`` (loaded per row, a stride-0 zero when the LSE has no gradient) either way.
-- for small groups, where the forward ran key-major (``plan.call``: ``Plan.dq_groups_per_pass``), the dq kernel
-  above is replaced by :func:`sel_bwd_dq_keymajor_delta_kernel` (delta = ``rowsum(dO * O) - dlse`` and the
-  non-finite flag, a streaming pass over O, dO and q) and :func:`sel_bwd_dq_keymajor_kernel`: the key-major forward's walk over its reader list (each key tile's K and V
-  loaded once for every (token, head) that selected it), one float32 partial dq per (row, key tile, head) in its
-  own slot, summed per row in slot order by :func:`sel_bwd_dq_keymajor_merge_kernel`; in passes over the KV heads
-  (the workspace bound of the forward).  A tile with a non-finite k or v value gives NaN to its readers' dq only.
+- for small groups, where the forward ran key-major (``plan.call``: ``Plan.dq_groups_per_pass``), the whole
+  backward runs key-major instead, per pass over the KV heads (the workspace bound of the forward):
+  :func:`sel_bwd_dq_keymajor_delta_kernel` (delta = ``rowsum(dO * O) - dlse`` and the non-finite flag, a streaming
+  pass over O, dO and q), then on the forward's reader list :func:`sel_bwd_keymajor_kernel`, the dk/dv kernel's
+  walk (below) that also stores each (row, key tile, head) pair's partial dq in its own float32 slot, from the
+  same gathers, P and dS; :func:`sel_bwd_dq_keymajor_merge_kernel` sums a row's partials in slot order.  A tile
+  with a non-finite k or v value gives NaN to its readers' dq only.
 - :func:`sel_bwd_reader_keys_kernel`, :func:`sel_bwd_reader_entries_kernel`: the reader list of the dk/dv
-  kernel (``readers.py``): each row's (span, key tile) pairs as unique int64 keys, sorted by torch, then
-  decoded into the entries below.
+  kernel (``readers.py``): each row's (span, key tile) pairs as (tile, token) keys and their span slots,
+  stably sorted by torch, then decoded into the entries below.
 - :func:`sel_bwd_dkdv_kernel`, key-centric: the launcher inverts the selection into a CSR
   (for each ``BLOCK_N``-key tile of each ``(b, g)``, the sorted list of reader entries
   ``(token, [lo, hi) within the tile)``, one per (row, span) intersecting the tile) and cuts
@@ -600,6 +601,17 @@ def sel_bwd_dkdv_kernel(
                                    BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, True)
 
     # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
+    _store_tile_grads(DK, DV, WS, slot, b, g, k0, n_ok, dk1, dk2, dv, scale, Dk, Dv, sdk_b, sdk_g, sdk_t,
+                      sdv_b, sdv_g, sdv_t, BLOCK_N, DK1, DK2, BLOCK_DV)
+
+
+@triton.jit
+def _store_tile_grads(DK, DV, WS, slot, b, g, k0, n_ok, dk1, dk2, dv, scale, Dk, Dv, sdk_b, sdk_g, sdk_t,
+                      sdv_b, sdv_g, sdv_t, BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr,
+                      BLOCK_DV: tl.constexpr):
+    """Store a key tile's dk (times ``scale``) and dv: directly when the chunk is the tile's only one (``slot <
+    0``), else as float32 partial sums in workspace slot ``slot`` for :func:`sel_bwd_reduce_kernel`."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     if slot < 0:
@@ -687,20 +699,21 @@ def sel_bwd_reduce_kernel(
 
 @triton.jit
 def sel_bwd_reader_keys_kernel(
-    SPANS, KEYS, S, G, n, T, NT, n_tiles, per_row,
+    SPANS, KEYS, SLOTS, S, G, n, T, NT, n_tiles, per_row,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_E: tl.constexpr,
 ):
     """The reader entries of one row ``(b, s, g)`` as sort keys: ``KEYS [rows, per_row]`` (int32 where the
-    padding key fits, else int64; the keys are computed in int64 and stored in KEYS's type).
+    padding key fits, else int64; the keys are computed in int64 and stored in KEYS's type) and each entry's span
+    slot in ``SLOTS [rows, per_row]`` (int32).
 
-    Entry k of the row is its k-th (span, key tile) pair, spans in slot order: the key
-    ``((tile_id * S + s) * n + slot)`` with ``tile_id = (b * G + g) * NT + tile``, so that sorting the keys
-    orders the entries by tile, then token, then span slot; past the row's count (or ``per_row``, which
-    spans that break the contract can pass: they are cut there) the padding key ``n_tiles * S * n`` sorts
-    last.  Spans are clamped into ``[0, T]`` as the other kernels clamp them.
+    Entry k of the row is its k-th (span, key tile) pair, spans in slot order: the key ``tile_id * S + s`` with
+    ``tile_id = (b * G + g) * NT + tile``, so that a stable sort of the keys orders the entries by tile, then
+    token, then span slot (a row's entries of one tile are stored in slot order); past the row's count (or
+    ``per_row``, which spans that break the contract can pass: they are cut there) the padding key
+    ``n_tiles * S`` sorts last.  Spans are clamped into ``[0, T]`` as the other kernels clamp them.
     """
     # -- the row's spans, their tile counts and where each one's entries start --
     row = tl.program_id(0).to(tl.int64)  # (b * S + s) * G + g
@@ -717,34 +730,36 @@ def sel_bwd_reader_keys_kernel(
     first = cum - count  # [BLOCK_S]
     total = tl.sum(count, 0)  # scalar
     tile0 = (b * G + g) * NT  # scalar: global id of the row's tile 0
-    pad = (row * 0 + n_tiles) * S * n  # scalar int64 (n_tiles may arrive as the constant 1: no .to on it)
+    pad = (row * 0 + n_tiles) * S  # scalar int64 (n_tiles may arrive as the constant 1: no .to on it)
     # -- entry k falls in the span whose [first, cum) holds it --
     for k0 in range(0, per_row, BLOCK_E):
         k = k0 + tl.arange(0, BLOCK_E)  # [BLOCK_E]
         sel = (k[:, None] >= first[None, :]) & (k[:, None] < cum[None, :])  # [BLOCK_E, BLOCK_S] one-hot
         slot = tl.sum(tl.where(sel, offs_s[None, :], 0), 1)  # [BLOCK_E]
         tile = tl.sum(tl.where(sel, t_lo[None, :] + k[:, None] - first[None, :], 0), 1)  # [BLOCK_E]
-        key = ((tile0 + tile.to(tl.int64)) * S + s) * n + slot  # [BLOCK_E]
+        key = (tile0 + tile.to(tl.int64)) * S + s  # [BLOCK_E]
         tl.store(KEYS + row * per_row + k, tl.where(k < total, key, pad), mask=k < per_row)
+        tl.store(SLOTS + row * per_row + k, slot, mask=k < per_row)
 
 
 @triton.jit
 def sel_bwd_reader_entries_kernel(
-    SPANS, KEYS, ENTRIES, n_entries, S, G, n, T, NT, n_tiles,
+    SPANS, KEYS, ORDER, SLOTS, ENTRIES, n_entries, S, G, n, T, NT, n_tiles,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     BLOCK_N: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """Decode sorted reader keys (``sel_bwd_reader_keys_kernel``) into ``ENTRIES [n_entries, 2]`` int32 rows
-    ``(token, lo | hi << 16)``: the keys ``[lo, hi)`` of its tile that the entry's span covers.  Padding keys
-    give ``(0, 0)`` (no key); no chunk refers to them."""
+    """Decode sorted reader keys (``sel_bwd_reader_keys_kernel``; ``ORDER`` int64: each sorted key's index before
+    the sort, where its span slot is in ``SLOTS``) into ``ENTRIES [n_entries, 2]`` int32 rows ``(token, lo | hi <<
+    16)``: the keys ``[lo, hi)`` of its tile that the entry's span covers.  Padding keys give ``(0, 0)`` (no key);
+    no chunk refers to them."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = offs < n_entries  # [BLOCK]
     key = tl.load(KEYS + offs, mask=ok, other=0).to(tl.int64)  # [BLOCK]
-    slot = key % n  # [BLOCK]
-    s = (key // n) % S  # [BLOCK]
-    tile_id = key // n // S  # [BLOCK]
+    s = key % S  # [BLOCK]
+    tile_id = key // S  # [BLOCK]
     live = ok & (tile_id < n_tiles)  # [BLOCK]
+    slot = tl.load(SLOTS + tl.load(ORDER + offs, mask=live, other=0), mask=live, other=0)  # [BLOCK]
     bg = tile_id // NT  # [BLOCK]
     k0 = (tile_id % NT) * BLOCK_N  # [BLOCK]
     span = SPANS + (bg // G) * sr_b + s * sr_s + (bg % G) * sr_g + slot * sr_n  # [BLOCK]
@@ -852,8 +867,67 @@ def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, ent, head, ok, b,
 
 
 @triton.jit
-def sel_bwd_dq_keymajor_kernel(
-    Q, K, V, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, CHUNKS,
+def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale, scale,
+                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+                    sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
+                    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HP: tl.constexpr, DK1: tl.constexpr,
+                    DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
+    """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv`` and store each pair's
+    partial dq against the tile, ``scale * dS K``, at its slot ``origin * h + head`` of ``DQP`` (float32 ``[slots,
+    h, Dk]``): one gather of q and dO and one P and dS per pair serve all three gradients.  ``ROWS`` pairs a step,
+    ``ROWS // HP`` whole entries; the next step's reader entries load while a step computes.  Only where every q,
+    dO, k and v value the walk reads is finite (the caller checks)."""
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    r = tl.arange(0, ROWS)  # [ROWS]
+    r_ent = r // HP  # [ROWS]
+    head = r % HP  # [ROWS]
+    ok = (e0 + r_ent < e1) & (head < h)  # [ROWS]
+    tok, bnd = _readers(ENTRIES, e0 + r_ent, ok)  # [ROWS] x 2
+    origin = tl.load(ORIGIN + e0 + r_ent, mask=ok, other=0)  # [ROWS] int64
+    for e in range(e0, e1, ROWS // HP):
+        q1, q2, do, lse2, delta = _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, Dk, Dv,
+                                             sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                             sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
+                                             DK1, DK2, BLOCK_DV, DOT_F32)
+        # -- the next step's readers, in flight while this step computes --
+        ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
+        tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
+        origin_n = tl.load(ORIGIN + e + ROWS // HP + r_ent, mask=ok_n, other=0)  # [ROWS]
+        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
+        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
+        if DK2 > 0:
+            st += tl.dot(k2, tl.trans(q2))
+        lo = bnd & 0xFFFF  # [ROWS]
+        hi = bnd >> 16  # [ROWS]; 0 on masked pairs: they see no key
+        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
+        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
+        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
+        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
+        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
+        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
+        if DK2 > 0:
+            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+        # -- the pairs' partial dq against this tile, each in its own slot --
+        ds = tl.trans(dst)  # [ROWS, BLOCK_N]
+        slot = origin * h + head  # [ROWS] int64
+        tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], tl.dot(ds, k1) * scale,  # [ROWS, DK1]
+                 mask=ok[:, None] & (offs_d1[None, :] < Dk))
+        if DK2 > 0:
+            offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+            tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], tl.dot(ds, k2) * scale,  # [ROWS, DK2]
+                     mask=ok[:, None] & (offs_d2[None, :] < Dk))
+        tok = tok_n
+        bnd = bnd_n
+        ok = ok_n
+        origin = origin_n
+    return dk1, dk2, dv
+
+
+@triton.jit
+def sel_bwd_keymajor_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQP, WS, ENTRIES, ORIGIN, CHUNKS, NONFINITE,
     G, h, Dk, Dv, T, NT, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -861,6 +935,8 @@ def sel_bwd_dq_keymajor_kernel(
     sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
     sl_b, sl_s, sl_g, sl_h,
     sd_b, sd_s, sd_g, sd_h,
+    sdk_b, sdk_g, sdk_t,
+    sdv_b, sdv_g, sdv_t,
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,
     HP: tl.constexpr,
@@ -869,13 +945,16 @@ def sel_bwd_dq_keymajor_kernel(
     BLOCK_DV: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
-    """Partial dq of one chunk of one key tile's readers (key-major, for small groups): the key-major forward's
-    walk (``forward.sel_fwd_keymajor_kernel``, the same reader list and slots) with the dq step.
+    """dk, dv and the partial dq of one chunk of one key tile's readers (the key-major backward, small groups): the
+    key-major forward's reader list (its entries and slots), cut into the dk/dv kernel's chunks.
 
-    The K and V tile are loaded once; the chunk's (entry, head) pairs are walked ``ROWS`` at a time, ``ROWS // HP``
-    whole entries a step.  ``DELTA`` float32 ``[B, S, G, h]`` (any strides) is ``rowsum(dO * O) - dlse``, computed
-    before.  Each pair's partial goes to its own slot of ``DQP``; :func:`sel_bwd_dq_keymajor_merge_kernel` sums a
-    row's partials in slot order (deterministic, no atomics).
+    The K and V tile are loaded once; each step gathers ``ROWS`` (entry, head) pairs' q and dO and computes P and dS
+    once for the tile's dk/dv (kept on chip, stored as :func:`sel_bwd_dkdv_kernel` stores them) and for each pair's
+    partial dq (stored in its own slot of ``DQP``; :func:`sel_bwd_dq_keymajor_merge_kernel` sums a row's partials
+    in slot order: deterministic, no atomics).  ``DELTA`` float32 ``[B, S, G, h]`` is ``rowsum(dO * O) - dlse``,
+    computed before.  Where a q or dO row of the call is not finite (``NONFINITE``) or the tile holds a non-finite
+    k or v value, the slow walk: dk/dv as the dk/dv kernel's isolating walk, then dq with the tile's non-finite
+    keys loaded as 0 and NaN given to the pairs that read them (each pair's dq as in exact arithmetic).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
@@ -884,39 +963,52 @@ def sel_bwd_dq_keymajor_kernel(
     tile_id = tl.load(chunk)
     if tile_id < 0:
         return
-    e0, e1, _, _, b, g, k0 = _chunk_tile(chunk, tile_id, NT, G, BLOCK_N)
+    e0, e1, slot, _, b, g, k0 = _chunk_tile(chunk, tile_id, NT, G, BLOCK_N)
 
-    # -- the key and value tiles, loaded once, and the keys with a non-finite k or v value --
-    _, k1, k2, v = _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
+    # -- the key tile and its dk/dv accumulators stay on chip for the whole chunk --
+    n_ok, k1, k2, v = _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
                                       BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)  # k2: a placeholder when DK2 == 0
     if DK2 > 0:
         bad_k = tl.max(_nonfinite(k2), 1) > 0  # [BLOCK_N]
     else:
         bad_k = tl.arange(0, BLOCK_N) < 0  # [BLOCK_N] all false
     bad = (tl.max(_nonfinite(k1), 1) > 0) | bad_k | (tl.max(_nonfinite(v), 1) > 0)  # [BLOCK_N]
-
-    # -- the chunk's (entry, head) pairs; the isolating step only where the tiles are not all finite --
-    r = tl.arange(0, ROWS)  # [ROWS]
-    r_ent = r // HP  # [ROWS]
-    head = r % HP  # [ROWS]
-    if tl.max(bad.to(tl.int32), 0) == 0:
-        for e in range(e0, e1, ROWS // HP):
-            ok = (e + r_ent < e1) & (head < h)  # [ROWS]
-            _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
-                              qk_scale, scale, k1, k2, v, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
-                              sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
-                              BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
+    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
+    if DK2 > 0:
+        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
     else:
-        k1 = tl.where(bad[:, None], 0.0, k1).to(k1.dtype)
+        dk2 = dk1  # placeholder, never used
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+
+    if (tl.load(NONFINITE) == 0) & (tl.max(bad.to(tl.int32), 0) == 0):
+        dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale,
+                                       scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                       sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
+                                       BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32)
+    else:
+        dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, h, Dk, Dv, qk_scale,
+                                   sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+                                   sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
+                                   BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32, True)
+        k1z = tl.where(bad[:, None], 0.0, k1).to(k1.dtype)
         if DK2 > 0:
-            k2 = tl.where(bad[:, None], 0.0, k2).to(k2.dtype)
-        v = tl.where(bad[:, None], 0.0, v).to(v.dtype)
+            k2z = tl.where(bad[:, None], 0.0, k2).to(k2.dtype)
+        else:
+            k2z = k1z  # placeholder, never used
+        vz = tl.where(bad[:, None], 0.0, v).to(v.dtype)
+        r = tl.arange(0, ROWS)  # [ROWS]
+        r_ent = r // HP  # [ROWS]
+        head = r % HP  # [ROWS]
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
             _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
-                              qk_scale, scale, k1, k2, v, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
+                              qk_scale, scale, k1z, k2z, vz, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
                               sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
                               BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
+
+    # -- store: directly (the tile's only chunk) or as an fp32 partial sum for sel_bwd_reduce_kernel --
+    _store_tile_grads(DK, DV, WS, slot, b, g, k0, n_ok, dk1, dk2, dv, scale, Dk, Dv, sdk_b, sdk_g, sdk_t,
+                      sdv_b, sdv_g, sdv_t, BLOCK_N, DK1, DK2, BLOCK_DV)
 
 
 @triton.jit

@@ -116,11 +116,11 @@ def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float):
     lp = torch.empty((slots, h), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g1 = min(g0 + gpp, G)
-        _keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
-                       lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp, qk_scale)
+        _forward_keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
+                               lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp, qk_scale)
 
 
-def _keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float):
+def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float):
     meta = plan.meta
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
@@ -262,10 +262,10 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
 def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite,
                        sc: float):
     """The key-major backward (small groups): delta and the non-finite flag first (one streaming kernel), then per
-    pass over ``p.dq_groups_per_pass`` KV heads (strided views) one reader list for both gradients: one float32
-    partial dq per (row, key tile, head) and their sum in slot order, and the dk/dv kernel over the same entries
-    (cut into its own chunks: ``p.reader_chunk``).  The list is the forward's (tile, bound, chunk), which the
-    planner matched to the dk/dv kernel's tile."""
+    pass over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list (its tile, bound and
+    slots), cut into ``p.reader_chunk`` entries per program: ``sel_bwd_keymajor_kernel`` computes dk and dv and
+    one float32 partial dq per (row, key tile, head), split tiles are reduced as the dk/dv kernel's, and each row's
+    partials are summed in slot order."""
     B, S, G, h, Dk = q.shape
     meta = p.forward.meta
     n_rows = B * S * G * h
@@ -279,23 +279,30 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
-        qg, kg, vg, lg, dog, deltag = q[:, :, g], k[:, g], v[:, g], lse[:, :, g], grad_out[:, :, g], delta[:, :, g]
-        readers = keymajor_reader_list(ranges[:, :, g], k.shape[2], meta)
-        _dq_keymajor_pass(meta, qg, kg, vg, lg, dog, deltag, dq[:, :, g], ranges[:, :, g], readers, dqp, sc)
-        _launch_dkdv(qg, kg, vg, lg, dog, deltag, nonfinite, dk[:, g], dv[:, g], readers.rechunk(p.reader_chunk),
-                     p.backward, sc)
+        _backward_keymajor_pass(p, q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g], grad_out[:, :, g],
+                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, sc)
 
 
-def _dq_keymajor_pass(meta, q, k, v, lse, grad_out, delta, dq, ranges, readers: ReaderList, dqp, sc: float):
+def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, nonfinite, dq, dk, dv, dqp,
+                            sc: float):
+    """One pass of the key-major backward over the KV heads of its views.  Its reader list and workspace are
+    freed on return, before the next pass builds its own (with the partials, they set the backward's peak)."""
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
-    fn = bwd_kernels.sel_bwd_dq_keymajor_kernel
+    meta = p.forward.meta
+    readers = keymajor_reader_list(ranges, T, meta).rechunk(p.reader_chunk)
+    ws = torch.empty((max(readers.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
+                     device=q.device)
+    fn = bwd_kernels.sel_bwd_keymajor_kernel
     fn[(readers.chunks.shape[0],)](
-        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DQP=dqp, ENTRIES=readers.entries,
-                           ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
-                           NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(),
-                           sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride()),
-        num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.kernel_constexprs())
+        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, DQP=dqp, WS=ws,
+                           ENTRIES=readers.entries, ORIGIN=readers.origin, CHUNKS=readers.chunks, NONFINITE=nonfinite,
+                           G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc,
+                           sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(),
+                           sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+        num_warps=meta.bwd_warps, num_stages=meta.bwd_stages, **meta.bwd_constexprs())
+    if readers.slots:
+        _reduce_split_tiles(ws, readers, dk, dv, p.backward)
     merge = bwd_kernels.sel_bwd_dq_keymajor_merge_kernel
     merge[(P.cdiv(B * S * G, meta.merge_rows_per_program()),)](
         *params.packer(merge)(DQP=dqp, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk, n_spans=ranges.shape[3], T=T,
@@ -318,9 +325,15 @@ def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: Read
         num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs(),
     )
     if readers.slots:
-        bwd_kernels.sel_bwd_reduce_kernel[(readers.tile_slots.shape[0],)](
-            *params.packer(bwd_kernels.sel_bwd_reduce_kernel)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, G=G,
-                                                               T=T, NT=readers.n_tiles, Dk=Dk, Dv=Dv,
-                                                               sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
-            num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs(),
-        )
+        _reduce_split_tiles(ws, readers, dk, dv, meta)
+
+
+def _reduce_split_tiles(ws, readers: ReaderList, dk, dv, meta: BackwardMeta):
+    """Sum the workspace slots of the key tiles whose readers were split over several programs into dk, dv."""
+    fn = bwd_kernels.sel_bwd_reduce_kernel
+    fn[(readers.tile_slots.shape[0],)](
+        *params.packer(fn)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, G=dk.shape[1], T=dk.shape[2],
+                           NT=readers.n_tiles, Dk=dk.shape[3], Dv=dv.shape[3], sdk=dk.stride()[:3],
+                           sdv=dv.stride()[:3]),
+        num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs(),
+    )

@@ -6,9 +6,10 @@ every sum the dk/dv kernel makes, is fixed (bit-reproducible gradients).  Each t
 chunks of at most ``chunk`` entries, one dk/dv program each, longest first, so the hot tiles' chunks do not
 trail at the end of the launch.
 
-Three steps: ``sel_bwd_reader_keys_kernel`` writes each row's entries as unique integer sort keys (tile,
-token, span slot; int32 where they fit), one sort puts them in order, and ``sel_bwd_reader_entries_kernel`` decodes them into
-the dk/dv kernel's entries; the tile boundaries are a ``searchsorted`` of the sorted keys.
+Three steps: ``sel_bwd_reader_keys_kernel`` writes each row's entries as integer sort keys (tile, token; int32
+where they fit) and their span slots, one stable sort puts them in order (a row's entries of one tile were
+written in slot order, so ties keep it), and ``sel_bwd_reader_entries_kernel`` decodes them into the dk/dv
+kernel's entries; the tile boundaries are a ``searchsorted`` of the sorted keys.
 
 No size is read back to the host: each row gets ``per_row`` slots (``plan.entries_per_row``, a bound from
 the shapes), and the slots a row does not use hold a padding key that sorts last and that no chunk refers
@@ -83,29 +84,28 @@ def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, ch
     nt = -(-T // block_n)
     n_tiles = B * G * nt
     # int32 keys where the largest (the padding key) fits: the radix sort makes half the passes of int64's
-    key_dtype = torch.int32 if n_tiles * S * n < INT32_KEYS_BELOW else torch.int64
+    key_dtype = torch.int32 if n_tiles * S < INT32_KEYS_BELOW else torch.int64
     keys = torch.empty(capacity, dtype=key_dtype, device=dev)
+    slots = torch.empty(capacity, dtype=torch.int32, device=dev)
     bwd_kernels.sel_bwd_reader_keys_kernel[(rows,)](
         *packer(bwd_kernels.sel_bwd_reader_keys_kernel)(
-            SPANS=ranges, KEYS=keys, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
+            SPANS=ranges, KEYS=keys, SLOTS=slots, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
             sr=ranges.stride()), num_warps=READER_KEYS_WARPS,
         num_stages=1, **keys_constexprs)
-    # unique keys but the padding: the order is the same on every run (the padding's order is never read)
-    if origin:
-        keys, where_from = torch.sort(keys)
-    else:
-        keys, where_from = torch.sort(keys).values, None
+    # Stable: a (tile, token) key repeats for a row's spans in one tile, written in slot order, which the sort
+    # keeps; so the order is the same on every run (the padding's order is never read).
+    keys, where_from = torch.sort(keys, stable=True)
     entries = torch.empty((capacity, 2), dtype=torch.int32, device=dev)
     bwd_kernels.sel_bwd_reader_entries_kernel[(-(-capacity // READER_BLOCK),)](
         *packer(bwd_kernels.sel_bwd_reader_entries_kernel)(
-            SPANS=ranges, KEYS=keys, ENTRIES=entries, n_entries=capacity, S=S, G=G, n=n, T=T, NT=nt,
-            n_tiles=n_tiles, sr=ranges.stride()),
+            SPANS=ranges, KEYS=keys, ORDER=where_from, SLOTS=slots, ENTRIES=entries, n_entries=capacity, S=S, G=G,
+            n=n, T=T, NT=nt, n_tiles=n_tiles, sr=ranges.stride()),
         BLOCK_N=block_n, BLOCK=READER_BLOCK, num_warps=READER_ENTRIES_WARPS, num_stages=1)
     # Tile t's entries start at the first key of tile t (padding keys, tile n_tiles, mark the end).
-    first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * (S * n)
+    first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * S
     offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
-    chunks, tile_slots, slots = _chunk_table(offsets, capacity, chunk)
-    return ReaderList(entries, chunks, tile_slots, slots, nt, chunk, offsets, where_from)
+    chunks, tile_slots, n_slots = _chunk_table(offsets, capacity, chunk)
+    return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, offsets, where_from if origin else None)
 
 
 def _chunk_table(offsets, capacity: int, chunk: int):

@@ -36,9 +36,9 @@ class Plan:
     tokens: int  # tokens per program of the forward (1: single-token or decode)
     rows_as_batch: bool  # a packed batch's few rows launched as a batch of one query each (split-L decode)
     reader_per_row: int  # the backward's reader list: at most this many entries per row (entries_per_row)
-    reader_chunk: int  # entries per dk/dv program
+    reader_chunk: int  # entries per dk/dv program (per key-major backward program)
     delta_forward: Launch | None = None  # backward delta="fp32": the forward that recomputes O in fp32
-    # the key-major backward (with a key-major forward: its reader list serves the dq kernel and the dk/dv kernel):
+    # the key-major backward (with a key-major forward, on its reader list: dk, dv and partial dq from one kernel):
     # KV heads per pass; 0: the token-major dq and one reader list of the whole call for dk/dv
     dq_groups_per_pass: int = 0
 
@@ -117,9 +117,12 @@ def _build(sig: _Signature, tok: int) -> Plan:
         delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
                                   dot_f32=dot_f32)
     # Small groups: the backward key-major too, per pass over KV heads (the dq partials bounded as the forward's
-    # workspace), one reader list of the forward's for dq and dk/dv (so only where its tile is the dk/dv kernel's)
+    # workspace), on the forward's reader list (so only where its tile is the dk/dv kernel's)
     dq_gpp = 0
     if by_key and fwd.meta.BLOCK_N == bwd.KV_BLOCK_N and fwd.meta.per_row == per_row:
         dq_gpp = KM.dq_groups_per_pass(fwd.meta, rows=B0 * S0, h=h, Dk=Dk, G=G)
-    entries = B0 * S0 * (dq_gpp or G) * per_row  # the dk/dv kernel's entries per launch (one pass, or the call)
-    return Plan(fwd, bwd, tok, rows_as_batch, per_row, bwd.chunk_for(entries, h, dev.sm_count), delta_forward, dq_gpp)
+    if dq_gpp:  # the key-major backward kernel's chunks over one pass's entries
+        chunk = fwd.meta.bwd_chunk(B0 * S0 * dq_gpp * per_row, dev.sm_count)
+    else:
+        chunk = bwd.chunk_for(B0 * S0 * G * per_row, h, dev.sm_count)
+    return Plan(fwd, bwd, tok, rows_as_batch, per_row, chunk, delta_forward, dq_gpp)

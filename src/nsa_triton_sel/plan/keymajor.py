@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backward import chunk_size, entries_per_row, reader_keys_constexprs
+from .backward import CHUNK_PROGRAMS_PER_SM, chunk_size, entries_per_row, reader_keys_constexprs
 from .tiles import MIN_DOT, _Constexprs, check_sizes, next_pow2, split_head_dim
 
 MAX_H = 4  # larger groups: the token-major kernels win (H100, h = 8: 7.7 ms against 9.8 at 32K, 32/4 heads)
@@ -34,8 +34,12 @@ ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the devic
 PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
 MERGE_PAIRS = 64  # (row, head) pairs per merge program
 MERGE_WARPS = 4
-DQ_WARPS = 4
-DQ_STAGES = 1  # H100, 32K: backward 25.4 ms against 28.1 with 3 stages at h = 1, 20.0 against 23.0 at h = 4
+# The key-major backward kernel (dk, dv and the partial dq from one walk): pairs per step, warps, stages.  H200,
+# 32K, whole backward: h = 1 17.1 ms (8 warps, 2 stages: 20.6; 64 pairs, 8 warps: 22.4), h = 4 14.6 ms (17.3,
+# 19.3); against 17.7 and 14.8 with a dq kernel of its own (bench/probes/keymajor_backward.py --tune).
+BWD_ROWS = 32
+BWD_WARPS = 4
+BWD_STAGES = 1
 DELTA_ROWS = 64  # (token, group, head) rows per program of the key-major dq's delta pass
 
 
@@ -57,11 +61,16 @@ class KeyMajorMeta(_Constexprs):
     per_row: int  # the reader list's entries (partials) per row: a bound from the shapes
     chunk: int  # entries per program
     groups_per_pass: int  # KV heads per pass (the workspace of one pass stays under WORKSPACE_BYTES)
-    dq_warps: int = DQ_WARPS  # the key-major dq kernel's launch (its dots: scores, dO V^T and dS K per step)
-    dq_stages: int = DQ_STAGES
+    bwd_rows: int = BWD_ROWS  # the key-major backward kernel's (entry, head) pairs per step and launch
+    bwd_warps: int = BWD_WARPS
+    bwd_stages: int = BWD_STAGES
 
     def kernel_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
+                "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
+
+    def bwd_constexprs(self) -> dict:
+        return {"BLOCK_N": self.BLOCK_N, "ROWS": self.bwd_rows, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
                 "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
 
     def merge_constexprs(self) -> dict:
@@ -78,6 +87,11 @@ class KeyMajorMeta(_Constexprs):
 
     def reader_keys_constexprs(self) -> dict:
         return reader_keys_constexprs(self.BLOCK_N, self.BLOCK_S, self.per_row)
+
+    def bwd_chunk(self, entries: int, sm_count: int) -> int:
+        """Entries per program of the key-major backward kernel over ``entries`` reader entries (a pass's): about
+        the dk/dv kernel's programs per SM, whole steps."""
+        return chunk_size(entries, CHUNK_PROGRAMS_PER_SM * sm_count, self.bwd_rows, self.HP)
 
     def merge_rows_per_program(self) -> int:
         return max(MERGE_PAIRS, self.HP) // self.HP

@@ -105,3 +105,39 @@ def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv
         bound = tol * max(1.0, float(y.grad.abs().max()))
         assert err < bound, f"d{name}: {err:.3e} >= {bound:.3e} ({what})"
     return xs
+
+
+def check_inf_key_confined(device):
+    """``k[key 5] = inf`` in the key tile that both tokens read (token 0 keys 0..3, token 1 keys 4..7): the tile takes
+    the key-major backward's slow walk; only token 1's dq, and the dk, dv of the keys token 1 read, may be non-finite."""
+    from nsa_triton_sel import selection_attention
+
+    q, k, v, _, _ = blocks_case(1, 2, 1, 2, 16, 32, 4, 1, torch.float16, "cpu", seed=3)
+    blocks = torch.tensor([0, 1], dtype=torch.int32).view(1, 2, 1, 1)
+    k[0, 0, 5, 3] = float("inf")
+    xs = [x.to(device).requires_grad_() for x in (q, k, v)]
+    pos = torch.tensor([10, 11], device=device)  # both past their blocks: nothing clamped; both in key tile 0
+    out = selection_attention(*xs, block_indices=blocks.to(device), block_size=4, positions=pos)
+    out.sum().backward()
+    dq, dk, dv = (x.grad[0].cpu() for x in xs)
+    assert torch.isfinite(dq[0]).all(), "a token that never read the inf key got a non-finite dq"
+    assert not torch.isfinite(dq[1]).all()
+    assert torch.isfinite(dk[0, :4]).all() and torch.isfinite(dv[0, :4]).all(), "keys only token 0 read got NaN"
+
+
+def check_nan_query_confined(device):
+    """A NaN in token 0's q: the delta pass raises the non-finite flag, so the backward isolates the row; only
+    token 0's dq and the dk, dv of the keys it read may be NaN."""
+    from nsa_triton_sel import selection_attention
+
+    q, k, v, _, _ = blocks_case(1, 2, 1, 2, 16, 32, 4, 1, torch.float16, "cpu", seed=4)
+    blocks = torch.tensor([0, 1], dtype=torch.int32).view(1, 2, 1, 1)  # token 0: keys 0..3, token 1: keys 4..7
+    q[0, 0, 0, 1, 3] = float("nan")
+    xs = [x.to(device).requires_grad_() for x in (q, k, v)]
+    out = selection_attention(*xs, block_indices=blocks.to(device), block_size=4,
+                              positions=torch.tensor([10, 11], device=device))
+    out.sum().backward()
+    dq, dk, dv = (x.grad[0].cpu() for x in xs)
+    assert torch.isfinite(dq[1]).all() and not torch.isfinite(dq[0]).all()
+    assert torch.isfinite(dk[0, 4:]).all() and torch.isfinite(dv[0, 4:]).all(), "keys token 0 never read got NaN"
+    assert not torch.isfinite(dk[0, :4]).all()

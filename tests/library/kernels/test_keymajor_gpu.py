@@ -121,3 +121,11 @@ def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph
     torch.cuda.synchronize()
     for x, want, name in zip(xs, first, "qkv"):
         assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"
+
+
+def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_rows):
+    C.check_inf_key_confined(DEV)
+
+
+def test_keymajor_backward_keeps_a_nan_query_to_its_own_keys(keymajor_from_few_rows):
+    C.check_nan_query_confined(DEV)

@@ -131,7 +131,7 @@ BACKWARD_MODULE = "nsa_triton_sel.kernels.backward"
 BACKWARD_TYPES = {
     "LSE": "*fp32", "DLSE": "*fp32", "DELTA": "*fp32", "WS": "*fp32",
     "SPANS": "*i32", "ENTRIES": "*i32", "CHUNKS": "*i64", "TILE_SLOTS": "*i64", "NONFINITE": "*i32", "KEYS": "*i64",
-    "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
+    "ORDER": "*i64", "SLOTS": "*i32", "S": "i32", "G": "i32", "T": "i32", "NT": "i32",
 }
 def _variant(kernel: str, name: str, constexprs: dict, warps: int, stages: int, dtype: str, rows: int) -> dict:
     """A compile-smoke variant; ``rows`` is the widest dot M, which the known-bad row caps
@@ -226,7 +226,7 @@ FORWARD_MODULE = "nsa_triton_sel.kernels.forward"
 KEYMAJOR_TYPES = {
     "OP": "*fp32", "LP": "*fp32", "LSE": "*fp32", "SPANS": "*i32", "ENTRIES": "*i32", "ORIGIN": "*i64",
     "CHUNKS": "*i64", "S": "i32", "G": "i32", "T": "i32", "NT": "i32", "DQP": "*fp32", "DELTA": "*fp32",
-    "DLSE": "*fp32", "NONFINITE": "*i32",
+    "DLSE": "*fp32", "NONFINITE": "*i32", "WS": "*fp32",
 }
 
 
@@ -234,7 +234,8 @@ def keymajor_variants() -> list[dict]:
     """The key-major forward's configuration classes (``plan.keymajor``), as compile-smoke specs in the format of
     :func:`backward_variants`: both dtypes, one head and up to its largest group (``MAX_H``; an odd h pads to the
     same power of two), Dk = 128 and Dk = 192 with Dv = 128 (two Dk slices, 32-key tiles), and the merge with
-    and without the LSE; the key-major dq (the backward's, on the same configuration) and its merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
+    and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration), its delta pass and
+    its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
     from ...plan.keymajor import MAX_H, keymajor_meta
 
@@ -247,9 +248,9 @@ def keymajor_variants() -> list[dict]:
             out.append({"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
                         "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
                         "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
-            out.append({"name": f"sel_bwd_dq_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_kernel",
-                        "constexprs": m.kernel_constexprs(), "num_warps": m.dq_warps, "num_stages": m.dq_stages,
-                        "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
+            out.append({"name": f"sel_bwd_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_keymajor_kernel",
+                        "constexprs": m.bwd_constexprs(), "num_warps": m.bwd_warps, "num_stages": m.bwd_stages,
+                        "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": max(m.bwd_rows, m.BLOCK_N)})
             if h == 1:  # the delta pass has no head dimension of its own
                 out.append({"name": f"sel_bwd_dq_keymajor_delta/{dtype}/dk{Dk}-dv{Dv}",
                             "kernel": f"{BACKWARD_MODULE}:sel_bwd_dq_keymajor_delta_kernel",
