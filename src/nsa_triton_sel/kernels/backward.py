@@ -739,7 +739,9 @@ def sel_bwd_reader_keys_kernel(
         tile = tl.sum(tl.where(sel, t_lo[None, :] + k[:, None] - first[None, :], 0), 1)  # [BLOCK_E]
         key = (tile0 + tile.to(tl.int64)) * S + s  # [BLOCK_E]
         tl.store(KEYS + row * per_row + k, tl.where(k < total, key, pad), mask=k < per_row)
-        tl.store(SLOTS + row * per_row + k, slot, mask=k < per_row)
+        # Through uint32 (the same bits: no instruction on a GPU): Triton 3.0's interpreter holds a sum of int32 as
+        # int64 and would store 8 bytes per slot, past the end of SLOTS; a cast to another type converts it.
+        tl.store(SLOTS + row * per_row + k, slot.to(tl.uint32), mask=k < per_row)
 
 
 @triton.jit
