@@ -71,7 +71,7 @@ import triton
 import triton.language as tl
 
 from .common import (LOG2E, _chunk_tile, _clamp_spans, _gather_rows, _group_heads, _key_value_rows, _load_q,
-                     _prefix_sum, _tile_bounds, _token_rows)
+                     _merge_rows, _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -539,6 +539,19 @@ def _dkdv_pairs(
 
 
 @triton.jit
+def _tile_accumulators(BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """A key tile's float32 dk and dv accumulators, zero: ``dk1 [BLOCK_N, DK1]``, ``dk2 [BLOCK_N, DK2]`` (``dk1`` as a
+    placeholder when ``DK2 == 0``), ``dv [BLOCK_N, BLOCK_DV]``."""
+    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
+    if DK2 > 0:
+        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
+    else:
+        dk2 = dk1  # placeholder, never used
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+    return dk1, dk2, dv
+
+
+@triton.jit
 def sel_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, CHUNKS, NONFINITE,
     G, h, Dk, Dv, T, NT, qk_scale, scale,
@@ -581,12 +594,7 @@ def sel_bwd_dkdv_kernel(
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     n_ok, k1, k2, v = _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_g, sv_t, sv_d,
                                       BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32)  # k2: a placeholder when DK2 == 0
-    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
-    if DK2 > 0:
-        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
-    else:
-        dk2 = dk1  # placeholder, never used
-    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+    dk1, dk2, dv = _tile_accumulators(BLOCK_N, DK1, DK2, BLOCK_DV)
 
     # -- the chunk's (entry, head) pairs; the isolating walk only when a dq kernel saw a non-finite row --
     if tl.load(NONFINITE) == 0:
@@ -975,12 +983,7 @@ def sel_bwd_keymajor_kernel(
     else:
         bad_k = tl.arange(0, BLOCK_N) < 0  # [BLOCK_N] all false
     bad = (tl.max(_nonfinite(k1), 1) > 0) | bad_k | (tl.max(_nonfinite(v), 1) > 0)  # [BLOCK_N]
-    dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)  # [BLOCK_N, DK1]
-    if DK2 > 0:
-        dk2 = tl.zeros((BLOCK_N, DK2), tl.float32)  # [BLOCK_N, DK2]
-    else:
-        dk2 = dk1  # placeholder, never used
-    dv = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)  # [BLOCK_N, BLOCK_DV]
+    dk1, dk2, dv = _tile_accumulators(BLOCK_N, DK1, DK2, BLOCK_DV)
 
     if (tl.load(NONFINITE) == 0) & (tl.max(bad.to(tl.int32), 0) == 0):
         dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale,
@@ -1031,21 +1034,9 @@ def sel_bwd_dq_keymajor_merge_kernel(
     key tiles its clamped spans touch, at most ``per_row``), so the sum's order does not depend on which program
     computed which partial.  A row without keys gets zeros.
     """
-    # -- the (row, head) pairs of this program: row (b * S + s) * G + g --
-    r = tl.arange(0, PAIRS)  # [PAIRS]
-    row = tl.program_id(0).to(tl.int64) * (PAIRS // HP) + r // HP  # [PAIRS]
-    head = r % HP  # [PAIRS]
-    ok = (row < n_rows) & (head < h)  # [PAIRS]
-    g = row % G
-    s = (row // G) % S
-    b = row // (G * S)
-    # -- how many partials each row has --
-    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
-    s_ok = ok[:, None] & (offs_s < n_spans)[None, :]  # [PAIRS, BLOCK_S]
-    span = SPANS + (b * sr_b + s * sr_s + g * sr_g)[:, None] + offs_s.to(tl.int64)[None, :] * sr_n
-    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
-    tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
-    total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
+    # -- the (row, head) pairs of this program and how many partials each row has --
+    row, head, ok, b, s, g, total = _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n,
+                                                sr_e, BLOCK_N, PAIRS, HP, BLOCK_S)
     # -- the sum, in slot order --
     offs_d = tl.arange(0, BLOCK_DK)  # [BLOCK_DK]
     acc = tl.zeros((PAIRS, BLOCK_DK), tl.float32)  # [PAIRS, BLOCK_DK]

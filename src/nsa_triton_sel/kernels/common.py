@@ -149,3 +149,26 @@ def _key_value_rows(K, V, b, g, k0, T, Dk, Dv, sk_b, sk_g, sk_t, sk_d, sv_b, sv_
     else:
         k2 = k1  # placeholder, never used
     return n_ok, k1, k2, v
+
+
+@triton.jit
+def _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n, sr_e,
+                BLOCK_N: tl.constexpr, PAIRS: tl.constexpr, HP: tl.constexpr, BLOCK_S: tl.constexpr):
+    """The ``PAIRS`` (row, head) pairs of a key-major merge program, row ``(b * S + s) * G + g``, and how many
+    partials each row has: ``(row, head, ok, b, s, g, total)``, all ``[PAIRS]``.  A row's partials are its (span,
+    key tile) pairs in the order ``sel_bwd_reader_keys_kernel`` numbers them (spans in slot order, tiles in key
+    order); counted here from the row's spans clamped into ``[0, T]``, cut at ``per_row``."""
+    r = tl.arange(0, PAIRS)  # [PAIRS]
+    row = tl.program_id(0).to(tl.int64) * (PAIRS // HP) + r // HP  # [PAIRS]
+    head = r % HP  # [PAIRS]
+    ok = (row < n_rows) & (head < h)  # [PAIRS]
+    g = row % G
+    s = (row // G) % S
+    b = row // (G * S)
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    s_ok = ok[:, None] & (offs_s < n_spans)[None, :]  # [PAIRS, BLOCK_S]
+    span = SPANS + (b * sr_b + s * sr_s + g * sr_g)[:, None] + offs_s.to(tl.int64)[None, :] * sr_n
+    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
+    tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
+    total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
+    return row, head, ok, b, s, g, total

@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _chunk_tile, _clamp_spans, _gather_rows, _group_heads,
-                     _load_q, _prefix_sum, _tile_bounds, _token_rows)
+                     _load_q, _merge_rows, _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -620,21 +620,9 @@ def sel_fwd_keymajor_merge_kernel(
     the spans, and folds them in that order with an online LSE merge, so the result does not depend on which
     program computed which partial.  A row without keys stores zeros and LSE = -inf.
     """
-    # -- the (row, head) pairs of this program: row (b * S + s) * G + g --
-    r = tl.arange(0, PAIRS)  # [PAIRS]
-    row = tl.program_id(0).to(tl.int64) * (PAIRS // HP) + r // HP  # [PAIRS]
-    head = r % HP  # [PAIRS]
-    ok = (row < n_rows) & (head < h)  # [PAIRS]
-    g = row % G
-    s = (row // G) % S
-    b = row // (G * S)
-    # -- how many partials each row has: the key tiles its clamped spans touch, cut at per_row --
-    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
-    s_ok = ok[:, None] & (offs_s < n_spans)[None, :]  # [PAIRS, BLOCK_S]
-    span = SPANS + (b * sr_b + s * sr_s + g * sr_g)[:, None] + offs_s.to(tl.int64)[None, :] * sr_n
-    start, end = _clamp_spans(tl.load(span, mask=s_ok, other=0), tl.load(span + sr_e, mask=s_ok, other=0), T)
-    tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
-    total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
+    # -- the (row, head) pairs of this program and how many partials each row has --
+    row, head, ok, b, s, g, total = _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n,
+                                                sr_e, BLOCK_N, PAIRS, HP, BLOCK_S)
     # -- online LSE merge over the row's partials, in order --
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     m = tl.full((PAIRS,), float("-inf"), tl.float32)  # [PAIRS]
