@@ -290,7 +290,7 @@ def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, no
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     meta = p.forward.meta
-    readers = keymajor_reader_list(ranges, T, meta).rechunk(p.reader_chunk)
+    readers = keymajor_reader_list(ranges, T, meta, p.reader_chunk)
     ws = torch.empty((max(readers.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
                      device=q.device)
     fn = bwd_kernels.sel_bwd_keymajor_kernel

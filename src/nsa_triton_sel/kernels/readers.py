@@ -49,16 +49,7 @@ class ReaderList:
     slots: int
     n_tiles: int  # key tiles per (b, g)
     chunk: int
-    offsets: torch.Tensor  # [B * G * n_tiles + 1] int64: where each tile's entries start (the last: their end)
-    origin: torch.Tensor | None = None  # [E] int64: each entry's slot before the sort (the key-major forward's)
-
-    def rechunk(self, chunk: int) -> ReaderList:
-        """The same entries cut into chunks of at most ``chunk`` (another kernel's programs over them): only the
-        chunk table is new."""
-        if chunk == self.chunk:
-            return self
-        chunks, tile_slots, slots = _chunk_table(self.offsets, self.entries.shape[0], chunk)
-        return ReaderList(self.entries, chunks, tile_slots, slots, self.n_tiles, chunk, self.offsets, self.origin)
+    origin: torch.Tensor | None = None  # [E] int64: each entry's slot before the sort (the key-major kernels')
 
 
 def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: int, chunk: int) -> ReaderList:
@@ -70,10 +61,12 @@ def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: in
     return _build(ranges, T, meta.KV_BLOCK_N, meta.reader_keys_constexprs(per_row), per_row, chunk, origin=False)
 
 
-def keymajor_reader_list(ranges: torch.Tensor, T: int, meta: KeyMajorMeta) -> ReaderList:
-    """The reader list of the key-major forward (``meta``'s tile, bound and chunk), with each entry's
-    ``origin``: its slot ``row * per_row + k`` before the sort, where the forward stores its partial result."""
-    return _build(ranges, T, meta.BLOCK_N, meta.reader_keys_constexprs(), meta.per_row, meta.chunk, origin=True)
+def keymajor_reader_list(ranges: torch.Tensor, T: int, meta: KeyMajorMeta, chunk: int | None = None) -> ReaderList:
+    """The reader list of the key-major kernels (``meta``'s tile and bound; ``chunk`` entries per program, the
+    forward's ``meta.chunk`` by default), with each entry's ``origin``: its slot ``row * per_row + k`` before the
+    sort, where the forward stores its partial result and the backward its partial dq."""
+    return _build(ranges, T, meta.BLOCK_N, meta.reader_keys_constexprs(), meta.per_row, chunk or meta.chunk,
+                  origin=True)
 
 
 def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, chunk: int, *, origin: bool):
@@ -105,7 +98,7 @@ def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, ch
     first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * S
     offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
     chunks, tile_slots, n_slots = _chunk_table(offsets, capacity, chunk)
-    return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, offsets, where_from if origin else None)
+    return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, where_from if origin else None)
 
 
 def _chunk_table(offsets, capacity: int, chunk: int):
