@@ -5,9 +5,11 @@ its readers may see)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernel_checks import check_against_oracle
+from nsa_triton_sel import caches
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import direct
 from nsa_triton_sel.testing import make_problem, nsa_block_indices
@@ -68,6 +70,18 @@ def inf_value_case(dtype, device):
     assert torch.isfinite(out[0, 1]).all(), "a row that never read the inf value got a non-finite output"
     bad = ~torch.isfinite(out[0, 0, 0])  # [h, Dv]: the reader's column 3 only
     assert bad[:, 3].all() and not bad[:, :3].any() and not bad[:, 4:].any(), out[0, 0, 0]
+
+
+
+@pytest.fixture
+def keymajor_from_few_rows(monkeypatch):
+    """The planner takes the key-major path from one (token, group) row (small test shapes)."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("nsa_triton_sel.plan.keymajor"), "MIN_ROWS", 1)
+    caches.clear()
+    yield
+    caches.clear()
 
 
 def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv=None, lse_grad=False,

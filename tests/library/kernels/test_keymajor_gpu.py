@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
+from keymajor_cases import keymajor_from_few_rows  # noqa: F401 - a fixture
 from kernel_checks import fresh_seed
 from nsa_triton_sel import caches, plan, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
@@ -65,16 +66,6 @@ def test_operator_takes_keymajor_for_small_groups(h):
     out = selection_attention(q, k, v, block_indices=blocks, block_size=64)
     want = direct.sel_attn_ranges(q, k, v, block_indices_to_ranges(blocks, 64, 4096))
     assert (out.float() - want.float()).abs().max() < 2e-2
-
-
-@pytest.fixture
-def keymajor_from_few_rows(monkeypatch):
-    import importlib
-
-    monkeypatch.setattr(importlib.import_module("nsa_triton_sel.plan.keymajor"), "MIN_ROWS", 1)
-    caches.clear()
-    yield
-    caches.clear()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

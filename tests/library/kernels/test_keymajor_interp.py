@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
+from keymajor_cases import keymajor_from_few_rows  # noqa: F401 - a fixture
 import kernel_checks
 from nsa_triton_sel import caches, reference, selection_attention
 
@@ -49,16 +50,6 @@ def test_keymajor_block_indices():
 
 def test_keymajor_keeps_an_inf_value_to_its_readers():
     C.inf_value_case(torch.float16, "cpu")
-
-
-@pytest.fixture
-def keymajor_from_few_rows(monkeypatch):
-    import importlib
-
-    monkeypatch.setattr(importlib.import_module("nsa_triton_sel.plan.keymajor"), "MIN_ROWS", 1)
-    caches.clear()
-    yield
-    caches.clear()
 
 
 def test_operator_takes_keymajor_and_differentiates_through_it(keymajor_from_few_rows):
