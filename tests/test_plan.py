@@ -10,6 +10,8 @@ import pytest
 from nsa_triton_sel import device, known_bad, plan
 from nsa_triton_sel.plan import tiles as M
 
+KM = __import__("importlib").import_module("nsa_triton_sel.plan.keymajor")  # the package exports a function of its name
+
 WINDOWS = known_bad.parse("""
 schema = 1
 [[window]]
@@ -111,5 +113,117 @@ def test_the_planner_runs_token_major_where_the_keymajor_forward_does_not_compil
     q = torch.empty(B, S, G, h, D, dtype=torch.bfloat16)
     k = v = torch.empty(B, G, T, D, dtype=torch.bfloat16)
     blocks = torch.zeros(B, S, G, 4, dtype=torch.int32)
-    p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False, traced=False)
+    with KM.forced("key"):  # wherever the path can run: what the path table would prefer is not the question
+        p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False, traced=False)
     assert (p.forward.kernel == "keymajor") == by_key, (arch, release, p.forward.kernel)
+
+
+def _cells(sel, rows):
+    """Path-table cells ``(T, h, fwd_token, fwd_key, train_token, train_key)``."""
+    return [dict(sel=sel, T=T, h=h, fwd_token=ft, fwd_key=fk, train_token=tt, train_key=tk)
+            for T, h, ft, fk, tt, tk in rows]
+
+
+TABLE = ({"gpu": "GPU A", "triton": "3.6.0", "source": "test", "cells": _cells("random", [
+    (4096, 1, 10, 5, 20, 10), (4096, 4, 10, 9.8, 20, 15), (4096, 8, 10, 12, 20, 25),
+    (65536, 1, 100, 50, 200, 100), (65536, 4, 100, 90, 200, 150), (65536, 8, 100, 80, 200, 250),
+]) + _cells("local", [
+    (4096, 1, 10, 10.2, 20, 10), (4096, 4, 10, 20, 20, 30), (4096, 8, 10, 20, 20, 30),
+    (65536, 1, 100, 102, 200, 100), (65536, 4, 100, 200, 200, 300), (65536, 8, 100, 200, 200, 300),
+])},)
+
+
+@pytest.mark.parametrize("gpu, h, T, grad, want", [
+    ("GPU A", 1, 4096, True, KM.ALWAYS),  # key-major trains faster on both kinds of selection
+    ("GPU A", 1, 4096, False, KM.UNSHARED),  # forward on local selections: key-major 2 % slower
+    ("GPU A", 4, 4096, False, KM.NEVER),  # 2 % faster: inside the measured margin
+    ("GPU A", 4, 65536, False, KM.UNSHARED),
+    ("GPU A", 2, 65536, False, KM.UNSHARED),  # h = 1 and h = 4 both prefer key-major on random selections
+    ("GPU A", 6, 65536, False, KM.UNSHARED),  # between h = 4 and 8, both of which prefer it at 64K
+    ("GPU A", 6, 4096, False, KM.NEVER),  # h = 8 at 4K does not
+    ("GPU A", 8, 65536, True, KM.NEVER),  # the forward prefers it, training does not
+    ("GPU A", 4, 8192, False, KM.NEVER),  # nearest measured T (log scale): 4096
+    ("GPU A", 4, 32768, False, KM.UNSHARED),  # nearest: 65536
+    ("GPU A", 16, 65536, False, KM.UNSHARED),  # above the measured groups: the largest measured
+    ("GPU B", 1, 4096, True, KM.ALWAYS),  # unmeasured GPU: 2x faster passes the default margin
+    ("GPU B", 4, 65536, False, KM.NEVER),  # 10 % faster does not
+    ("GPU B", 4, 65536, True, KM.UNSHARED),  # 25 % faster does
+])
+def test_the_path_table_decides_by_the_measured_cells_around_the_call(gpu, h, T, grad, want):
+    assert KM.path_verdict(TABLE, gpu, h=h, T=T, grad=grad) == want
+
+
+def test_without_a_path_table_entry_no_call_runs_key_major():
+    assert KM.path_verdict((), "GPU A", h=1, T=4096, grad=True) == KM.NEVER
+
+
+def test_a_missing_key_major_time_counts_as_token_major():
+    table = ({**TABLE[0], "cells": [{**c, "train_key": None} if c["h"] == 1 else c for c in TABLE[0]["cells"]]},)
+    assert KM.path_verdict(table, "GPU A", h=1, T=4096, grad=True) == KM.NEVER
+    assert KM.path_verdict(table, "GPU A", h=1, T=4096, grad=False) == KM.UNSHARED
+
+
+@pytest.mark.parametrize("pattern, kernel, several_tokens", [("random", "keymajor", False), ("local", "tokens", True)])
+def test_where_the_table_prefers_key_major_for_random_selections_shared_spans_go_token_major(
+        monkeypatch, pattern, kernel, several_tokens):
+    """UNSHARED: the call measures whether neighbouring tokens share their spans (read at once off CUDA) and
+    runs the multi-token kernels where they do, key-major where they do not."""
+    import torch
+
+    from nsa_triton_sel.plan import call
+    from nsa_triton_sel.testing import nsa_block_indices
+
+    dev = device.Device.target(90, "3.6.0", name="GPU A")
+    monkeypatch.setattr(call, "device_of", lambda d: dev)
+    monkeypatch.setattr(call, "_SIGNATURES", {})
+    monkeypatch.setattr(call, "load_path_entries", lambda: TABLE)
+    B, S, G, h, D, T = 1, 4096, 2, 4, 64, 65536
+    q = torch.empty(B, S, G, h, D, dtype=torch.bfloat16)
+    k = v = torch.empty(B, G, T, D, dtype=torch.bfloat16)
+    blocks = nsa_block_indices(B, S, G, T, 64, 16, pattern, torch.Generator().manual_seed(0),
+                               torch.arange(T - S, T))
+    p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
+    assert (p.forward.kernel, p.tokens > 1) == (kernel, several_tokens)
+    assert (p.dq_groups_per_pass > 0) == (kernel == "keymajor")
+
+
+def test_the_committed_path_table_keeps_every_choice_within_5_percent_of_the_faster_path():
+    """On every cell the table measured, the path the planner takes is at most 5 % slower than the faster one, for
+    a forward and for a training step (random selections run key-major where the verdict is ALWAYS or
+    UNSHARED, local ones only where it is ALWAYS)."""
+    from nsa_triton_sel import config
+
+    entries = config.load_path_entries(config.paths_path())
+    assert entries, "the committed path table has no entry: this test would check nothing"
+    for e in entries:
+        for c in e["cells"]:
+            for col, grad in (("fwd", False), ("train", True)):
+                verdict = KM.path_verdict(entries, e["gpu"], h=c["h"], T=c["T"], grad=grad)
+                key = verdict == KM.ALWAYS or (verdict == KM.UNSHARED and c["sel"] == "random")
+                best = min(x for x in (c[f"{col}_token"], c[f"{col}_key"]) if x is not None)
+                chosen = c[f"{col}_key"] if key else c[f"{col}_token"]
+                assert chosen <= 1.05 * best, (e["gpu"], c, col, verdict)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"schema": 2, "entries": []}', "not a path table of schema 1"),
+    ('{"schema": 1, "entries": [{"gpu": "A", "triton": "3.6.0", "source": "x", "cells": []}]}', "'cells'"),
+    ('{"schema": 1, "entries": [{"gpu": "A", "triton": "3.6.0", "source": "x", "cells": [{"sel": "wide", "T": 1, '
+     '"h": 1, "fwd_token": 1, "fwd_key": 1, "train_token": 1, "train_key": 1}]}]}', "'sel'"),
+    ('{"schema": 1, "entries": [{"gpu": "A", "triton": "3.6.0", "source": "x", "cells": [{"sel": "local", "T": 1, '
+     '"h": 1, "fwd_token": 0, "fwd_key": 1, "train_token": 1, "train_key": 1}]}]}', "'fwd_token'"),
+])
+def test_a_bad_path_table_is_refused_naming_the_file_and_the_problem(tmp_path, monkeypatch, text, problem):
+    from nsa_triton_sel import config
+
+    f = tmp_path / "paths.json"
+    f.write_text(text)
+    monkeypatch.setenv(config.PATHS_ENV, str(f))
+    config.refresh()
+    try:
+        with pytest.raises(ValueError, match=problem) as err:
+            config.load_path_entries()
+        assert str(f) in str(err.value)
+    finally:
+        monkeypatch.delenv(config.PATHS_ENV)
+        config.refresh()

@@ -4,7 +4,7 @@ time goes, on the GPU.
     python -m bench.probes.keymajor_backward [--T 32768] [--HQ 32] [--H 32,8,4] [--tune]
 
 One NSA problem per ``H`` (bf16, D = 128, 16 random causal blocks of 64, ``h = HQ / H``): the operator's plans
-with the key-major path taken (``plan.keymajor.MAX_H`` raised to ``h``) and not (lowered to 0), timed with
+with the key-major path taken and not (``plan.keymajor.forced``), timed with
 ``triton.testing.do_bench`` (median, L2 flushed): the forward (``launch.forward``) and the kernel backward
 (``launch.backward``) of each, so every pairing of a forward with a backward reads off the table (the backward
 needs the forward's LSE only).  The two backwards' dq, dk and dv are compared.  Then a ``torch.profiler``
@@ -24,7 +24,7 @@ import itertools
 import torch
 import triton.testing as tt
 
-from nsa_triton_sel import caches, plan as P
+from nsa_triton_sel import plan as P
 from nsa_triton_sel.contract import block_indices_to_ranges, resolve_scale
 from nsa_triton_sel.kernels import launch
 from nsa_triton_sel.testing import nsa_problem
@@ -32,16 +32,10 @@ from nsa_triton_sel.testing import nsa_problem
 KM = importlib.import_module("nsa_triton_sel.plan.keymajor")  # the module (the package exports a function of its name)
 
 
-def plan_with(q, k, v, blocks, max_h: int) -> P.Plan:
-    """The operator's plan with the key-major path allowed up to ``max_h`` heads per KV head."""
-    saved = KM.MAX_H
-    KM.MAX_H = max_h
-    caches.clear()
-    try:
+def plan_with(q, k, v, blocks, path: str) -> P.Plan:
+    """The operator's plan with the key-major path forced on (``"key"``) or off (``"token"``)."""
+    with KM.forced(path):
         return P.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
-    finally:
-        KM.MAX_H = saved
-        caches.clear()
 
 
 def kernel_times(fn, steps: int = 3) -> list[tuple[str, float]]:
@@ -108,7 +102,7 @@ def main(argv=None) -> int:
         q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
         sc = resolve_scale(None, q.shape[-1])
         ranges = block_indices_to_ranges(blocks, 64, a.T, validate=False)
-        token, keyed = plan_with(q, k, v, blocks, 0), plan_with(q, k, v, blocks, h)
+        token, keyed = plan_with(q, k, v, blocks, "token"), plan_with(q, k, v, blocks, "key")
         if keyed.forward.kernel != "keymajor" or not keyed.dq_groups_per_pass:
             print(f"| {h} | the planner takes no key-major path here (forward {keyed.forward.kernel}) | | | |")
             continue

@@ -58,19 +58,13 @@ def contender(name: str, p: TC.Problem):
 
 @contextlib.contextmanager
 def key_major_off(off: bool):
-    """The planner with the key-major forward turned off (its group bound at 0), plans forgotten before and
-    after: what the operator ran before the key-major forward."""
-    from nsa_triton_sel import caches
-
-    km = importlib.import_module("nsa_triton_sel.plan.keymajor")
-    saved = km.MAX_H
-    km.MAX_H = 0 if off else saved
-    caches.clear()
-    try:
+    """The planner with the key-major path turned off (``plan.keymajor.forced("token")``) where ``off``: what the
+    operator ran before the key-major path."""
+    if not off:
         yield
-    finally:
-        km.MAX_H = saved
-        caches.clear()
+        return
+    with importlib.import_module("nsa_triton_sel.plan.keymajor").forced("token"):
+        yield
 
 
 def forward_bytes(p: TC.Problem) -> int:

@@ -1,4 +1,4 @@
-"""Runtime configuration of the dispatcher: the seeds' environment flags and the thresholds file.
+"""Runtime configuration of the dispatcher: the seeds' environment flags, the thresholds file and the path table.
 
 Flags are read once per process, on the first call (:func:`flags`), and the thresholds file
 once per path: a decode step must not pay for eight ``os.environ`` lookups and a file ``stat``
@@ -20,6 +20,11 @@ at NSA's shapes, so guessing a threshold where nobody measured would send every 
 to the slow path, orders of magnitude slower.  An entry may only raise the
 threshold where SDPA was measured faster (its ``margin`` is at most 1.0); ``null`` ("keep
 Triton off") only where SDPA was faster at every measured L.
+
+``data/paths.json`` (``NSA_SEL_PATHS_FILE`` names another) is the planner's path table: per GPU, the
+key-major and token-major paths timed over group sizes, sequence lengths and selection kinds
+(``bench/probes/path_grid.py``, written by ``bench/analysis/path_table.py --write-config``);
+``plan.keymajor`` reads the verdict.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ from .files import read_text
 THRESHOLDS_ENV = "NSA_SEL_THRESHOLDS_FILE"  # points the dispatcher at another thresholds file
 DEFAULT_MIN_L = 1  # no measurement for this (GPU, Triton release): the kernels take every call
 THRESHOLDS_SCHEMA = 2  # entries keyed by the exact Triton release; schema 1 keyed by minor and guessed a default
+PATHS_ENV = "NSA_SEL_PATHS_FILE"  # points the planner at another path table
+PATHS_SCHEMA = 1
+PATH_CELL_KEYS = ("sel", "T", "h", "fwd_token", "fwd_key", "train_token", "train_key")
 
 
 def _flag(name: str, default: str = "0") -> str:
@@ -222,3 +230,61 @@ def lookup_min_L(gpu_name: str, cc: str, triton_version: str, path: str | Path |
     """``sel_triton_min_L`` for this GPU and Triton release (``cc`` is not used for matching: another
     GPU of the same compute capability is another measurement)."""
     return threshold_for(gpu_name, triton_version, path).min_L
+
+
+def paths_path() -> Path:
+    override = os.environ.get(PATHS_ENV)
+    if override:
+        return Path(override)
+    return Path(str(resources.files("nsa_triton_sel") / "data" / "paths.json"))
+
+
+@lru_cache(maxsize=8)
+def _load_paths(path: str) -> tuple:
+    """The path table at ``path``: its entries, parsed and checked (cached: registered as ``path_tables``)."""
+    data = json.loads(read_text(path))
+    if not isinstance(data, dict) or data.get("schema") != PATHS_SCHEMA or not isinstance(data.get("entries"), list):
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: not a path table of schema {PATHS_SCHEMA} (found schema {found!r}); expected "
+                         f"{{\"schema\": {PATHS_SCHEMA}, \"entries\": [...]}} as written by "
+                         f"'python -m bench.analysis.path_table --write-config'")
+    for n, e in enumerate(data["entries"]):
+        problem = path_entry_problem(e)
+        if problem:
+            raise ValueError(f"{path}: entries[{n}]: {problem}")
+    return tuple(data["entries"])
+
+
+caches.register("path_tables", clear=_load_paths.cache_clear, size=lambda: _load_paths.cache_info().currsize)
+
+
+def path_entry_problem(e) -> str | None:
+    """Why a path-table entry cannot be used, or None."""
+    if not isinstance(e, dict):
+        return f"an entry must be an object, got {type(e).__name__}"
+    for key in ("gpu", "triton", "source"):
+        if not isinstance(e.get(key), str) or not e[key]:
+            return f"'{key}' must be a non-empty string (got {e.get(key)!r})"
+    cells = e.get("cells")
+    if not isinstance(cells, list) or not cells:
+        return "'cells' must be a non-empty list of measured cells"
+    for n, c in enumerate(cells):
+        if not isinstance(c, dict) or any(k not in c for k in PATH_CELL_KEYS):
+            return f"cells[{n}] must be an object with {', '.join(PATH_CELL_KEYS)}"
+        if c["sel"] not in ("random", "local"):
+            return f"cells[{n}]: 'sel' must be 'random' or 'local' (got {c['sel']!r})"
+        for k in ("T", "h"):
+            if type(c[k]) is not int or c[k] < 1:
+                return f"cells[{n}]: '{k}' must be a positive integer (got {c[k]!r})"
+        for k in PATH_CELL_KEYS[3:]:
+            if c[k] is None and k.endswith("_key"):  # the key-major path could not run this cell
+                continue
+            if isinstance(c[k], bool) or not isinstance(c[k], (int, float)) or not c[k] > 0:
+                return f"cells[{n}]: '{k}' must be a positive time in ms (got {c[k]!r})"
+    return None
+
+
+def load_path_entries(path: str | Path | None = None) -> tuple:
+    """The path table's entries (``data/paths.json`` unless :data:`PATHS_ENV` names another file), read once per
+    path (:func:`refresh` reads it again)."""
+    return _load_paths(str(path if path is not None else paths_path()))

@@ -68,12 +68,13 @@ def forward(q, k, v, spans, positions, scale: float, block_size: int, span_len: 
         out, lse = reference.packed_sdpa(q.float(), k.float(), v.float(), as_ranges(spans, positions, block_size,
                                          k.shape[2]), scale=scale, return_lse=True, validate=False)
         return out.to(v.dtype), lse
-    p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
-                       packed=packed, traced=wrap is not None)
-    out, lse = launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
     # Only an eager call that autograd will differentiate carries its plan: a traced launch (triton_op under
     # torch.compile) and a compiled graph's run-time call (detached inputs) have no eager backward to carry it to.
-    if wrap is None and (q.requires_grad or k.requires_grad or v.requires_grad):
+    grad = wrap is None and (q.requires_grad or k.requires_grad or v.requires_grad)
+    p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
+                       packed=packed, traced=wrap is not None, grad=grad)
+    out, lse = launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
+    if grad:
         _PLAN_OF[lse] = p
     return out, lse
 
@@ -102,7 +103,7 @@ def backward(q, k, v, spans, positions, block_size: int, span_len: int, per_head
         return _reference_backward(q, k, v, ranges, grad_out, grad_lse, scale)
     if p is None:
         p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
-                           packed=packed)
+                           packed=packed, grad=True)
     try:
         return launch.backward(p, q, k, v, ranges, out, lse, grad_out, grad_lse, scale=scale)
     except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per configuration

@@ -140,7 +140,9 @@ def test_registry_is_the_smoke_cases_with_window_skips():
 def test_the_keymajor_variants_are_skipped_exactly_where_a_window_steers_the_planner_off():
     """The key-major specs are in the registry, compiled wherever the planner may take the path and skipped
     where a window names it (``paths``): there the planner runs token-major, so nothing there launches them."""
-    from nsa_triton_sel.plan.keymajor import key_major, keymajor_meta
+    import importlib
+
+    KM = importlib.import_module("nsa_triton_sel.plan.keymajor")  # the package exports a function of its name
 
     keymajor = [s for s in SPECS if s.name.startswith("sel_fwd_keymajor")]
     assert {s.kernel.rpartition(":")[2] for s in keymajor} == {"sel_fwd_keymajor_kernel",
@@ -151,9 +153,9 @@ def test_the_keymajor_variants_are_skipped_exactly_where_a_window_steers_the_pla
         version = next(v for v in ("3.0.0", "3.1.0", "3.2.0", "3.6.0") if w.triton.contains(v))
         for arch in (*w.arch, 90):
             dev = device.Device.target(arch, version)
-            meta = keymajor_meta(h=1, Dk=128, Dv=128, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
-                                 G=4, sm_count=132, max_rows=dev.max_rows)
-            takes = key_major(meta, rows=8192 * 4, h=1, bounded=True, avoided=dev.avoided)
+            with KM.forced("key"):  # wherever it can run
+                takes = KM.key_major(B=1, S=8192, G=4, h=1, Dk=128, Dv=128, T=8192, n=16, span_len=64,
+                                     aligned=True, dev=dev, grad=True) == KM.ALWAYS
             assert takes == (arch not in w.arch and dev.max_rows == 64), (w.id, arch)
             for s in keymajor:
                 assert s.skipped(version, arch) == (arch in w.arch), (s.name, arch)

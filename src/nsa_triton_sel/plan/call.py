@@ -18,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import caches
+from ..config import load_path_entries
 from ..device import Device, device_of
 from . import tiles as M
 from .backward import BackwardMeta, backward_meta, dq_tokens_per_program, entries_per_row
 from . import keymajor as KM
 from .forward import Launch, keymajor, selection, use_decode
-from .keymajor import key_major, keymajor_meta
-from .tokens import choose_tokens, static_tokens
+from .keymajor import key_major
+from .tokens import choose_tokens, shared, static_tokens
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,11 +46,12 @@ class Plan:
 
 @dataclass
 class _Signature:
-    """What a signature's shapes decide, and its plans by tokens per program (built on first use)."""
+    """What a signature's shapes decide, and its plans by (tokens per program, key-major) (built on first use)."""
 
     dev: Device
     tokens: int  # > 0: fixed; 0: ``candidate`` if neighbouring tokens share their spans, else 1
     candidate: int
+    key: str  # the key-major path: KM.ALWAYS, KM.NEVER or KM.UNSHARED (where neighbours do not share spans)
     args: tuple  # plan_call's arguments for building a plan
     plans: dict = field(default_factory=dict)
 
@@ -58,24 +60,32 @@ _SIGNATURES: dict = caches.register("plans", {})
 
 
 def plan_call(q, k, v, spans, positions, *, per_head: bool, tokens: int, span_len: int, packed: bool,
-              traced: bool = False) -> Plan:
+              traced: bool = False, grad: bool = False) -> Plan:
     """The plan of one operator call: ``q [B, S, G, h, Dk]``, ``k/v [B, G, T, D]``, ``spans`` ranges or block
     indices.  ``tokens``: ``NSA_SEL_TRITON_TOKENS`` (1 or N) or 0 (decide); ``span_len``: most keys per span
     (0: unbounded); ``packed``: k/v shared by all rows of a packed batch; ``traced``: the triton_op path
-    under ``torch.compile``, which cannot measure the spans (one token per program unless forced)."""
+    under ``torch.compile``, which cannot measure the spans (one token per program unless forced); ``grad``:
+    autograd records the call (the path table's training times choose the path, else its forward times)."""
     key = (q.shape, k.shape[2], v.shape[3], spans.shape, q.dtype, q.device, positions is not None, per_head, tokens,
-           span_len, packed, traced)
+           span_len, packed, traced, grad)
     sig = _SIGNATURES.get(key)
     if sig is None:
-        sig = _SIGNATURES[key] = _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced)
-    tok = sig.tokens or choose_tokens(spans, sig.candidate)
-    plan = sig.plans.get(tok)
+        sig = _SIGNATURES[key] = _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced,
+                                            grad)
+    if sig.key == KM.ALWAYS:
+        by_key, tok = True, 1
+    elif sig.key == KM.UNSHARED:
+        by_key = not shared(spans)
+        tok = 1 if by_key else sig.tokens or sig.candidate
+    else:
+        by_key, tok = False, sig.tokens or choose_tokens(spans, sig.candidate)
+    plan = sig.plans.get((tok, by_key))
     if plan is None:
-        plan = sig.plans[tok] = _build(sig, tok)
+        plan = sig.plans[(tok, by_key)] = _build(sig, tok, by_key)
     return plan
 
 
-def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced) -> _Signature:
+def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, traced, grad) -> _Signature:
     dev = device_of(q.device)
     B, S, G, h, Dk = q.shape
     blocks = spans.dim() == 4
@@ -83,21 +93,22 @@ def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, tr
     decode = rows_as_batch or use_decode(B, S, G, h, per_head, dev)
     dot_f32 = dev.interpreter and str(q.dtype) == "torch.bfloat16"
     T, Dv, n = k.shape[2], v.shape[3], spans.shape[3]
-    # Small groups: the key-major forward, where its workspace is bounded (it is not traceable by Inductor)
-    by_key = not (per_head or decode or traced or tokens > 1) and span_len > 0 and h <= KM.MAX_H and key_major(
-        keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=blocks and not packed,
-                      B=B, S=S, G=G, sm_count=dev.sm_count, max_rows=dev.max_rows),
-        rows=B * S * G, h=h, bounded=True, avoided=dev.avoided)
+    # Small groups: the key-major path, where its workspace is bounded (it is not traceable by Inductor) and the
+    # path table measured it faster
+    by_key = KM.NEVER
+    if not (per_head or decode or traced or tokens > 1) and span_len > 0:
+        by_key = key_major(B=B, S=S, G=G, h=h, Dk=Dk, Dv=Dv, T=T, n=n, span_len=span_len,
+                           aligned=blocks and not packed, dev=dev, grad=grad, entries=load_path_entries())
     tok, candidate = static_tokens(tokens, h, S, dev,
-                                   single=per_head or decode or by_key or (traced and tokens == 0))
+                                   single=per_head or decode or by_key == KM.ALWAYS or (traced and tokens == 0))
     args = (tuple(q.shape), T, Dv, n, blocks, positions is not None, per_head, span_len, packed, rows_as_batch,
-            decode, dot_f32, by_key)
-    return _Signature(dev, tok, candidate, args)
+            decode, dot_f32)
+    return _Signature(dev, tok, candidate, by_key, args)
 
 
-def _build(sig: _Signature, tok: int) -> Plan:
-    ((B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode, dot_f32,
-     by_key) = sig.args
+def _build(sig: _Signature, tok: int, by_key: bool) -> Plan:
+    ((B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode,
+     dot_f32) = sig.args
     dev = sig.dev
     if rows_as_batch:
         B, S = S, 1

@@ -13,22 +13,33 @@ The cost: a workspace of one partial result per (row, key tile, head), ``Dv + 1`
 output rounded to bf16 before the merge doubled the forward's error against the float64 oracle), and the
 reader list's sort.  Where the workspace of the whole call would pass :data:`WORKSPACE_BYTES`, the launcher
 runs it in passes over slices of the KV heads (``groups_per_pass``), each with its own reader list.
-:func:`key_major` takes the path only where the group is small (``h <= MAX_H``), there are enough rows to
-amortise the sort, and the reader list has a bound from the shapes (block indices or a span length:
-unbounded ranges would make the workspace grow with T).
+:func:`key_major` says where the path runs: where it can (the group fits a step, the reader list has a bound from
+the shapes: block indices or a span length, unbounded ranges would make the workspace grow with T) and the
+planner's path table (``data/paths.json``, :func:`path_verdict`) measured it faster on this GPU for the
+call's group size, sequence length and kind of selection, for a forward alone or a training step.
 
 Pure Python (no torch, no triton).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 from dataclasses import dataclass
+
+from .. import caches
 
 from .backward import CHUNK_PROGRAMS_PER_SM, chunk_size, entries_per_row, reader_keys_constexprs
 from .tiles import MIN_DOT, _Constexprs, check_sizes, next_pow2, split_head_dim
 
-MAX_H = 4  # larger groups: the token-major kernels win (H100, h = 8: 7.7 ms against 9.8 at 32K, 32/4 heads)
-MIN_ROWS = 4096  # fewer (token, group) rows: the reader list's sort and the merge cost more than they save
+MAX_H = 8  # the largest group the planner may run key-major (the compile registry covers every padded h up to it)
+MIN_ROWS = 4096  # fewer (token, group) rows: not measured (the reader list's sort and the merge weigh more there)
+# A measured cell prefers the key-major path where it was at least this much faster (3 %: the spread of repeated
+# runs of one configuration on one GPU); on a GPU the table has not measured, where it was faster by
+# DEFAULT_MARGIN on every GPU the table has.
+MEASURED_MARGIN = 0.97
+DEFAULT_MARGIN = 0.8
+ALWAYS, UNSHARED, NEVER = "always", "unshared", "never"  # key_major's verdicts
 WORKSPACE_BYTES = 4 << 30  # the partial results' bytes per pass (H100, 32K: h = 1 in 3 passes 14.4 ms, one pass 13.9; h = 4 needs 1 GiB a KV head)
 ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the device's row cap
 PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
@@ -118,15 +129,88 @@ def dq_groups_per_pass(meta: KeyMajorMeta, *, rows: int, h: int, Dk: int, G: int
     return kv_heads_per_pass(rows * meta.per_row * h * Dk * 4, G)
 
 
-def key_major(meta: KeyMajorMeta, *, rows: int, h: int, bounded: bool, avoided: frozenset[str] = frozenset()) -> bool:
-    """Whether the planner takes the key-major forward (``meta``) for a call of ``rows = B x S x G`` (token,
-    group) rows; ``bounded``: the spans have a length bound (block indices, ``span_len``); ``avoided``: the
-    device's avoided launch paths (``Device.avoided``: a known-bad window names "keymajor" where this Triton
-    crashes compiling it).  Only full :data:`ROWS`-pair steps: a row cap (Triton 3.0/3.1 on sm_90) gives
-    32-pair steps, which those releases cannot compile.  Decode, per-head programs and traced launches stay
-    token-major: the caller checks those."""
-    return (h <= MAX_H and rows >= MIN_ROWS and bounded and meta.groups_per_pass > 0 and meta.ROWS == ROWS
-            and "keymajor" not in avoided)
+# "key" or "token": a path forced by :func:`forced` (benchmarks and probes time both); empty: the planner decides
+_FORCED: list[str] = []
+
+
+@contextlib.contextmanager
+def forced(path: str):
+    """Within the block, the planner takes the key-major path wherever it can (``"key"``: any ``h`` and row
+    count) or never (``"token"``); plans are forgotten on entry and exit."""
+    if path not in ("key", "token"):
+        raise ValueError(f"path={path!r}; accepted: 'key', 'token'")
+    _FORCED.append(path)
+    caches.clear()
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+        caches.clear()
+
+
+def key_major(*, B: int, S: int, G: int, h: int, Dk: int, Dv: int, T: int, n: int, span_len: int, aligned: bool,
+              dev, grad: bool, entries: tuple = ()) -> str:
+    """Where the planner takes the key-major path for ``q [B, S, G, h, Dk]`` with ``n`` spans of at most
+    ``span_len`` keys (> 0: the reader list needs a bound) over ``T`` keys on ``dev`` (a ``Device``), for a call
+    autograd records (``grad``: a training step) or not: :data:`ALWAYS`, :data:`UNSHARED` (only where
+    neighbouring tokens do not share their spans, which the caller measures per call) or :data:`NEVER`.
+
+    It can where the kernels take the group (``h <= MAX_H``), the workspace of one KV head fits, the device's
+    row cap allows full :data:`ROWS`-pair steps (Triton 3.0/3.1 on sm_90 give 32-pair steps, which those
+    releases cannot compile) and no known-bad window avoids the path (``dev.avoided``: "keymajor" where the
+    Triton crashes compiling it).  It does where ``entries`` (the path table's, ``config.load_path_entries``)
+    measured it faster (:func:`path_verdict`) and there are at least :data:`MIN_ROWS` (token, group) rows.
+    Decode, per-head programs and traced launches stay token-major: the caller checks those."""
+    if span_len <= 0 or "keymajor" in dev.avoided or h > MAX_H or next_pow2(h) > min(ROWS, dev.max_rows):
+        return NEVER
+    if not _FORCED and B * S * G < MIN_ROWS:
+        return NEVER
+    meta = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=aligned, B=B, S=S, G=G,
+                         sm_count=dev.sm_count, max_rows=dev.max_rows)
+    if meta.groups_per_pass == 0 or meta.ROWS != ROWS:
+        return NEVER
+    if _FORCED:
+        return ALWAYS if _FORCED[-1] == "key" else NEVER
+    return path_verdict(entries, dev.name, h=h, T=T, grad=grad)
+
+
+def path_verdict(entries: tuple, gpu: str, *, h: int, T: int, grad: bool) -> str:
+    """The path table's verdict for group size ``h`` and ``T`` keys on the GPU named ``gpu`` (see
+    :func:`key_major`): the key-major path for random selections (neighbouring tokens sharing few spans) and
+    for local ones (sharing most: there the token-major kernels take several tokens per program).
+
+    The cells of this GPU's entries decide, each needing the key-major path :data:`MEASURED_MARGIN` faster; a GPU
+    no entry measured takes it only where every entry measured it :data:`DEFAULT_MARGIN` faster (and with no
+    entry at all, never).  Forward + backward times decide for a training step (``grad``), forward times
+    otherwise.  An unmeasured ``(h, T)`` reads the measured group sizes around ``h`` (both must prefer
+    key-major; outside the measured range the nearest) at the measured ``T`` nearest on a log scale."""
+    own = [e for e in entries if e["gpu"] == gpu]
+    tables, margin = (own, MEASURED_MARGIN) if own else (list(entries), DEFAULT_MARGIN)
+    if not tables:
+        return NEVER
+    col = "train" if grad else "fwd"
+    by_sel = {sel: all(_prefers(e["cells"], sel, h, T, col, margin) for e in tables) for sel in ("random", "local")}
+    if by_sel["random"]:
+        return ALWAYS if by_sel["local"] else UNSHARED
+    return NEVER
+
+
+def _prefers(cells: list, sel: str, h: int, T: int, col: str, margin: float) -> bool:
+    cells = [c for c in cells if c["sel"] == sel]
+    if not cells:
+        return False
+    hs = sorted({c["h"] for c in cells})
+    around = {max((x for x in hs if x <= h), default=hs[0]), min((x for x in hs if x >= h), default=hs[-1])}
+    for hh in around:
+        row = [c for c in cells if c["h"] == hh]
+        best = min(abs(math.log2(c["T"] / T)) for c in row)
+        for c in row:
+            if abs(math.log2(c["T"] / T)) > best:
+                continue
+            key, token = c[f"{col}_key"], c[f"{col}_token"]
+            if key is None or key > margin * token:
+                return False
+    return True
 
 
 def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: int, aligned: bool, B: int, S: int,

@@ -46,8 +46,13 @@ def static_tokens(requested: int, h: int, S: int, dev: Device, *, single: bool =
     return (0, candidate) if candidate > 1 else (1, 1)
 
 
-def choose_tokens(spans, candidate: int) -> int:
-    """``candidate`` when neighbouring tokens share their spans (measured by :mod:`.share`), else 1."""
-    from .share import shared  # imports torch: only when a call gets here
+def shared(spans) -> bool:
+    """Whether neighbouring tokens share their spans (measured by :mod:`.share`)."""
+    from .share import shared as measured  # imports torch: only when a call gets here
 
+    return measured(spans)
+
+
+def choose_tokens(spans, candidate: int) -> int:
+    """``candidate`` when neighbouring tokens share their spans, else 1."""
     return candidate if shared(spans) else 1
