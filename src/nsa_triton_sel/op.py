@@ -73,9 +73,12 @@ def forward(q, k, v, spans, positions, scale: float, block_size: int, span_len: 
     grad = wrap is None and (q.requires_grad or k.requires_grad or v.requires_grad)
     p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
                        packed=packed, traced=wrap is not None, grad=grad)
-    out, lse = launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap)
+    # The key-major forward's reader lists go with the plan: the backward reads them instead of sorting again
+    readers = [] if grad and p.backward_reads_forward_readers else None
+    out, lse = launch.forward(p, q, k, v, spans, positions, scale=scale, block_size=block_size, wrap=wrap,
+                              readers_out=readers)
     if grad:
-        _PLAN_OF[lse] = p
+        _PLAN_OF[lse] = (p, readers)
     return out, lse
 
 
@@ -91,9 +94,10 @@ def _reference_backward(q, k, v, ranges, grad_out, grad_lse, scale):
 
 
 def backward(q, k, v, spans, positions, block_size: int, span_len: int, per_head: bool, tokens: int, packed: bool,
-             out, lse, grad_out, grad_lse, scale: float, p=None):
+             out, lse, grad_out, grad_lse, scale: float, p=None, readers=None):
     """``(dq, dk, dv)``: the Triton backward kernels with plan ``p`` (planned here if not given: inside a
-    compiled graph), or the reference gradients where the kernels cannot run or failed."""
+    compiled graph) and the forward's reader lists where it kept them (``readers``, taken out as they are read),
+    or the reference gradients where the kernels cannot run or failed."""
     T = k.shape[2]
     ranges = as_ranges(spans, positions, block_size, T)  # as the forward kernels read them
     if grad_out is None:  # only the LSE was used
@@ -105,7 +109,7 @@ def backward(q, k, v, spans, positions, block_size: int, span_len: int, per_head
         p = plan.plan_call(q, k, v, spans, positions, per_head=per_head, tokens=tokens, span_len=span_len,
                            packed=packed, grad=True)
     try:
-        return launch.backward(p, q, k, v, ranges, out, lse, grad_out, grad_lse, scale=scale)
+        return launch.backward(p, q, k, v, ranges, out, lse, grad_out, grad_lse, scale=scale, readers=readers)
     except Exception as exc:  # noqa: BLE001 - a kernel failure falls back, once per configuration
         grads, _ = failures.BACKWARD.recover(failures.key_of(q, v), exc, lambda: _reference_backward(
             q, k, v, ranges, grad_out, grad_lse, scale), stacklevel=2)
@@ -125,15 +129,16 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, spans, positions, out, lse)
     ctx.options = (block_size, span_len, per_head, tokens, packed)
     ctx.scale = scale
-    # The plan of this forward (eager); None inside a trace, whose backward plans at run time.
-    ctx.plan = _PLAN_OF.pop(lse, None)
+    # The plan of this forward and, where the backward reads them, the key-major forward's reader lists (eager);
+    # None inside a trace, whose backward plans at run time.
+    ctx.plan, ctx.readers = _PLAN_OF.pop(lse, (None, None))
 
 
 def _autograd_backward(ctx, grad_out, grad_lse):
     q, k, v, spans, positions, out, lse = ctx.saved_tensors
     args = (q, k, v, spans, positions, *ctx.options, out, lse, grad_out, grad_lse, ctx.scale)
     if ctx.plan is not None:  # eager: the forward's plan, carried here
-        dq, dk, dv = backward(*args, p=ctx.plan)
+        dq, dk, dv = backward(*args, p=ctx.plan, readers=ctx.readers)
     else:
         dq, dk, dv = sel_bwd(*args)
     return dq, dk, dv, None, None, None, None, None, None, None, None

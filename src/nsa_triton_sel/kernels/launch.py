@@ -102,12 +102,13 @@ def run_tokens(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, wrap
         lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.constexprs()))
 
 
-def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float):
+def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, readers_out: list | None = None):
     """Launch the key-major forward as ``plan`` says on 5-D q/o and ranges clamped into ``[0, T]``: per pass over
     ``meta.groups_per_pass`` KV heads (strided views, no copies), the reader list, one float32 partial result
     per (row, key tile, head) and their merge; fills ``o`` and ``lse``.  Device work only (the reader list is
     sized from the shapes), so it captures in a CUDA graph; not traceable by Inductor (the reader list sorts
-    with torch), so a traced launch never plans it."""
+    with torch), so a traced launch never plans it.  ``readers_out``: each pass's reader list is appended (the
+    backward's passes read the same lists)."""
     meta = plan.meta
     B, S, G, h, _ = q.shape
     gpp = meta.groups_per_pass
@@ -116,11 +117,14 @@ def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float):
     lp = torch.empty((slots, h), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g1 = min(g0 + gpp, G)
-        _forward_keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
-                               lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp, qk_scale)
+        readers = _forward_keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
+                                         lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp,
+                                         qk_scale)
+        if readers_out is not None:
+            readers_out.append(readers)
 
 
-def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float):
+def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float) -> ReaderList:
     meta = plan.meta
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
@@ -137,6 +141,7 @@ def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_s
                                 sr=ranges.stride(), so=o.stride(), sl=lse.stride() if lse is not None else NO_STRIDES)
     _go(merge, None, plan, (P.cdiv(B * S * G, meta.merge_rows_per_program()),), args,
         lambda: dict(num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs()))
+    return readers
 
 
 def _outputs(shape_o, shape_l, dtype, device, return_lse, out=None, lse_out=None):
@@ -164,11 +169,11 @@ def pos_strides(positions) -> tuple[int, int]:
 
 
 def launch(plan: P.Launch, q, k, v, spans, *, scale=None, return_lse=False, out=None, lse_out=None, positions=None,
-           block_size=0, wrap=None):
+           block_size=0, wrap=None, readers_out: list | None = None):
     """Launch ``plan`` on a 5-D call: ``spans`` is ``ranges [B, S, G, n, 2]`` or, with ``block_size``,
     ``block_indices [B, S, G, n]`` (``positions`` ``[S]``/``[B, S]`` optional; the multi-token kernel reads
     ranges, so block indices are converted for it).  The decode step's hot path: two allocations and
-    the launch."""
+    the launch.  ``readers_out``: the key-major forward's reader lists (:func:`run_keymajor`)."""
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     blocks = spans.dim() == 4
@@ -185,7 +190,7 @@ def launch(plan: P.Launch, q, k, v, spans, *, scale=None, return_lse=False, out=
         if plan.kernel == "tokens":
             run_tokens(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, wrap=wrap)
         else:
-            run_keymajor(plan, q, k, v, o, lse, spans, qk_scale=qk_scale)
+            run_keymajor(plan, q, k, v, o, lse, spans, qk_scale=qk_scale, readers_out=readers_out)
         return (o, lse) if return_lse else o
     sr = spans.stride() + (0,) if blocks else spans.stride()
     run(plan, q, k, v, o, lse, spans, positions,
@@ -196,12 +201,14 @@ def launch(plan: P.Launch, q, k, v, spans, *, scale=None, return_lse=False, out=
     return (o, lse) if return_lse else o
 
 
-def forward(p: P.Plan, q, k, v, spans, positions, *, scale: float, block_size: int, wrap=None):
+def forward(p: P.Plan, q, k, v, spans, positions, *, scale: float, block_size: int, wrap=None,
+            readers_out: list | None = None):
     """The forward of an operator call: ``(out [B, S, G, h, Dv], lse [B, S, G, h] float32)``, contiguous (as the
-    operator's fake implementation says: a compiled graph assumes those strides)."""
+    operator's fake implementation says: a compiled graph assumes those strides).  ``readers_out`` (where
+    ``p.backward_reads_forward_readers``) receives the key-major forward's reader lists for :func:`backward`."""
     if not p.rows_as_batch:
         return launch(p.forward, q, k, v, spans, scale=scale, return_lse=True, positions=positions,
-                      block_size=block_size, wrap=wrap)
+                      block_size=block_size, wrap=wrap, readers_out=readers_out)
     # A packed batch's few rows: each row a batch entry of one query over the shared keys (batch stride 0),
     # so the split-L decode kernel runs them as it runs a fixed batch (exact: the ranges are global).
     B, S, G, h, _ = q.shape
@@ -212,11 +219,13 @@ def forward(p: P.Plan, q, k, v, spans, positions, *, scale: float, block_size: i
     return out, lse
 
 
-def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale: float):
+def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale: float, readers: list | None = None):
     """``(dq, dk, dv)`` of an operator call, deterministic (no atomics), with no host read.
 
     ``ranges`` are the forward's spans as ranges clamped into ``[0, T]``; ``grad_lse`` (or None) is the
-    gradient of the LSE output, folded into ``delta`` by the dq kernel."""
+    gradient of the LSE output, folded into ``delta`` by the dq kernel.  ``readers``: the key-major forward's
+    reader lists (:func:`forward`'s ``readers_out``), one per pass; the key-major backward takes them out of the
+    list as it goes (so each is freed after its pass) and builds its own where the list is empty."""
     meta = p.backward
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
@@ -235,7 +244,8 @@ def backward(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, *, scale:
         torch.sum(grad_out.float() * o32, dim=-1, out=delta)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)  # raised by the dq kernel, read by dk/dv
     if p.dq_groups_per_pass:
-        _backward_keymajor(p, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite, scale)
+        _backward_keymajor(p, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite, scale,
+                           readers)
         return dq, dk, dv
     _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfinite, meta, scale)
     readers = reader_list(ranges, T, meta, per_row=p.reader_per_row, chunk=p.reader_chunk)
@@ -260,10 +270,11 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
 
 
 def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite,
-                       sc: float):
+                       sc: float, readers: list | None):
     """The key-major backward (small groups): delta and the non-finite flag first (one streaming kernel), then per
-    pass over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list (its tile, bound and
-    slots), cut into ``p.reader_chunk`` entries per program: ``sel_bwd_keymajor_kernel`` computes dk and dv and
+    pass over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list (the one the forward
+    built, from ``readers``, or built again: its tile, bound and slots), cut into ``p.reader_chunk`` entries per
+    program: ``sel_bwd_keymajor_kernel`` computes dk and dv and
     one float32 partial dq per (row, key tile, head), split tiles are reduced as the dk/dv kernel's, and each row's
     partials are summed in slot order."""
     B, S, G, h, Dk = q.shape
@@ -280,17 +291,21 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
         _backward_keymajor_pass(p, q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g], grad_out[:, :, g],
-                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, sc)
+                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, sc,
+                                readers.pop(0) if readers else None)
 
 
 def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, nonfinite, dq, dk, dv, dqp,
-                            sc: float):
+                            sc: float, forward_readers: ReaderList | None):
     """One pass of the key-major backward over the KV heads of its views.  Its reader list and workspace are
-    freed on return, before the next pass builds its own (with the partials, they set the backward's peak)."""
+    freed on return, before the next pass (with the partials, they set the backward's peak)."""
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     meta = p.forward.meta
-    readers = keymajor_reader_list(ranges, T, meta, p.reader_chunk)
+    if forward_readers is not None:
+        readers = forward_readers.with_chunk(p.reader_chunk)
+    else:
+        readers = keymajor_reader_list(ranges, T, meta, p.reader_chunk)
     ws = torch.empty((max(readers.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
                      device=q.device)
     fn = bwd_kernels.sel_bwd_keymajor_kernel

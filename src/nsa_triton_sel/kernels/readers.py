@@ -20,6 +20,7 @@ cannot make a kernel read past the arrays.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,15 @@ class ReaderList:
     n_tiles: int  # key tiles per (b, g)
     chunk: int
     origin: torch.Tensor | None = None  # [E] int64: each entry's slot before the sort (the key-major kernels')
+    offsets: torch.Tensor | None = None  # [tiles + 1] int64: where each tile's entries start (the key-major lists)
+
+    def with_chunk(self, chunk: int) -> ReaderList:
+        """The same list cut into ``chunk`` entries per program (a key-major list: the forward's, for the
+        backward's kernel; only the chunk table is new)."""
+        if chunk == self.chunk:
+            return self
+        chunks, tile_slots, n_slots = _chunk_table(self.offsets, self.entries.shape[0], chunk)
+        return dataclasses.replace(self, chunks=chunks, tile_slots=tile_slots, slots=n_slots, chunk=chunk)
 
 
 def reader_list(ranges: torch.Tensor, T: int, meta: BackwardMeta, *, per_row: int, chunk: int) -> ReaderList:
@@ -98,7 +108,9 @@ def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, ch
     first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * S
     offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
     chunks, tile_slots, n_slots = _chunk_table(offsets, capacity, chunk)
-    return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, where_from if origin else None)
+    if not origin:
+        return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk)
+    return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, where_from, offsets)
 
 
 def _chunk_table(offsets, capacity: int, chunk: int):

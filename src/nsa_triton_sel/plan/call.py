@@ -43,6 +43,12 @@ class Plan:
     # KV heads per pass; 0: the token-major dq and one reader list of the whole call for dk/dv
     dq_groups_per_pass: int = 0
 
+    @property
+    def backward_reads_forward_readers(self) -> bool:
+        """The key-major backward runs the forward's passes, so it can take the forward's reader lists instead of
+        building them again (the operator carries them from the forward to the backward)."""
+        return self.dq_groups_per_pass > 0 and self.dq_groups_per_pass == self.forward.meta.groups_per_pass
+
 
 @dataclass
 class _Signature:

@@ -153,3 +153,33 @@ def check_nan_query_confined(device):
     assert torch.isfinite(dq[1]).all() and not torch.isfinite(dq[0]).all()
     assert torch.isfinite(dk[0, 4:]).all() and torch.isfinite(dv[0, 4:]).all(), "keys token 0 never read got NaN"
     assert not torch.isfinite(dk[0, :4]).all()
+
+
+def check_backward_reads_forward_readers(device, dtype, monkeypatch):
+    """Through the operator, in three passes of one KV head: the key-major backward reads the forward's reader
+    lists (none is built again), and its gradients are bit for bit those of a backward that builds its own."""
+    import importlib
+
+    from nsa_triton_sel import caches, plan, selection_attention
+    from nsa_triton_sel.contract import resolve_scale
+    from nsa_triton_sel.kernels import launch
+
+    km = importlib.import_module("nsa_triton_sel.plan.keymajor")
+    monkeypatch.setattr(km, "WORKSPACE_BYTES", 10_000)  # one KV head per pass (see the passes test)
+    caches.clear()
+    built = []
+    real = launch.keymajor_reader_list
+    monkeypatch.setattr(launch, "keymajor_reader_list", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    q, k, v, blocks, _ = blocks_case(2, 12, 3, 2, 16, 60, 16, 3, dtype, device, seed=11)
+    go = torch.randn(q.shape, generator=torch.Generator().manual_seed(12)).to(dtype).to(device)
+    xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    selection_attention(*xs, block_indices=blocks, block_size=16).backward(go)
+    p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=16, packed=False, grad=True)
+    assert p.dq_groups_per_pass == 1 and p.backward_reads_forward_readers
+    assert len(built) == 3, f"{len(built)} reader lists built for 3 forward passes and their backward"
+    sc = resolve_scale(None, q.shape[-1])
+    out, lse = launch.forward(p, q, k, v, blocks, None, scale=sc, block_size=16)
+    want = launch.backward(p, q, k, v, block_indices_to_ranges(blocks, 16, 60), out, lse, go, None, scale=sc)
+    assert len(built) == 9, len(built)  # and three more for this forward, three for this backward
+    for name, x, w in zip("qkv", xs, want):
+        assert torch.equal(x.grad, w), f"d{name} differs from the backward that built its own reader lists"

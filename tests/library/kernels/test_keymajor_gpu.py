@@ -58,11 +58,20 @@ def test_keymajor_is_deterministic_and_captures_in_a_cuda_graph():
 
 
 @pytest.mark.parametrize("h", [1, 4])
-def test_operator_takes_keymajor_for_small_groups(h):
+def test_operator_takes_the_path_the_path_table_gives_for_small_groups(h):
+    """Random selections (neighbouring tokens share few spans): key-major wherever the path table's verdict for
+    this GPU is not NEVER (on the H100 both h = 1 and h = 4 at 4K)."""
+    import importlib
+
+    from nsa_triton_sel import config
+    from nsa_triton_sel.device import device_of
+
+    km = importlib.import_module("nsa_triton_sel.plan.keymajor")
     caches.clear()
     q, k, v, blocks, _ = C.blocks_case(1, 4096, 2, h, 128, 4096, 64, 16, torch.bfloat16, DEV, fresh_seed())
+    verdict = km.path_verdict(config.load_path_entries(), device_of(q.device).name, h=h, T=4096, grad=False)
     p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
-    assert p.forward.kernel == "keymajor"
+    assert (p.forward.kernel == "keymajor") == (verdict != km.NEVER), (verdict, p.forward.kernel)
     out = selection_attention(q, k, v, block_indices=blocks, block_size=64)
     want = direct.sel_attn_ranges(q, k, v, block_indices_to_ranges(blocks, 64, 4096))
     assert (out.float() - want.float()).abs().max() < 2e-2
@@ -120,3 +129,7 @@ def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_row
 
 def test_keymajor_backward_keeps_a_nan_query_to_its_own_keys(keymajor_from_few_rows):
     C.check_nan_query_confined(DEV)
+
+
+def test_keymajor_backward_reads_the_forward_reader_lists(keymajor_from_few_rows, monkeypatch):
+    C.check_backward_reads_forward_readers(DEV, torch.bfloat16, monkeypatch)

@@ -109,3 +109,7 @@ def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_row
 
 def test_keymajor_backward_keeps_a_nan_query_to_its_own_keys(keymajor_from_few_rows):
     C.check_nan_query_confined("cpu")
+
+
+def test_keymajor_backward_reads_the_forward_reader_lists(keymajor_from_few_rows, monkeypatch):
+    C.check_backward_reads_forward_readers("cpu", torch.float16, monkeypatch)

@@ -232,9 +232,10 @@ KEYMAJOR_TYPES = {
 
 def keymajor_variants() -> list[dict]:
     """The key-major forward's configuration classes (``plan.keymajor``), as compile-smoke specs in the format of
-    :func:`backward_variants`: both dtypes, every padded group size up to the largest group the planner runs
-    key-major (1, 2, 4, ... up to ``MAX_H``; an odd h pads to the next power of two), Dk = 128 and Dk = 192 with
-    Dv = 128 (two Dk slices, 32-key tiles, one head), and the merge with
+    :func:`backward_variants`: every padded group size up to the largest group the planner runs key-major (1, 2,
+    4, ... up to ``MAX_H``; an odd h pads to the next power of two) in bf16, and h = 1 and 4 in fp16 too (the MMA
+    of each dtype; the other group sizes change only the tile layout), Dk = 128 and Dk = 192 with Dv = 128 (two Dk
+    slices, 32-key tiles, one head), and the merge with
     and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration), its delta pass and
     its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
@@ -244,7 +245,7 @@ def keymajor_variants() -> list[dict]:
     groups = [1 << i for i in range(next_pow2(MAX_H).bit_length())]
     out = []
     for dtype in ("fp16", "bf16"):
-        for (Dk, Dv), h in [((128, 128), g) for g in groups] + [((192, 128), 1)]:
+        for (Dk, Dv), h in [((128, 128), g) for g in groups if dtype == "bf16" or g in (1, 4)] + [((192, 128), 1)]:
             m = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192, G=4,
                               sm_count=132)
             tag = f"{dtype}/dk{Dk}-dv{Dv}/h{h}"
