@@ -45,9 +45,9 @@ class Plan:
 
     @property
     def backward_reads_forward_readers(self) -> bool:
-        """The key-major backward runs the forward's passes, so it can take the forward's reader lists instead of
+        """The key-major backward runs the forward's passes, so it takes the forward's reader lists instead of
         building them again (the operator carries them from the forward to the backward)."""
-        return self.dq_groups_per_pass > 0 and self.dq_groups_per_pass == self.forward.meta.groups_per_pass
+        return self.dq_groups_per_pass > 0
 
 
 @dataclass
@@ -133,11 +133,11 @@ def _build(sig: _Signature, tok: int, by_key: bool) -> Plan:
     if bwd.delta == "fp32":
         delta_forward = selection(B0, S0, G, h, Dk, Dv, T, n, dev=dev, has_lse=False, per_head=per_head, decode=False,
                                   dot_f32=dot_f32)
-    # Small groups: the backward key-major too, per pass over KV heads (the dq partials bounded as the forward's
-    # workspace), on the forward's reader list (so only where its tile is the dk/dv kernel's)
+    # Small groups: the backward key-major too, in the forward's passes over KV heads (the workspace bound counts
+    # the dq partials too), on the forward's reader lists (so only where its tile is the dk/dv kernel's)
     dq_gpp = 0
     if by_key and fwd.meta.BLOCK_N == bwd.KV_BLOCK_N and fwd.meta.per_row == per_row:
-        dq_gpp = KM.dq_groups_per_pass(fwd.meta, rows=B0 * S0, h=h, Dk=Dk, G=G)
+        dq_gpp = fwd.meta.groups_per_pass
     if dq_gpp:  # the key-major backward kernel's chunks over one pass's entries
         chunk = fwd.meta.bwd_chunk(B0 * S0 * dq_gpp * per_row, dev.sm_count)
     else:

@@ -108,9 +108,11 @@ class KeyMajorMeta(_Constexprs):
         return max(MERGE_PAIRS, self.HP) // self.HP
 
 
-def workspace_bytes(rows: int, per_row: int, h: int, Dv: int) -> int:
-    """Bytes of the partial results: ``Dv`` float32 values and a float32 LSE per (row, tile, head)."""
-    return rows * per_row * h * (Dv + 1) * 4
+def workspace_bytes(rows: int, per_row: int, h: int, Dk: int, Dv: int) -> int:
+    """Bytes of one KV head's partial results over ``rows`` tokens: the forward's ``Dv`` float32 values and a
+    float32 LSE per (row, tile, head), or the backward's float32 partial dq (``Dk`` values), whichever is larger.
+    The two directions run the same passes, so the backward reads the forward's reader lists (one per pass)."""
+    return rows * per_row * h * max(Dv + 1, Dk) * 4
 
 
 def kv_heads_per_pass(one: int, G: int) -> int:
@@ -120,13 +122,6 @@ def kv_heads_per_pass(one: int, G: int) -> int:
         return 0
     passes = max(-(-one * G // WORKSPACE_BYTES), 1)
     return min(-(-G // passes), G)
-
-
-def dq_groups_per_pass(meta: KeyMajorMeta, *, rows: int, h: int, Dk: int, G: int) -> int:
-    """KV heads per pass of the key-major dq (``rows = B x S`` tokens; a float32 partial dq per (row, tile,
-    head)), 0 where one KV head's partials would pass :data:`WORKSPACE_BYTES` (the backward then runs the
-    token-major dq)."""
-    return kv_heads_per_pass(rows * meta.per_row * h * Dk * 4, G)
 
 
 # "key" or "token": a path forced by :func:`forced` (benchmarks and probes time both); empty: the planner decides
@@ -238,7 +233,7 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
         raise ValueError(f"chunk={chunk}: need a positive number of entries per program")
     per_row = entries_per_row(max(n_spans, 1), T, bn, span_len, aligned)
     if groups_per_pass is None:
-        groups_per_pass = kv_heads_per_pass(workspace_bytes(B * S, per_row, h, Dv), G)
+        groups_per_pass = kv_heads_per_pass(workspace_bytes(B * S, per_row, h, Dk, Dv), G)
     elif not 1 <= groups_per_pass:
         raise ValueError(f"groups_per_pass={groups_per_pass}: need at least 1")
     gpp = min(groups_per_pass, G) if groups_per_pass else 0
