@@ -3,7 +3,8 @@
     python -m bench.analysis.path_table GRID.json [GRID.json ...] --source bench/results/X/ [--write-config]
 
 The grid files of one GPU (random and local selections; the environment of each must name the same GPU and
-Triton) become one entry of ``src/nsa_triton_sel/data/paths.json`` (``--write-config``; an entry of the same GPU
+Triton; a cell measured several times, by ``--repeat`` or in several files, gets each path's median) become one
+entry of ``src/nsa_triton_sel/data/paths.json`` (``--write-config``; an entry of the same GPU
 and Triton release is replaced, the others kept).  Printed: per measured cell, the path the planner takes
 (``plan.keymajor.path_verdict``: random selections run key-major where the verdict is "always" or "unshared",
 local ones where it is "always") for a forward and for a training step, and how much slower that is than the
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "src" / "nsa_triton_sel" / "data" / "paths.json"
 WORST = 1.05  # the planner's choice may be at most this much slower than the faster path on a measured cell
+COLUMNS = ("fwd_token", "fwd_key", "train_token", "train_key")
 
 
 def entry_from(grids: list[dict], source: str) -> dict:
@@ -27,14 +30,21 @@ def entry_from(grids: list[dict], source: str) -> dict:
     if len(envs) != 1:
         raise SystemExit(f"the grid files name several GPUs or Triton releases: {sorted(envs)}")
     (gpu, triton), env = envs.pop(), grids[0]["environment"]
-    cells = []
+    runs: dict[tuple, list[dict]] = {}
     for g in grids:
         for c in g["cells"]:
-            key_ran = c["kernel_key"] == "keymajor"
-            cells.append({"sel": c["sel"], "T": c["T"], "h": c["h"], "G": c["G"],
-                          "fwd_token": c["fwd_token"], "fwd_key": c["fwd_key"] if key_ran else None,
-                          "train_token": c["train_token"], "train_key": c["train_key"] if key_ran else None})
-    cells.sort(key=lambda c: (c["sel"], c["T"], c["h"]))
+            runs.setdefault((c["sel"], c["T"], c["h"]), []).append(c)
+    cells = []
+    for (sel, T, h), rs in sorted(runs.items()):
+        cell = {"sel": sel, "T": T, "h": h, "G": rs[0]["G"]}
+        if len(rs) > 1:
+            cell["runs"] = len(rs)
+        for col in COLUMNS:
+            if col.endswith("_key") and any(r["kernel_key"] != "keymajor" for r in rs):
+                cell[col] = None  # the key-major path could not run this cell
+            else:
+                cell[col] = round(statistics.median(r[col] for r in rs), 4)
+        cells.append(cell)
     return {"gpu": gpu, "cc": env["cc"], "triton": triton, "torch": env["torch"], "date": env["date"][:10],
             "source": source, "problem": {k: grids[0][k] for k in ("D", "block", "topn", "HQ")},
             "commands": sorted({g["command"] for g in grids}), "cells": cells}

@@ -2,14 +2,16 @@
 planner's measured data for choosing between them.
 
     python -m bench.probes.path_grid [--h 1,2,3,4,6,8,16] [--T 4096,8192,16384,32768,65536] [--sel random,local]
-                                     [--HQ 32] [--rep-ms 100] [--json out.json]
+                                     [--HQ 32] [--rep-ms 100] [--repeat 1] [--json out.json]
 
 Per cell (bf16, D = 128, blocks of 64, top-16 causal selections including the token's own block, ``G = HQ / h``
 KV heads, ``S = T``): ``selection_attention`` on block indices (``validate=False``, inputs that require grad), as
 a user calls it, with the planner forced to each path (``plan.keymajor.forced``): forward and forward + backward
 ms (``triton.testing.do_bench``, median, L2 flushed, warm-up outside) and the extra peak memory of one forward +
-backward.  The two paths' outputs are compared first.  Each line is printed as it is measured; ``--json`` writes
-every cell with the environment, the input of ``nsa-sel``'s path table (``bench/analysis/path_table.py``).
+backward.  The two paths' outputs are compared first.  ``--repeat N`` measures the whole grid N times over (each
+cell once per round, rounds one after another: a disturbance hits one round's cell, not every copy of it; the path
+table takes each path's median over the rounds).  Each line is printed as it is measured; ``--json`` writes every
+cell with the environment, the input of the planner's path table (``bench/analysis/path_table.py``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sel", default="random,local")
     ap.add_argument("--HQ", type=int, default=32, help="query heads (G = HQ // h KV heads, at least 1)")
     ap.add_argument("--rep-ms", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds over the whole grid")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     from bench.common import accounting
@@ -85,27 +88,27 @@ def main(argv=None) -> int:
         "peak GiB: token / key | max diff |")
     log("|---|---|---|---|---|---|---|---|---|")
     cells = []
-    for sel in a.sel.split(","):
-        for T in (int(x) for x in a.T.split(",")):
-            for h in (int(x) for x in a.h.split(",")):
-                G = max(a.HQ // h, 1)
-                p = TC.make_problem(T, sel, h=h, groups=G)
-                try:
-                    cell = {"sel": sel, "T": T, "h": h, "G": G, **measure_cell(p, bench)}
-                except Exception as exc:  # noqa: BLE001 - one cell's failure is a line, not the end of the run
-                    log(f"| {sel} | {T} | {h} | {G} | {type(exc).__name__}: {str(exc)[:160]} |")
-                    continue
-                finally:
-                    del p
-                    torch.cuda.empty_cache()
-                cells.append(cell)
-                log(f"| {sel} | {T} | {h} | {G} | {cell['fwd_token']:.3f} / {cell['fwd_key']:.3f} | "
-                    f"{cell['train_token']:.3f} / {cell['train_key']:.3f} | "
-                    f"{cell['fwd_key'] / cell['fwd_token']:.3f}, {cell['train_key'] / cell['train_token']:.3f} | "
-                    f"{cell['peak_gib_token']:.2f} / {cell['peak_gib_key']:.2f} | {cell['max_diff']:.1e}"
-                    f"{'' if cell['kernel_key'] == 'keymajor' else ' (no key-major path: ' + cell['kernel_key'] + ')'} |")
-                if a.json:  # after every cell: a run cut short keeps what it measured
-                    write_json(a, argv, env, cells)
+    grid = [(sel, int(T), int(h)) for sel in a.sel.split(",") for T in a.T.split(",") for h in a.h.split(",")]
+    for rnd in range(a.repeat):
+        for sel, T, h in grid:
+            G = max(a.HQ // h, 1)
+            p = TC.make_problem(T, sel, h=h, groups=G)
+            try:
+                cell = {"sel": sel, "T": T, "h": h, "G": G, "round": rnd, **measure_cell(p, bench)}
+            except Exception as exc:  # noqa: BLE001 - one cell's failure is a line, not the end of the run
+                log(f"| {sel} | {T} | {h} | {G} | {type(exc).__name__}: {str(exc)[:160]} |")
+                continue
+            finally:
+                del p
+                torch.cuda.empty_cache()
+            cells.append(cell)
+            log(f"| {sel} | {T} | {h} | {G} | {cell['fwd_token']:.3f} / {cell['fwd_key']:.3f} | "
+                f"{cell['train_token']:.3f} / {cell['train_key']:.3f} | "
+                f"{cell['fwd_key'] / cell['fwd_token']:.3f}, {cell['train_key'] / cell['train_token']:.3f} | "
+                f"{cell['peak_gib_token']:.2f} / {cell['peak_gib_key']:.2f} | {cell['max_diff']:.1e}"
+                f"{'' if cell['kernel_key'] == 'keymajor' else ' (no key-major path: ' + cell['kernel_key'] + ')'} |")
+            if a.json:  # after every cell: a run cut short keeps what it measured
+                write_json(a, argv, env, cells)
     return 0
 
 
