@@ -447,8 +447,9 @@ def _pair_rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, Dk, Dv,
 @triton.jit
 def _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
                BLOCK_N: tl.constexpr, DK2: tl.constexpr, ISOLATE: tl.constexpr):
-    """Fold one step's (entry, head) pairs into ``dk1, dk2, dv``.  ``ISOLATE``: zero the q and dO of a pair whose
-    q or dO is not finite (and give it a NaN LSE), so only the keys it read get NaN."""
+    """Fold one step's (entry, head) pairs into ``dk1, dk2, dv``; also returns the step's ``dS^T`` ``[BLOCK_N,
+    ROWS]`` (the key-major backward's partial dq reads it).  ``ISOLATE``: zero the q and dO of a pair whose q or dO
+    is not finite (and give it a NaN LSE), so only the keys it read get NaN."""
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     lo = bnd & 0xFFFF  # [ROWS]
     hi = bnd >> 16  # [ROWS]; 0 on masked rows: they see no key
@@ -477,7 +478,7 @@ def _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
     dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
     if DK2 > 0:
         dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
-    return dk1, dk2, dv
+    return dk1, dk2, dv, dst
 
 
 @triton.jit
@@ -510,8 +511,8 @@ def _dkdv_pairs(
             # -- the next step's readers, in flight while this step computes --
             ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
             tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
-            dk1, dk2, dv = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
-                                      BLOCK_N, DK2, ISOLATE)
+            dk1, dk2, dv, _ = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+                                         BLOCK_N, DK2, ISOLATE)
             tok = tok_n
             bnd = bnd_n
             ok = ok_n
@@ -529,8 +530,8 @@ def _dkdv_pairs(
             ok_n = f0 + ROWS + r < f_hi  # [ROWS]
             head_n = (f0 + ROWS + r) % h  # [ROWS]
             tok_n, bnd_n = _readers(ENTRIES, (f0 + ROWS + r) // h, ok_n)  # [ROWS] x 2
-            dk1, dk2, dv = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
-                                      BLOCK_N, DK2, ISOLATE)
+            dk1, dk2, dv, _ = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+                                         BLOCK_N, DK2, ISOLATE)
             tok = tok_n
             bnd = bnd_n
             head = head_n
@@ -887,7 +888,6 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk
     h, Dk]``): one gather of q and dO and one P and dS per pair serve all three gradients.  ``ROWS`` pairs a step,
     ``ROWS // HP`` whole entries; the next step's reader entries load while a step computes.  Only where every q,
     dO, k and v value the walk reads is finite (the caller checks)."""
-    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     r = tl.arange(0, ROWS)  # [ROWS]
     r_ent = r // HP  # [ROWS]
@@ -904,21 +904,8 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk
         ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
         tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
         origin_n = tl.load(ORIGIN + e + ROWS // HP + r_ent, mask=ok_n, other=0)  # [ROWS]
-        # -- transposed scores: keys are rows (M = BLOCK_N), (entry, head) pairs are columns --
-        st = tl.dot(k1, tl.trans(q1))  # [BLOCK_N, ROWS] fp32
-        if DK2 > 0:
-            st += tl.dot(k2, tl.trans(q2))
-        lo = bnd & 0xFFFF  # [ROWS]
-        hi = bnd >> 16  # [ROWS]; 0 on masked pairs: they see no key
-        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])  # [BLOCK_N, ROWS]
-        # -- P^T from the forward's LSE; dv += P^T dO, dk += dS^T q --
-        pt = tl.where(inside, tl.exp2(_at_most_0(st * qk_scale - lse2[None, :])), 0.0)  # [BLOCK_N, ROWS]
-        dv += tl.dot(pt.to(do.dtype), do)  # [BLOCK_N, BLOCK_DV]
-        dpt = tl.dot(v, tl.trans(do))  # [BLOCK_N, ROWS] (dO V^T)^T
-        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)  # [BLOCK_N, ROWS] dS^T
-        dk1 += tl.dot(dst, q1)  # [BLOCK_N, DK1]
-        if DK2 > 0:
-            dk2 += tl.dot(dst, q2)  # [BLOCK_N, DK2]
+        dk1, dk2, dv, dst = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
+                                       BLOCK_N, DK2, False)
         # -- the pairs' partial dq against this tile, each in its own slot --
         ds = tl.trans(dst)  # [ROWS, BLOCK_N]
         slot = origin * h + head  # [ROWS] int64
