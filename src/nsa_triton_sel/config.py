@@ -149,16 +149,14 @@ def thresholds_path() -> Path:
     return Path(str(resources.files("nsa_triton_sel") / "data" / "thresholds.json"))
 
 
-@lru_cache(maxsize=8)
-def _load(path: str) -> dict:
-    """The thresholds file at ``path``, parsed and checked (cached: registered as ``thresholds``)."""
+def _read_entries(path: str, *, what: str, schema: int, writer: str, entry_problem, why_not_older: str = "") -> dict:
+    """The JSON file at ``path`` of ``{"schema": schema, "entries": [...]}``, each entry checked by
+    ``entry_problem``; ``ValueError`` naming the file (and the entry) otherwise."""
     data = json.loads(read_text(path))  # a regular file only: a FIFO named here is an error, not a hang
-    if not isinstance(data, dict) or data.get("schema") != THRESHOLDS_SCHEMA or not isinstance(data.get("entries"), list):
+    if not isinstance(data, dict) or data.get("schema") != schema or not isinstance(data.get("entries"), list):
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path}: not a thresholds file of schema {THRESHOLDS_SCHEMA} (found schema {found!r}); "
-                         f"expected {{\"schema\": {THRESHOLDS_SCHEMA}, \"entries\": [...]}} as written by "
-                         f"'python -m bench.analysis.sel_threshold_from_csv --write-config' (schema 1 files guessed a "
-                         f"threshold for unmeasured GPUs and releases: re-measure instead)")
+        raise ValueError(f"{path}: not {what} of schema {schema} (found schema {found!r}); expected "
+                         f"{{\"schema\": {schema}, \"entries\": [...]}} as written by '{writer}'{why_not_older}")
     for n, e in enumerate(data["entries"]):
         problem = entry_problem(e)
         if problem:
@@ -166,16 +164,33 @@ def _load(path: str) -> dict:
     return data
 
 
-caches.register("thresholds", clear=_load.cache_clear, size=lambda: _load.cache_info().currsize)
-
-
-def entry_problem(e) -> str | None:
-    """Why a thresholds entry cannot be used, or None."""
+def _measured_entry_problem(e) -> str | None:
+    """What every measured entry needs: an object naming the GPU, the Triton release and the source."""
     if not isinstance(e, dict):
         return f"an entry must be an object, got {type(e).__name__}"
     for key in ("gpu", "triton", "source"):
         if not isinstance(e.get(key), str) or not e[key]:
             return f"'{key}' must be a non-empty string (got {e.get(key)!r})"
+    return None
+
+
+@lru_cache(maxsize=8)
+def _load(path: str) -> dict:
+    """The thresholds file at ``path``, parsed and checked (cached: registered as ``thresholds``)."""
+    return _read_entries(path, what="a thresholds file", schema=THRESHOLDS_SCHEMA, entry_problem=entry_problem,
+                         writer="python -m bench.analysis.sel_threshold_from_csv --write-config",
+                         why_not_older=" (schema 1 files guessed a threshold for unmeasured GPUs and releases: "
+                                       "re-measure instead)")
+
+
+caches.register("thresholds", clear=_load.cache_clear, size=lambda: _load.cache_info().currsize)
+
+
+def entry_problem(e) -> str | None:
+    """Why a thresholds entry cannot be used, or None."""
+    problem = _measured_entry_problem(e)
+    if problem:
+        return problem
     try:
         release = Version(e["triton"])
     except InvalidVersion:
@@ -242,17 +257,8 @@ def paths_path() -> Path:
 @lru_cache(maxsize=8)
 def _load_paths(path: str) -> tuple:
     """The path table at ``path``: its entries, parsed and checked (cached: registered as ``path_tables``)."""
-    data = json.loads(read_text(path))
-    if not isinstance(data, dict) or data.get("schema") != PATHS_SCHEMA or not isinstance(data.get("entries"), list):
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"{path}: not a path table of schema {PATHS_SCHEMA} (found schema {found!r}); expected "
-                         f"{{\"schema\": {PATHS_SCHEMA}, \"entries\": [...]}} as written by "
-                         f"'python -m bench.analysis.path_table --write-config'")
-    for n, e in enumerate(data["entries"]):
-        problem = path_entry_problem(e)
-        if problem:
-            raise ValueError(f"{path}: entries[{n}]: {problem}")
-    return tuple(data["entries"])
+    return tuple(_read_entries(path, what="a path table", schema=PATHS_SCHEMA, entry_problem=path_entry_problem,
+                               writer="python -m bench.analysis.path_table --write-config")["entries"])
 
 
 caches.register("path_tables", clear=_load_paths.cache_clear, size=lambda: _load_paths.cache_info().currsize)
@@ -260,11 +266,9 @@ caches.register("path_tables", clear=_load_paths.cache_clear, size=lambda: _load
 
 def path_entry_problem(e) -> str | None:
     """Why a path-table entry cannot be used, or None."""
-    if not isinstance(e, dict):
-        return f"an entry must be an object, got {type(e).__name__}"
-    for key in ("gpu", "triton", "source"):
-        if not isinstance(e.get(key), str) or not e[key]:
-            return f"'{key}' must be a non-empty string (got {e.get(key)!r})"
+    problem = _measured_entry_problem(e)
+    if problem:
+        return problem
     cells = e.get("cells")
     if not isinstance(cells, list) or not cells:
         return "'cells' must be a non-empty list of measured cells"
