@@ -72,8 +72,36 @@ def inf_value_case(dtype, device):
 
 
 
+def why_no_keymajor(device) -> str | None:
+    """Why the planner never takes the key-major path on ``device`` with the installed Triton (None: it may).
+
+    The key-major kernels step over 64 (entry, head) pairs per MMA: a release whose row cap on this arch is
+    lower (Triton 3.0 and 3.1 on sm_90), or a known-bad window that avoids the path (3.0-3.2 on sm_80/89), does
+    not compile them there, and the planner runs the token-major kernels instead."""
+    import importlib
+
+    from nsa_triton_sel.device import device_of
+
+    dev = device_of(torch.device(device))
+    rows = importlib.import_module("nsa_triton_sel.plan.keymajor").ROWS
+    if "keymajor" in dev.avoided:
+        return f"Triton {dev.triton} on sm_{dev.arch}: a known-bad window avoids the key-major path"
+    if dev.max_rows < rows:
+        return (f"Triton {dev.triton} on sm_{dev.arch} compiles dots of at most {dev.max_rows} rows; the key-major "
+                f"kernels take {rows}-pair steps (the planner runs the token-major kernels here)")
+    return None
+
+
 @pytest.fixture
-def keymajor_from_few_rows():
+def keymajor_here():
+    """Skips, naming the cause, where the key-major kernels are never launched (:func:`why_no_keymajor`)."""
+    why = why_no_keymajor("cuda" if torch.cuda.is_available() else "cpu")
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture
+def keymajor_from_few_rows(keymajor_here):
     """The planner takes the key-major path wherever it can, from one (token, group) row on (small test shapes
     that the path table has not measured)."""
     import importlib

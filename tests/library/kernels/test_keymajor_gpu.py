@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
-from keymajor_cases import keymajor_from_few_rows  # noqa: F401 - a fixture
+from keymajor_cases import keymajor_from_few_rows, keymajor_here  # noqa: F401 - fixtures
 from kernel_checks import fresh_seed
 from nsa_triton_sel import caches, plan, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges
@@ -21,27 +21,27 @@ DEV = "cuda"
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name,kw,span_len", C.RANGE_CASES, ids=[c[0] for c in C.RANGE_CASES])
-def test_keymajor_ranges(name, kw, span_len, dtype):
+def test_keymajor_ranges(keymajor_here, name, kw, span_len, dtype):
     C.check_ranges(kw, span_len, dtype, DEV, seed=fresh_seed())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("h", [1, 3, 8])
-def test_keymajor_nsa_blocks(h, dtype):
+def test_keymajor_nsa_blocks(keymajor_here, h, dtype):
     # the canonical NSA selection (16 blocks of 64, causal, positions) over 2K keys, T not a multiple of 64
     C.check_blocks(1, 1000, 2, h, 128, 1999, 64, 16, dtype, DEV, seed=fresh_seed(), positions=True)
 
 
-def test_keymajor_hot_tile_split_and_groups_in_passes():
+def test_keymajor_hot_tile_split_and_groups_in_passes(keymajor_here):
     C.check_blocks(2, 300, 3, 2, 64, 300, 32, 4, torch.bfloat16, DEV, seed=fresh_seed(), chunk=8,
                    groups_per_pass=2)
 
 
-def test_keymajor_keeps_an_inf_value_to_its_readers():
+def test_keymajor_keeps_an_inf_value_to_its_readers(keymajor_here):
     C.inf_value_case(torch.bfloat16, DEV)
 
 
-def test_keymajor_is_deterministic_and_captures_in_a_cuda_graph():
+def test_keymajor_is_deterministic_and_captures_in_a_cuda_graph(keymajor_here):
     q, k, v, blocks, pos = C.blocks_case(1, 2048, 4, 4, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed())
     run = lambda: direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
     out1, lse1 = run()
@@ -60,7 +60,8 @@ def test_keymajor_is_deterministic_and_captures_in_a_cuda_graph():
 @pytest.mark.parametrize("h", [1, 4])
 def test_operator_takes_the_path_the_path_table_gives_for_small_groups(h):
     """Random selections (neighbouring tokens share few spans): key-major wherever the path table's verdict for
-    this GPU is not NEVER (on the H100 both h = 1 and h = 4 at 4K)."""
+    this GPU is not NEVER (on the H100 both h = 1 and h = 4 at 4K) and the Triton compiles the key-major kernels
+    here; token-major everywhere else."""
     import importlib
 
     from nsa_triton_sel import config
@@ -70,8 +71,10 @@ def test_operator_takes_the_path_the_path_table_gives_for_small_groups(h):
     caches.clear()
     q, k, v, blocks, _ = C.blocks_case(1, 4096, 2, h, 128, 4096, 64, 16, torch.bfloat16, DEV, fresh_seed())
     verdict = km.path_verdict(config.load_path_entries(), device_of(q.device).name, h=h, T=4096, grad=False)
+    why_not = C.why_no_keymajor(q.device)
     p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
-    assert (p.forward.kernel == "keymajor") == (verdict != km.NEVER), (verdict, p.forward.kernel)
+    assert (p.forward.kernel == "keymajor") == (verdict != km.NEVER and why_not is None), (verdict, why_not,
+                                                                                            p.forward.kernel)
     out = selection_attention(q, k, v, block_indices=blocks, block_size=64)
     want = direct.sel_attn_ranges(q, k, v, block_indices_to_ranges(blocks, 64, 4096))
     assert (out.float() - want.float()).abs().max() < 2e-2
@@ -89,7 +92,7 @@ def test_keymajor_dq_gradients(keymajor_from_few_rows, case, dtype):
     C.check_operator_gradients(*args, dtype, DEV, seed=fresh_seed(), **case)
 
 
-def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph():
+def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph(keymajor_here):
     q, k, v, blocks, pos = C.blocks_case(1, 2048, 4, 2, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed(),
                                          positions=True)
     p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=64, packed=False)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
-from keymajor_cases import keymajor_from_few_rows  # noqa: F401 - a fixture
+from keymajor_cases import keymajor_from_few_rows, keymajor_here  # noqa: F401 - fixtures
 import kernel_checks
 from nsa_triton_sel import caches, reference, selection_attention
 
