@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
-# The GPU refresh's bench runs: the GPU timings of every release on the current kernels (H100)
-LANE_BENCH = RESULTS / "2026-11-27-h100-triton3.0-3.9-gpu-refresh" / "benchmarks"
+# The GPU refresh's bench runs: the GPU timings of every release on the current kernels (H200)
+LANE_BENCH = RESULTS / "2026-11-27-h200-triton3.0-3.9-gpu-refresh" / "benchmarks"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 
@@ -132,6 +132,12 @@ def bench_commits(folder: Path = LANE_BENCH) -> list[str]:
                    for p in folder.glob("*.benchmark.json")})
 
 
+def bench_gpus(folder: Path = LANE_BENCH) -> list[str]:
+    """The GPUs the bench runs ran on (short names: "H200")."""
+    return sorted({((json.loads(p.read_text()).get("machine_info", {}).get("nsa_env") or {}).get("gpu_name") or "?")
+                   .removeprefix("NVIDIA ").split(" ")[0] for p in folder.glob("*.benchmark.json")})
+
+
 def _triton_of(doc: dict, path: Path) -> str:
     """The Triton of a bench run: its extra_info, else the lane label of the file name."""
     for b in doc["benchmarks"]:
@@ -141,7 +147,7 @@ def _triton_of(doc: dict, path: Path) -> str:
     return path.name.split("-")[1].removesuffix(".benchmark.json") + ".0"
 
 
-def plot_releases(releases: list[str], cells, medians: dict, out: Path, commits: tuple = ()) -> Path:
+def plot_releases(releases: list[str], cells, medians: dict, out: Path, commits: tuple = (), gpus: tuple = ()) -> Path:
     import matplotlib.pyplot as plt  # noqa: PLC0415
     from matplotlib.colors import TwoSlopeNorm  # noqa: PLC0415
 
@@ -165,7 +171,7 @@ def plot_releases(releases: list[str], cells, medians: dict, out: Path, commits:
             ax2.text(j + 0.5, i + 0.5, f"{r:.2f}x" if r == r else "-", ha="center", va="center", fontsize=7,
                      color="black" if r == r else "#999999")
     _axes(ax2, [_short(g) for g in groups], releases,
-          f"our kernel's median time / Triton {newest}'s, H100 bench lanes"
+          f"our kernel's median time / Triton {newest}'s, {'/'.join(gpus) or 'GPU'} bench lanes"
           f"{' of commit ' + ', '.join(commits) if commits else ''} (-: no GPU bench run)")
     bar = fig.colorbar(im, ax=ax2, fraction=0.03, pad=0.02)
     bar.set_label("time relative to the newest (red: slower)", fontsize=8)
@@ -220,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     releases = [r.triton for r in lane_table.load_table(LANES).releases]
     cells = release_cells(ledger.load_ledger(LEDGER), releases)
     written = [plot_contenders(load_train(), args.out),
-               plot_releases(releases, cells, bench_medians(), args.out, tuple(bench_commits()))]
+               plot_releases(releases, cells, bench_medians(), args.out, tuple(bench_commits()),
+                             tuple(bench_gpus()))]
     for path in written:
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({path.stat().st_size // 1024} KiB)")
     return 0
