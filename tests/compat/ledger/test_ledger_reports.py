@@ -163,3 +163,26 @@ def test_a_window_with_a_signature_excuses_only_its_own_failure():
     ]}
     got = {r["kernel"]: r["verdict"] for r in ledger.records_from_smoke(report, F.base("3.1", "compile"), windows)}
     assert got == {"own": "xfail", "other": "fail", "slow": "timeout"}
+
+
+def test_failures_a_window_takes_without_a_signature_are_named():
+    """A window that names no failure signature (nor variants or paths) claims every failure of its checks there,
+    a new defect included: the lane summary names how many it took, so they are read before the verdict is
+    trusted; a window with a signature takes only its own and is not named."""
+    xml = ('<testsuite><testcase classname="t" name="a"><failure message="worker crashed"/></testcase>'
+           '<testcase classname="t" name="b"><failure message="NaN in rows with 2+ spans"/></testcase>'
+           '<testcase classname="t" name="c"/></testsuite>')
+    gpu_fp = {**F.CPU_FP, "torch": "2.5.1", "cuda_runtime": "12.4", "gpu_name": "H100", "compute_capability": "9.0"}
+    base = F.base("3.1", "parity", mode="gpu", fp=gpu_fp)
+    blanket = known_bad.parse('schema = 1\n[[window]]\nid = "any"\ntriton = "<3.2"\narch = [90]\nchecks = ["parity"]\n'
+                              'reason = "r"\n')
+    recs = ledger.records_from_junit(xml, base, blanket)
+    assert [r["verdict"] for r in recs] == ["xfail", "xfail", "pass"]
+    assert ledger.unscoped_known_bad(recs, blanket) == {"any": 2}
+    assert "2 failure(s) taken as known-bad by a window that names no failure signature (2 by any)" in \
+        ledger.unscoped_warning(recs, blanket)
+    scoped = known_bad.parse('schema = 1\n[[window]]\nid = "nan"\ntriton = "<3.2"\narch = [90]\nchecks = ["parity"]\n'
+                             'signature = "NaN in rows"\nreason = "r"\n')
+    recs = ledger.records_from_junit(xml, base, scoped)
+    assert [r["verdict"] for r in recs] == ["fail", "xfail", "pass"]
+    assert ledger.unscoped_known_bad(recs, scoped) == {} and ledger.unscoped_warning(recs, scoped) is None

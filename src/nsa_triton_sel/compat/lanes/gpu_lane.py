@@ -188,6 +188,9 @@ def run_stage(kind: str, lane, fp: dict, m: Matrix, results: Path, limit_s: floa
         return 0, f"{type(exc).__name__}: {exc}"
     ledger.write_run(path, base=base, status="complete", started=started, records=records)
     session.log(f"{len(records)} record(s) -> {path}" + (f"; {problem}" if problem else ""))
+    warning = ledger.unscoped_warning(records)
+    if warning:
+        session.log(f"warning: {warning}")
     return len(records), problem
 
 

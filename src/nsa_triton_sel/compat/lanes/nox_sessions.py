@@ -291,6 +291,7 @@ def summary_lines(session_name: str, base: dict, records: list[dict], run_path: 
     return [
         f"== {session_name}: {status} ({seconds:.0f} s) ==",
         f"ran:      {base.get('check')} ({base.get('mode')}), {len(records)} records: {counts_by_check(records)}",
+        *([f"warning:  {w}"] if (w := ledger.unscoped_warning(records)) else []),
         *[line for line in archs if line.startswith("archs:")],
         f"versions: {versions_line(base, records)}",
         f"results:  {run_path} (raw outputs: {results / 'raw'}/{session_name}.*)",

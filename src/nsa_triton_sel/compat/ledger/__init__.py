@@ -20,7 +20,8 @@ from .matrix import render_matrix
 from .pinning import PinError, main, pin, verify
 from .records import (IMPORTED_FIELDS, SCHEMA, SPECS_FIELD, base_record, enforce_isolation, imported_fields, imported_versions, isolation_problem,
                       now_iso, off_pair_reason, problems, record)
-from .reports import attach_benchmarks, records_from_junit, records_from_smoke, tidy_message
+from .reports import (attach_benchmarks, records_from_junit, records_from_smoke, tidy_message, unscoped_known_bad,
+                      unscoped_warning)
 from .runfiles import RunFileError, load_run_files, read_run_file, records_of_run, run_file, write_run
 from .store import LedgerError, digest, dump_ledger, load_ledger, merge, run_key, sort_records
 
@@ -30,5 +31,6 @@ __all__ = [
     "gpu_evidence", "imported_fields", "imported_versions", "isolation_problem", "known_good_specifier", "load_ledger", "load_run_files",
     "main", "merge", "now_iso", "off_pair_reason", "pin", "problems", "read_run_file", "reasons", "record",
     "records_from_junit", "records_from_smoke", "records_of_run", "release_verdicts", "render_known_good",
-    "render_matrix", "run_file", "run_key", "sort_records", "tidy_message", "verify", "write_run",
+    "render_matrix", "run_file", "run_key", "sort_records", "tidy_message", "unscoped_known_bad", "unscoped_warning",
+    "verify", "write_run",
 ]

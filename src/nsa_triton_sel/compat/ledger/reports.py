@@ -107,6 +107,35 @@ def records_from_junit(xml_text: str, base: dict, windows: list | None = None,
     return out
 
 
+def unscoped_known_bad(records: list[dict], windows: list | None = None) -> dict[str, int]:
+    """``{window id: records}``: failures that a known-bad window took as its own (``xfail``) without naming them.
+
+    A window with no failure ``signature``, no ``variants`` and no ``paths`` claims every failure of its checks on
+    its releases and archs, so a new defect there is recorded as that window's known failure.  Each of these
+    records is a failure to read before the verdict is trusted (:func:`unscoped_warning`)."""
+    pool = {w.id: w for w in (known_bad.load() if windows is None else windows)}
+    out: dict[str, int] = {}
+    for r in records:
+        message = str(r.get("message") or "")
+        if r.get("verdict") != XFAIL or not message.startswith("known-bad ["):
+            continue
+        for wid in re.findall(r"\[([^\]]+)\]", message.split(" | ", 1)[0]):
+            w = pool.get(wid)
+            if w is not None and not (w.signature or w.variants or w.paths):
+                out[wid] = out.get(wid, 0) + 1
+    return out
+
+
+def unscoped_warning(records: list[dict], windows: list | None = None) -> str | None:
+    """One line naming the failures :func:`unscoped_known_bad` finds, or None."""
+    hits = unscoped_known_bad(records, windows)
+    if not hits:
+        return None
+    what = ", ".join(f"{n} by {wid}" for wid, n in sorted(hits.items()))
+    return (f"{sum(hits.values())} failure(s) taken as known-bad by a window that names no failure signature "
+            f"({what}): such a window counts any failure there as its own; read them before trusting this verdict")
+
+
 def _junit_properties(case: ET.Element) -> dict:
     """Numeric ``record_property`` values of a test case (e.g. its oracle errors)."""
     out = {}
