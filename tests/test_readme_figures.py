@@ -155,6 +155,15 @@ def test_the_compatibility_summary_is_matrix_mds():
     assert f"on the H200, with the current kernels, up to {old:.2f}x slower and within {new} %" in text
 
 
+def test_the_refresh_the_readme_names_took_what_it_says():
+    """"N releases on G GPUs in M minutes: `bench/results/FOLDER/`": the refresh's own status.json says so."""
+    m = re.search(r"(\d+) releases on (\d+) GPUs in (\d+) minutes: `bench/results/([^`/]+)/`", README)
+    assert m, "the README names no GPU refresh"
+    status = json.loads((RESULTS / m[4] / "status.json").read_text())
+    assert status["final"] and len({t["version"] for t in status["tasks"]}) == int(m[1]) == len(status["expected"])
+    assert len(status["gpus"]) == int(m[2]) and round(status["elapsed_s"] / 60) == int(m[3]), status["elapsed_s"]
+
+
 # --- docs/benchmarks.md's tables ------------------------------------------------------------------------------
 
 
