@@ -127,15 +127,18 @@ def bench_medians(folder: Path = LANE_BENCH) -> dict[str, dict[str, float]]:
     return out
 
 
+def _bench_envs(folder: Path) -> list[dict]:
+    """The environment each bench run recorded (``machine_info.nsa_env``)."""
+    return [json.loads(p.read_text()).get("machine_info", {}).get("nsa_env") or {} for p in folder.glob("*.benchmark.json")]
+
+
 def bench_commits(folder: Path = LANE_BENCH) -> list[str]:
-    return sorted({((json.loads(p.read_text()).get("machine_info", {}).get("nsa_env") or {}).get("git_commit") or "?")[:7]
-                   for p in folder.glob("*.benchmark.json")})
+    return sorted({(env.get("git_commit") or "?")[:7] for env in _bench_envs(folder)})
 
 
 def bench_gpus(folder: Path = LANE_BENCH) -> list[str]:
     """The GPUs the bench runs ran on (short names: "H200")."""
-    return sorted({((json.loads(p.read_text()).get("machine_info", {}).get("nsa_env") or {}).get("gpu_name") or "?")
-                   .removeprefix("NVIDIA ").split(" ")[0] for p in folder.glob("*.benchmark.json")})
+    return sorted({(env.get("gpu_name") or "?").removeprefix("NVIDIA ").split(" ")[0] for env in _bench_envs(folder)})
 
 
 def _triton_of(doc: dict, path: Path) -> str:
