@@ -110,6 +110,22 @@ def test_bound_launcher_reads_each_calls_tensors(case):
         assert b.bound_launches == 2, bind.report()
 
 
+def test_a_tensor_off_the_gpu_is_refused_on_every_call_never_launched_as_an_address():
+    """The bound launcher passes each tensor as its address only where its shape was recorded with every tensor on
+    the GPU: a CPU tensor given to a kernel-level API (which trusts its caller) stays Triton's error, every call,
+    and the GPU stays usable."""
+    p = make_problem(B=1, S=64, G=2, h=4, Dk=64, Dv=64, T=256, n=4, dtype=torch.bfloat16, device=DEV,
+                     seed=fresh_seed())
+    for _ in range(3):
+        direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges)  # the shape is recorded and bound
+    k_cpu = p.k.cpu()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="cannot be accessed from Triton"):
+            direct.sel_attn_ranges(p.q, k_cpu, p.v, p.ranges)
+    out, lse = direct.sel_attn_ranges(p.q, p.k, p.v, p.ranges, return_lse=True)
+    check_against_oracle(out, lse, p.q, p.k, p.v, p.ranges, what="after the refused calls")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("L", [1, 63, 64, 65, 200, 1024])
 def test_dense_seed_api(dtype, L):
