@@ -21,6 +21,7 @@ here applies to every folder below it).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ if os.environ.get("NSA_BENCH_PEERS"):  # fla-core / XunhaoLai copies for the con
 
     add_peers(os.environ["NSA_BENCH_PEERS"])
 DEVICE = "cpu" if DRY else "cuda"
+SLOW_CALL_S = 0.25  # a call at least this long needs no warm-up rounds beyond the one before it
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
                   "(CPU tests are in tests/; python -m bench.perf.bench_sel_triton --dry-run checks the sweep on a CPU)")
@@ -100,11 +102,13 @@ def l2_flush():
 def gpu_bench(benchmark, l2_flush):
     """``gpu_bench(fn, nbytes=, flops=, rounds=, warmup=, graph=)``: time ``fn`` on the GPU clock.
 
-    Runs ``fn`` once untimed (compile/autotune), records it as a CUDA graph (``graph=True``;
-    ``False`` for functions that synchronise with the host), then ``warmup`` and
-    ``rounds`` rounds of one call or replay each, every round after an L2 flush.
-    Records bytes/FLOPs, the timer and the ceilings in ``extra_info``; returns ``fn``'s
-    output.
+    Runs ``fn`` once untimed (compile/autotune), then once more whole: a call that takes longer
+    than :data:`SLOW_CALL_S` (a reference path that runs for seconds) was its own warm-up, and
+    its host time is that call's (the usual ``warmup`` calls and host samples would add seconds
+    each and change nothing).  Then records ``fn`` as a CUDA graph (``graph=True``; ``False``
+    for functions that synchronise with the host), and runs ``warmup`` and ``rounds`` rounds of
+    one call or replay each, every round after an L2 flush.  Records bytes/FLOPs, the timer and
+    the ceilings in ``extra_info``; returns ``fn``'s output.
     """
 
     def run(fn, *, nbytes: int, flops: int, rounds: int = 30, warmup: int = 3, graph: bool = True):
@@ -114,7 +118,15 @@ def gpu_bench(benchmark, l2_flush):
             rounds, warmup = min(rounds, 2), 0
         else:
             torch.cuda.synchronize()
-            benchmark.extra_info["host_launch_us"] = timers.host_launch_us(fn)
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            if time.perf_counter() - t0 > SLOW_CALL_S:
+                benchmark.extra_info["host_launch_us"] = (t1 - t0) * 1e6
+                warmup = 0
+            else:
+                benchmark.extra_info["host_launch_us"] = timers.host_launch_us(fn)
             timer = "cuda-events"
             if graph:
                 g, out = timers.capture_graph(fn)  # a sync inside fn raises here: pass graph=False
