@@ -54,9 +54,16 @@ def test_one_worker_is_one_plain_pass(tmp_path):
 
 
 def test_worker_count_from_the_environment_or_the_cores(monkeypatch):
-    monkeypatch.setattr(machine, "usable_cores", lambda: 16)
+    monkeypatch.setattr(machine, "usable_cores", lambda: 32)
+    monkeypatch.setattr(machine, "gpu_memory_gib", lambda: 79.6)
     monkeypatch.delenv(checks.GPU_WORKERS_ENV, raising=False)
     assert checks.gpu_test_workers() == checks.GPU_WORKERS_MAX  # pytest-xdist is a test dependency here
+    monkeypatch.setattr(machine, "usable_cores", lambda: 12)
+    assert checks.gpu_test_workers() == 12
+    monkeypatch.setattr(machine, "gpu_memory_gib", lambda: 23.6)  # a 24 GB card: 5 workers
+    assert checks.gpu_test_workers() == 5
+    monkeypatch.setattr(machine, "gpu_memory_gib", lambda: 2.0)
+    assert checks.gpu_test_workers() == 1
     monkeypatch.setenv(checks.GPU_WORKERS_ENV, "3")
     assert checks.gpu_test_workers() == 3
     monkeypatch.setenv(checks.GPU_WORKERS_ENV, "many")
@@ -75,3 +82,21 @@ def test_the_gpus_a_process_may_use(monkeypatch):
     monkeypatch.setenv("NSA_SEL_GPU", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert machine.visible_gpus() == []
+
+
+def test_a_gpu_pass_collects_only_the_files_that_use_its_marker(tmp_path, monkeypatch):
+    tests = tmp_path / "tests"
+    (tests / "sub").mkdir(parents=True)
+    (tests / "test_cpu.py").write_text("def test_a():\n    pass\n")
+    (tests / "sub" / "test_k_gpu.py").write_text("import pytest\n\npytestmark = pytest.mark.gpu\n")
+    (tests / "test_t.py").write_text("import pytest\n\n\n@pytest.mark.gpu\n@pytest.mark.serial\ndef test_t():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    assert checks.marked_files("gpu", []) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"]
+    assert checks.marked_files("serial", ["--durations=5", "-k", "x"]) == ["tests/test_t.py"]
+    assert checks.marked_files("gpu", ["tests/test_cpu.py"]) == []  # the caller named its own paths
+    assert checks.marked_files("gpu and not contract", []) == []  # an expression: pytest collects as usual
+    calls = []
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a"],
+                                                                      "(gpu) and serial": ["t"]})})
+    checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=4)
+    assert list(calls[0][-2:]) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"] and calls[1][-1] == "tests/test_t.py"

@@ -44,3 +44,35 @@ def test_plugin_rejects_a_bad_progress_setting(tmp_path):
                          env={**__import__("os").environ, "NSA_SEL_PROGRESS_EVERY": "often"},
                          capture_output=True, text=True)
     assert res.returncode != 0 and "NSA_SEL_PROGRESS_EVERY='often'" in res.stdout + res.stderr
+
+
+def test_jit_count_tells_compiles_from_cache_loads_and_calls_the_listener_it_replaced():
+    from types import SimpleNamespace
+
+    from nsa_triton_sel.compat.lanes.pytest_plugin import JitCount, jit_summary
+
+    heard = []
+    count = JitCount(previous=lambda **kw: heard.append(kw["cache_hit"]))
+    times = SimpleNamespace(total=2_500_000)  # microseconds, as Triton's CompileTimes
+    for key, hit in (("abc", False), ("abc", True), ("def", False)):
+        count(src=None, metadata={}, metadata_group={"k.json": f"/cache/{key}/k.json"}, times=times, cache_hit=hit)
+    assert heard == [False, True, False]
+    assert count.as_dict() == {"compiled": ["abc", "def"], "cached": 1, "compile_s": 5.0}
+    other = {"compiled": ["abc"], "cached": 4, "compile_s": 1.0}  # a second process compiled "abc" too
+    line = jit_summary([{"jit": count.as_dict()}, {"jit": other}, {"jit": None}])
+    assert line == ("Triton JIT over 2 process(es): 3 compile(s) (6 s of compiling), 5 loaded from the cache "
+                    "(hit rate 62%); 1 compile(s) of a kernel another process also compiled")
+    assert jit_summary([{"jit": None}, {}]) is None
+
+
+def test_plugin_counts_the_triton_compiles_of_its_process(tmp_path):
+    out = tmp_path / "imported.json"
+    test = tmp_path / "test_one.py"
+    test.write_text("import triton\n\n\ndef test_nothing():\n    pass\n")
+    env = {**__import__("os").environ, "NSA_SEL_IMPORTED_JSON": str(out)}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nsa_triton_sel.compat.lanes.pytest_plugin",
+                    "-p", "no:cacheprovider", str(test)], env=env, check=True, capture_output=True, cwd=tmp_path)
+    jit = json.loads(out.read_text())["jit"]
+    import triton
+    from triton import knobs  # noqa: F401 - the installed Triton has knobs (3.4+) here: it must count
+    assert jit == {"compiled": [], "cached": 0, "compile_s": 0.0}, triton.__version__

@@ -99,6 +99,16 @@ def gpu_archs() -> list[tuple[int, str]]:
     return out
 
 
+def gpu_memory_gib() -> float | None:
+    """The memory of the smallest GPU ``nvidia-smi`` shows this process, in GiB (None: no GPU, or not said)."""
+    sizes = []
+    for line in _smi_rows("memory.total") or []:
+        value = line.strip().split(" ")[0]  # "81559 MiB"
+        if value.isdigit():
+            sizes.append(int(value) / 1024)
+    return min(sizes) if sizes else None
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries: that variable's own list when it is set,
     else each index ``nvidia-smi`` shows; [] without one (or with ``NSA_SEL_GPU=0``)."""

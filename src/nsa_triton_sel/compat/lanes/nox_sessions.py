@@ -28,6 +28,7 @@ only the end of a long nox log knows what happened and what to do next (:func:`s
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as _dt
 import json
 import os
@@ -304,6 +305,9 @@ def summary_lines(session_name: str, base: dict, records: list[dict], run_path: 
     ]
 
 
+_FINGERPRINTS: dict = {}  # (interpreter, session env, lane) -> fingerprint, within one nox run (--no-venv)
+
+
 def passthrough(session) -> bool:
     """True under --no-venv / -fb none: run in the current environment, install nothing."""
     return session.venv_backend == "none"
@@ -322,10 +326,17 @@ def prepare(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> dict 
         session.env[knob] = os.environ.get(knob, str(value))  # explicit, recorded, user-overridable
     if not passthrough(session):
         install_lane(session, lane, kind, opts, m)
-    out = session.run("python", "-c", FINGERPRINT, silent=True, log=False)
-    if out is None:  # session.run does nothing under --install-only
-        return None
-    fp = json.loads([ln for ln in out.splitlines() if ln.startswith("NSA_SEL_FP ")][-1][len("NSA_SEL_FP "):])
+    # Under --no-venv nothing is installed between the sessions of one nox run: the same environment gives the
+    # same fingerprint, so a lane's later sessions reuse the first one's (a probe imports torch: seconds each).
+    again = (sys.executable, tuple(sorted(session.env.items())), lane.name) if passthrough(session) else None
+    fp = copy.deepcopy(_FINGERPRINTS.get(again)) if again else None
+    if fp is None:
+        out = session.run("python", "-c", FINGERPRINT, silent=True, log=False)
+        if out is None:  # session.run does nothing under --install-only
+            return None
+        fp = json.loads([ln for ln in out.splitlines() if ln.startswith("NSA_SEL_FP ")][-1][len("NSA_SEL_FP "):])
+        if again:
+            _FINGERPRINTS[again] = copy.deepcopy(fp)
     problem = environment_problem(fp, lane, passthrough(session), interpreter=not m.gpu)
     if problem:
         session.error(problem)

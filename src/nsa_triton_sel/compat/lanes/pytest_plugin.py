@@ -8,6 +8,11 @@ the run, so a test process that imported another Triton than the lane's cannot p
 pytest-xdist (the interpreter lanes run their tests on every usable core) the tests run in the workers,
 so each worker writes its own file, ``<that path>.<worker id>``, and the lane reads them all.
 
+Triton's JIT: where the installed Triton has a compilation listener (3.4+), the plugin counts, per process,
+the kernels Triton compiled (with their cache keys and seconds) and those it loaded from its cache, into the
+same file (``"jit"``); the lane sums the processes' counts (:func:`jit_summary`), so a GPU lane says how
+much of its time went into compiling and whether any kernel was compiled by two processes.
+
 Progress: a nox lane's output goes to a log, not a terminal, and an interpreter lane's tests take
 minutes.  Every ``$NSA_SEL_PROGRESS_EVERY`` tests (default 10; 0 turns it off) the plugin writes one
 line with the count, the outcomes so far and the elapsed time, on a terminal too when the variable
@@ -64,6 +69,64 @@ def _every() -> int:
     return int(raw)
 
 
+class JitCount:
+    """A Triton compilation listener: kernels compiled (cache keys) and loaded from the cache, and the seconds
+    compiling took; it calls the listener it replaced."""
+
+    def __init__(self, previous=None):
+        self.previous, self.compiled, self.cached, self.seconds = previous, [], 0, 0.0
+
+    def __call__(self, *, src, metadata, metadata_group, times, cache_hit, **kw):
+        if cache_hit:
+            self.cached += 1
+        else:
+            path = next(iter(metadata_group.values()), "") if metadata_group else ""
+            self.compiled.append(os.path.basename(os.path.dirname(str(path))) or "?")
+            self.seconds += getattr(times, "total", 0) / 1e6
+        if self.previous is not None:
+            self.previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit,
+                          **kw)
+
+    def as_dict(self) -> dict:
+        return {"compiled": self.compiled, "cached": self.cached, "compile_s": round(self.seconds, 3)}
+
+
+_JIT: JitCount | None = None
+
+
+def _count_jit() -> None:
+    """Listen to Triton's compiles in this process, where the installed Triton can say (3.4+).  Called once the
+    tests are collected: every conftest has set its environment by then (the interpreter flag), so importing
+    Triton here changes nothing a test would see."""
+    global _JIT
+    try:
+        import triton  # noqa: PLC0415 - every test process of a lane imports it anyway
+    except Exception:  # noqa: BLE001 - no (working) Triton: nothing to count
+        return
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if _JIT is not None or compilation is None or not hasattr(compilation, "listener"):
+        return
+    previous = compilation.listener
+    _JIT = JitCount(previous)
+    compilation.listener = _JIT
+
+
+def jit_summary(files) -> str | None:
+    """One line over the processes' ``"jit"`` counts: kernels compiled, seconds, loaded from the cache, and
+    cache keys compiled by more than one process (None: no process could count)."""
+    counts = [d["jit"] for d in files if d.get("jit") is not None]
+    if not counts:
+        return None
+    keys = [k for c in counts for k in c["compiled"]]
+    compiled, cached = len(keys), sum(c["cached"] for c in counts)
+    seconds = sum(c["compile_s"] for c in counts)
+    twice = compiled - len(set(keys))
+    rate = f"{cached / (compiled + cached):.0%}" if compiled + cached else "-"
+    return (f"Triton JIT over {len(counts)} process(es): {compiled} compile(s) ({seconds:.0f} s of compiling), "
+            f"{cached} loaded from the cache (hit rate {rate}); {twice} compile(s) of a kernel another process "
+            f"also compiled")
+
+
 def pytest_sessionstart(session):  # after every plugin's configure: the terminal reporter exists
     config = session.config
     every = _every()
@@ -105,9 +168,15 @@ def _hooks(progress: LaneProgress, xdist: bool = False):
     return Hooks()
 
 
+def pytest_collection_finish(session):  # noqa: ARG001 - the test modules are imported: Triton is, if they use it
+    if os.environ.get(ENV):
+        _count_jit()
+
+
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature
     path = os.environ.get(ENV)
     if path:
         worker = os.environ.get("PYTEST_XDIST_WORKER")  # set in an xdist worker: "gw0", "gw1", ...
         with open(f"{path}.{worker}" if worker else path, "w") as f:
-            json.dump({"imported": imported_versions(), "origins": imported_origins()}, f)
+            json.dump({"imported": imported_versions(), "origins": imported_origins(),
+                       "jit": _JIT.as_dict() if _JIT is not None else None}, f)
