@@ -11,7 +11,8 @@
 compile-X: AOT compile smoke (nsa-sel smoke, no GPU needed) for this machine's GPU's arch, else sm_90;
 `-- --all-archs` (NSA_SEL_ARCHS=all) compiles every arch of lanes.toml, as CI does (`-- --archs 80,90`: those).
 parity-X: GPU parity, or without a GPU the interpreter suite (pytest -m interp) with the lane's numpy after an
-interpreter probe.  bench-X: pytest-benchmark vs SDPA on a GPU, else a recorded skip.  After `--`: --results DIR
+interpreter probe.  bench-X: pytest-benchmark vs SDPA on a GPU (FlexAttention left out: NSA_BENCH_FLEX=1 puts it
+back), else a recorded skip.  After `--`: --results DIR
 (NSA_SEL_RESULTS), --wheelhouse DIR (NSA_SEL_WHEELHOUSE, offline), --torch SPEC (NSA_SEL_TORCH, CPU lanes),
 --allow-off-pair (NSA_SEL_ALLOW_OFF_PAIR=1); the rest goes to pytest.  Compiles run one per usable core
 (NSA_SEL_JOBS=N overrides).  NSA_SEL_GPU=0/1 forces the flavour.  --no-venv runs a lane in the current

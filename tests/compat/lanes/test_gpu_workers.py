@@ -100,3 +100,15 @@ def test_a_gpu_pass_collects_only_the_files_that_use_its_marker(tmp_path, monkey
                                                                       "(gpu) and serial": ["t"]})})
     checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=4)
     assert list(calls[0][-2:]) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"] and calls[1][-1] == "tests/test_t.py"
+
+
+def test_a_lanes_benchmarks_leave_flexattention_out_unless_the_caller_asks(tmp_path, monkeypatch):
+    envs = []
+    pytest_ = _pytest([], {"bench/": ["a"]})
+    s = FakeSession("bench-3.1", tmp_path, {"pytest": lambda args, env: (envs.append(env), pytest_(args, env))})
+    monkeypatch.delenv("NSA_BENCH_FLEX", raising=False)
+    recs, problem = checks.bench_body(s, None, F.base("3.1", "bench"), tmp_path, [], None)
+    assert problem is None and envs[-1]["NSA_BENCH_FLEX"] == "0"
+    monkeypatch.setenv("NSA_BENCH_FLEX", "1")
+    checks.bench_body(s, None, F.base("3.1", "bench"), tmp_path, [], None)
+    assert envs[-1]["NSA_BENCH_FLEX"] == "1"

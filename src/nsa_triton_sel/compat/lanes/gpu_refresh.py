@@ -66,7 +66,7 @@ LIMITS = {"compile": 300, "parity": 600, "contract": 480, "canary": 180, "warm":
 # and 32K), the seeds' packed shapes against SDPA, and auto within 5 % of triton.  Left out of the refresh:
 # local selections, the dispatcher rows and the crossover sweep (run bench-X for those).
 BENCH_ARGS = '-k "not local and not crossover and not dispatch"'
-BENCH_ENV = {"NSA_BENCH_T": "4096,32768", "NSA_BENCH_FLEX": "0"}
+BENCH_ENV = {"NSA_BENCH_T": "4096,32768", **checks.BENCH_ENV}
 POLL_S = 2.0
 ANY = object()  # waiting_for_more's "any shard"
 
