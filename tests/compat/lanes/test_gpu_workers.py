@@ -112,3 +112,15 @@ def test_a_lanes_benchmarks_leave_flexattention_out_unless_the_caller_asks(tmp_p
     monkeypatch.setenv("NSA_BENCH_FLEX", "1")
     checks.bench_body(s, None, F.base("3.1", "bench"), tmp_path, [], None)
     assert envs[-1]["NSA_BENCH_FLEX"] == "1"
+
+
+def test_no_second_pytest_where_no_file_of_the_selection_has_a_serial_test(tmp_path, monkeypatch):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_k_gpu.py").write_text("import pytest\n\npytestmark = pytest.mark.gpu\n")
+    (tests / "test_cpu_timing.py").write_text("import pytest\n\n\n@pytest.mark.serial\ndef test_t():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a"]})})
+    recs, problem = checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=4)
+    assert problem is None and len(calls) == 1 and [r["verdict"] for r in recs] == ["pass"]

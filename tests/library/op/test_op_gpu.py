@@ -166,25 +166,6 @@ def test_compiling_a_direct_kernel_call_keeps_fp32_state():
     check_against_oracle(out, None, p["q"], p["k"], p["v"], p["ranges"], scale=0.07, what="direct kernel, compiled")
 
 
-@pytest.mark.serial
-def test_host_cost_of_a_decode_call(request):
-    """Host time of one eager decode call (validate=False, block indices): a benchmark, not an assertion."""
-    if not request.config.pluginmanager.hasplugin("benchmark"):
-        pytest.skip("pytest-benchmark is not installed (pip install -e '.[bench]')")
-    benchmark = request.getfixturevalue("benchmark")
-    p, pos = decode()
-    q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
-    calls = 50
-
-    def batch():  # 50 calls after a sync (in setup): host time, the GPU runs behind, the queue never fills
-        for _ in range(calls):
-            selection_attention(q, k, v, block_indices=blocks, block_size=64, positions=pos, validate=False)
-
-    benchmark.pedantic(batch, setup=torch.cuda.synchronize, rounds=20, iterations=1, warmup_rounds=2)
-    benchmark.extra_info["calls_per_round"] = calls
-    benchmark.extra_info["what"] = "host time of 50 eager decode calls (B=64, T=4096, 4x16 heads, D=128, top-16)"
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dk192_h64_through_selection_attention(dtype):
     """The class Triton 3.0/3.1 abort on for sm_90 (64-row, 8-warp tiles): capped to 32 rows there by

@@ -121,7 +121,8 @@ def gpu_tests(session, base, results, expr: str, rest, workers: int | None = Non
     """A GPU lane's tests selected by the marker expression ``expr``: those independent of each other over
     :func:`gpu_test_workers` pytest-xdist workers sharing the GPU, then the ``serial`` ones in one process, alone;
     the records of both passes, and the first problem.  Where ``expr`` is one marker, pytest collects only
-    the files that use it (:func:`marked_files`)."""
+    the files that use it (:func:`marked_files`), and the second pass runs only where one of them marks a
+    test ``serial``."""
     workers = gpu_test_workers() if workers is None else workers
     files = marked_files(expr, rest)
     if workers <= 1:
@@ -130,7 +131,9 @@ def gpu_tests(session, base, results, expr: str, rest, workers: int | None = Non
                 f"then those marked {SERIAL!r} alone")
     records, problem = pytest_run(session, base, results, ["-m", f"({expr}) and not {SERIAL}"], [*rest, *files],
                                   workers=workers)
-    serial_files = marked_files(SERIAL, rest) if files else []
+    serial_files = [f for f in marked_files(SERIAL, rest) if f in files]
+    if files and not serial_files:  # no file of this selection has a serial test: no second pytest to start
+        return records, problem
     alone, problem_alone = pytest_run(session, base, results, ["-m", f"({expr}) and {SERIAL}"],
                                       [*rest, *serial_files], tag=SERIAL)
     if records and all(r["verdict"] == SKIP and r["kernel"] == "(pytest)" for r in alone):
