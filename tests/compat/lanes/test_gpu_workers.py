@@ -29,7 +29,11 @@ def _pytest(calls: list, collected: dict):
     return run
 
 
-def test_independent_tests_run_over_workers_then_the_serial_ones_alone(tmp_path):
+def test_independent_tests_run_over_workers_then_the_serial_ones_alone(tmp_path, monkeypatch):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_t.py").write_text("import pytest\n\npytestmark = pytest.mark.gpu\n\n\n"
+                                                  "@pytest.mark.serial\ndef test_timing():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
     calls = []
     s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a", "b"],
                                                                       "(gpu) and serial": ["timing"]})})
@@ -95,6 +99,8 @@ def test_a_gpu_pass_collects_only_the_files_that_use_its_marker(tmp_path, monkey
     assert checks.marked_files("serial", ["--durations=5", "-k", "x"]) == ["tests/test_t.py"]
     assert checks.marked_files("gpu", ["tests/test_cpu.py"]) == []  # the caller named its own paths
     assert checks.marked_files("gpu and not contract", []) == []  # an expression: pytest collects as usual
+    (tests / "test_writes_tests.py").write_text('SOURCE = "@pytest.mark.gpu"  # pytest.mark.serial\n')
+    assert checks.marked_files("gpu", []) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"]  # no mark: data
     calls = []
     s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a"],
                                                                       "(gpu) and serial": ["t"]})})

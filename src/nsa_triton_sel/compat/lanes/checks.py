@@ -9,8 +9,11 @@ smoke report, pytest through :mod:`.pytest_plugin`, the interpreter probe in its
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
+import re
+import tokenize
 from pathlib import Path
 
 from .. import ledger
@@ -106,15 +109,28 @@ def gpu_test_workers() -> int:
 SERIAL = "serial"
 
 
+def _code(path: Path) -> str:
+    """``path``'s Python without its string literals and comments, tokens joined by spaces: a marker a test names
+    in its data (a test of the lanes writes test files) is not a mark.  The whole text if it does not tokenize."""
+    text = path.read_text(errors="replace")
+    skip = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    try:
+        return " ".join(t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip)
+    except (tokenize.TokenError, SyntaxError):
+        return text
+
+
 def marked_files(marker: str, rest, tests: Path = Path("tests")) -> list[str]:
-    """The test files under ``tests`` whose source marks a test ``marker`` (``mark.<marker>``), so pytest
-    collects those instead of every test module (about 2,500 tests, seconds per process); [] (collect as
-    pytest would) when ``rest`` names paths of its own, ``marker`` is not one marker name, or none is found."""
+    """The test files under ``tests`` whose code marks a test ``marker`` (``mark.<marker>`` outside strings and
+    comments), so pytest collects those instead of every test module (about 2,500 tests, seconds per process);
+    [] (collect as pytest would) when ``rest`` names paths of its own, ``marker`` is not one marker name, or none
+    is found."""
     if not marker.isidentifier() or not tests.is_dir():
         return []
     if any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in rest):
         return []
-    return [str(p) for p in sorted(tests.rglob("test_*.py")) if f"mark.{marker}" in p.read_text(errors="replace")]
+    mark = re.compile(rf"\bmark \. {marker}\b")
+    return [str(p) for p in sorted(tests.rglob("test_*.py")) if mark.search(_code(p))]
 
 
 def gpu_tests(session, base, results, expr: str, rest, workers: int | None = None):
