@@ -304,9 +304,9 @@ def bench_skip(session, lane, base) -> tuple[list[dict], str]:
 
 
 # The lanes' benchmarks leave FlexAttention out: a peer, part of neither a release's verdict nor its threshold
-# entry, whose first call is one process compiling for about 50 s (on the H100 it was 55 of a cold bench-3.6's
-# 117 s; this project's kernels were all in the cache the parity stage had filled).  The value here is a default:
-# NSA_BENCH_FLEX=1 in the caller's environment puts it back; ``pytest bench/`` runs it as always.
+# entry, whose first call is one process compiling for most of a minute, the largest single cost of a cold bench
+# lane (bench/results/2026-11-27-h100-triton3.6-lane-bench-without-flex).  A default: NSA_BENCH_FLEX=1 in the
+# caller's environment puts it back; ``pytest bench/`` runs it as always.
 BENCH_ENV = {"NSA_BENCH_FLEX": "0"}
 
 
@@ -317,8 +317,8 @@ def bench_env() -> dict:
 
 def bench_body(session, lane, base, results, rest, m):
     """pytest-benchmark over ``bench/`` with :func:`bench_env`, one process (timings: never beside other tests).
-    No untimed parallel pass first: the kernels it needs are the parity stage's (a cold bench-3.6 after parity-3.6
-    on the H100 compiled none of its own, and a pass over 16 workers added 45 s)."""
+    No untimed parallel pass first: the parity stage before it has compiled most of the kernels it needs, and
+    such a pass costs a pytest start over every worker and a run of each benchmark for the few it would save."""
     return pytest_run(session, base, results, ["bench/"], rest, env=bench_env(), kind="bench")
 
 
