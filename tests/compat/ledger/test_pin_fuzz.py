@@ -155,7 +155,8 @@ def _apply(root: Path, m: tuple) -> None:
                 recs, put = _records_of(path)
             except (ValueError, KeyError, TypeError, RecursionError):
                 return
-            if recs and isinstance(recs[0], dict):
+            # an earlier mutation may have replaced the records with any JSON value
+            if isinstance(recs, list) and recs and isinstance(recs[0], dict):
                 recs[0]["metrics"] = {"median_s": float("nan"), "seconds": float("inf")}
                 put(recs)
         elif path.name == "ledger.jsonl":
