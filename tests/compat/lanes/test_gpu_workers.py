@@ -98,7 +98,8 @@ def test_a_gpu_pass_collects_only_the_files_that_use_its_marker(tmp_path, monkey
     assert checks.marked_files("gpu", []) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"]
     assert checks.marked_files("serial", ["--durations=5", "-k", "x"]) == ["tests/test_t.py"]
     assert checks.marked_files("gpu", ["tests/test_cpu.py"]) == []  # the caller named its own paths
-    assert checks.marked_files("gpu and not contract", []) == []  # an expression: pytest collects as usual
+    assert checks.marked_files("gpu and not contract", []) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"]
+    assert checks.marked_files("gpu or contract", []) == []  # no marker every selected test has: pytest collects
     (tests / "test_writes_tests.py").write_text('SOURCE = "@pytest.mark.gpu"  # pytest.mark.serial\n')
     assert checks.marked_files("gpu", []) == ["tests/sub/test_k_gpu.py", "tests/test_t.py"]  # no mark: data
     calls = []
@@ -130,3 +131,9 @@ def test_no_second_pytest_where_no_file_of_the_selection_has_a_serial_test(tmp_p
     s = FakeSession("parity-3.1", tmp_path, {"pytest": _pytest(calls, {"(gpu) and not serial": ["a"]})})
     recs, problem = checks.gpu_tests(s, F.base("3.1", "parity"), tmp_path, "gpu", [], workers=4)
     assert problem is None and len(calls) == 1 and [r["verdict"] for r in recs] == ["pass"]
+
+
+@pytest.mark.parametrize("expr, marker", [("gpu", "gpu"), ("(gpu) and not serial", "gpu"), ("not serial and contract",
+                                          "contract"), ("gpu or contract", None), ("not gpu", None), ("", None)])
+def test_the_marker_an_expression_requires(expr, marker):
+    assert checks.required_marker(expr) == marker

@@ -120,14 +120,30 @@ def _code(path: Path) -> str:
         return text
 
 
-def marked_files(marker: str, rest, tests: Path = Path("tests")) -> list[str]:
-    """The test files under ``tests`` whose code marks a test ``marker`` (``mark.<marker>`` outside strings and
-    comments), so pytest collects those instead of every test module (about 2,500 tests, seconds per process);
-    [] (collect as pytest would) when ``rest`` names paths of its own, ``marker`` is not one marker name, or none
-    is found."""
-    if not marker.isidentifier() or not tests.is_dir():
-        return []
-    if any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in rest):
+def _names_paths(rest) -> bool:
+    """Whether the pytest arguments ``rest`` name test paths of their own."""
+    return any(not a.startswith("-") and Path(a.split("::")[0]).exists() for a in rest)
+
+
+def required_marker(expr: str) -> str | None:
+    """The marker every test that the marker expression ``expr`` selects carries: the first term not negated in
+    an expression of ``and`` only (``gpu``, ``(gpu) and not serial``); None where ``or`` allows others."""
+    words = expr.replace("(", " ").replace(")", " ").split()
+    if "or" in words:
+        return None
+    for i, word in enumerate(words):
+        if word not in ("and", "not") and word.isidentifier() and (i == 0 or words[i - 1] != "not"):
+            return word
+    return None
+
+
+def marked_files(expr: str, rest, tests: Path = Path("tests")) -> list[str]:
+    """The test files under ``tests`` whose code marks a test with :func:`required_marker` of the marker expression
+    ``expr`` (``mark.<marker>`` outside strings and comments), so pytest collects those instead of every test
+    module (about 2,500 tests, seconds per process); [] (collect as pytest would) when ``rest`` names paths of its
+    own, ``expr`` requires no one marker, or no file has it."""
+    marker = required_marker(expr)
+    if marker is None or not tests.is_dir() or _names_paths(rest):
         return []
     mark = re.compile(rf"\bmark \. {marker}\b")
     return [str(p) for p in sorted(tests.rglob("test_*.py")) if mark.search(_code(p))]
@@ -136,9 +152,9 @@ def marked_files(marker: str, rest, tests: Path = Path("tests")) -> list[str]:
 def gpu_tests(session, base, results, expr: str, rest, workers: int | None = None):
     """A GPU lane's tests selected by the marker expression ``expr``: those independent of each other over
     :func:`gpu_test_workers` pytest-xdist workers sharing the GPU, then the ``serial`` ones in one process, alone;
-    the records of both passes, and the first problem.  Where ``expr`` is one marker, pytest collects only
-    the files that use it (:func:`marked_files`), and the second pass runs only where one of them marks a
-    test ``serial``."""
+    the records of both passes, and the first problem.  Where ``expr`` requires a marker, pytest collects only
+    the files that use it (:func:`marked_files`), and the second pass runs only where a file marks a test
+    ``serial``."""
     workers = gpu_test_workers() if workers is None else workers
     files = marked_files(expr, rest)
     if workers <= 1:
@@ -147,8 +163,8 @@ def gpu_tests(session, base, results, expr: str, rest, workers: int | None = Non
                 f"then those marked {SERIAL!r} alone")
     records, problem = pytest_run(session, base, results, ["-m", f"({expr}) and not {SERIAL}"], [*rest, *files],
                                   workers=workers)
-    serial_files = [f for f in marked_files(SERIAL, rest) if f in files]
-    if files and not serial_files:  # no file of this selection has a serial test: no second pytest to start
+    serial_files = [f for f in marked_files(SERIAL, rest) if f in files or not files]
+    if not serial_files and not _names_paths(rest):  # no file has a serial test: no second pytest to start
         return records, problem
     alone, problem_alone = pytest_run(session, base, results, ["-m", f"({expr}) and {SERIAL}"],
                                       [*rest, *serial_files], tag=SERIAL)
