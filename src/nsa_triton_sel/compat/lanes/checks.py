@@ -145,7 +145,7 @@ def marked_files(expr: str, rest, tests: Path = Path("tests")) -> list[str]:
     marker = required_marker(expr)
     if marker is None or not tests.is_dir() or _names_paths(rest):
         return []
-    mark = re.compile(rf"\bmark \. {marker}\b")
+    mark = re.compile(rf"\bmark\s*\.\s*{marker}\b")
     return [str(p) for p in sorted(tests.rglob("test_*.py")) if mark.search(_code(p))]
 
 
@@ -214,13 +214,19 @@ def worker_files(imported_json: Path) -> list[Path]:
     return sorted(imported_json.parent.glob(imported_json.name + ".gw*"))
 
 
-def read_imported(imported_json: Path) -> tuple[dict | None, str | None]:
-    """The versions the test processes imported (None: none reported), and the problem when two of them
-    imported different ones.  With pytest-xdist the workers ran the tests: their files, not the controller's."""
+def process_reports(imported_json: Path) -> list[dict]:
+    """What each test process wrote through the plugin (imported versions, Triton's JIT counts): with pytest-xdist
+    the workers' files (they ran the tests), else the one process's; [] when none did."""
     files = worker_files(imported_json) or ([imported_json] if imported_json.exists() else [])
-    if not files:
+    return [json.loads(f.read_text()) for f in files]
+
+
+def read_imported(reports: list[dict]) -> tuple[dict | None, str | None]:
+    """The versions the test processes imported (None: none reported), and the problem when two of them
+    imported different ones (``reports``: :func:`process_reports`)."""
+    if not reports:
         return None, None
-    seen = [json.loads(f.read_text())["imported"] for f in files]
+    seen = [r["imported"] for r in reports]
     merged, clash = {}, []
     for name in sorted({k for d in seen for k in d}):
         values = sorted({str(d[name]) for d in seen if d.get(name)})
@@ -246,9 +252,9 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     env = {**(env or {}), IMPORTED_ENV: str(imported_json)}
     rc = run_rc(session, raw_path(results, session, f"{pre}rc"), "-m", "pytest", *marker_args, *PYTEST_ARGS,
                 f"--junitxml={xml}", *extra, *rest, env=env)
-    imported, clash = read_imported(imported_json)
-    files = worker_files(imported_json) or ([imported_json] if imported_json.exists() else [])
-    jit = jit_summary([json.loads(f.read_text()) for f in files])
+    reports = process_reports(imported_json)
+    imported, clash = read_imported(reports)
+    jit = jit_summary(reports)
     if jit:
         session.log(f"{session.name}{f' ({tag})' if tag else ''}: {jit}")
     records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
