@@ -139,6 +139,29 @@ def test_releases_are_dealt_over_the_gpus_and_each_gpu_benchmarks_alone(tmp_path
     assert r.tasks[-1].gpu == "1" and not r.ready(r.tasks[-1])  # its own correctness first
 
 
+def test_a_drained_gpu_takes_another_shards_benchmark_once_that_release_is_checked(tmp_path, monkeypatch):
+    r = _refresh(tmp_path, gpus="0,1", cores=16, expect="3.0.0,3.1.0,3.2.0", wait_s=600, stages=["parity", "bench"],
+                 no_warm=True)
+    assert r.planned == {"3.0.0": "0", "3.1.0": "1", "3.2.0": "0"}  # GPU 0 has one release more
+    launched = []
+    monkeypatch.setattr(r, "launch", lambda t: (launched.append((t.version, t.stage, t.gpu)), setattr(t, "state", "running")))
+    for v in ("3.0.0", "3.1.0", "3.2.0"):
+        r.add(v, None)
+    parity = {t.version: t for t in r.tasks if t.stage == "parity"}
+    bench = {t.version: t for t in r.tasks if t.stage == "bench"}
+    parity["3.1.0"].state = parity["3.2.0"].state = "done"
+    parity["3.0.0"].state = "running"  # GPU 0 still checks 3.0.0
+    r.start_what_fits()
+    assert launched == [("3.2.0", "bench", "1")]  # GPU 1 is drained: the newest checked release, moved to it
+    assert not r.ready(bench["3.0.0"], "1")  # not before its own correctness is done
+    parity["3.0.0"].state = bench["3.2.0"].state = "done"
+    launched.clear()
+    r.start_what_fits()
+    assert launched == [("3.1.0", "bench", "0"), ("3.0.0", "bench", "1")]  # each drained GPU, one at a time
+    assert "moves from GPU 0 to the drained GPU 1" in (tmp_path / "progress.log").read_text()
+    assert "drained GPU: 3.0.0 on GPU 1, 3.1.0 on GPU 0, 3.2.0 on GPU 1" in r.summary()
+
+
 def test_the_launch_puts_a_task_on_its_gpu_with_its_workers(tmp_path, monkeypatch):
     r = _refresh(tmp_path, gpus="3", stages=["parity", "contract"])
     r.add("3.9.0", None)
@@ -152,7 +175,7 @@ def test_the_launch_puts_a_task_on_its_gpu_with_its_workers(tmp_path, monkeypatc
     for t in r.tasks:
         r.launch(t)
     assert {s: (e["CUDA_VISIBLE_DEVICES"], e["NSA_SEL_GPU_WORKERS"]) for s, e in seen.items()} == {
-        "parity": ("3", str(gpu_refresh.SLOTS["parity"])), "contract": ("3", "1")}
+        "parity": ("3", str(gpu_refresh.PARITY_WORKERS)), "contract": ("3", "1")}
 
 
 def test_no_gpu_found_is_one_shard_and_bad_gpus_are_one_line(monkeypatch):

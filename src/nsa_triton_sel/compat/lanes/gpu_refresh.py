@@ -19,10 +19,13 @@ release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.
   (the usable cores, ``os.sched_getaffinity``, split evenly) in all, and at most ``--gpu-tasks`` processes on
   its GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
   parity stage JIT-compiled is not compiled again by the contract and bench stages;
-- **then the benchmarks, alone on their GPU**: ``bench`` of one release at a time per shard, once every
-  correctness task of the shard is done and no more of its trees are expected, nothing else running on that GPU
-  (timings on an idle GPU; the shards' benchmarks run side by side, each on its own GPU and cores), with a
-  selection that keeps what ``MATRIX.md``'s speed table reads (:data:`BENCH_ARGS`);
+- **then the benchmarks, alone on their GPU**: ``bench`` of one release at a time per GPU, on a GPU whose own
+  shard is drained (every correctness task done, no more of its trees expected, nothing running there), for a
+  release whose own correctness tasks are done (its Triton cache filled).  A drained GPU takes the next
+  benchmark of any shard, newest release first, so a shard with one release more than the others does not
+  leave the rest idle at the end (the GPUs are one model; each record names it).  Timings on an idle GPU (the
+  shards' benchmarks run side by side, each on its own GPU), with a selection that keeps what ``MATRIX.md``'s
+  speed table reads (:data:`BENCH_ARGS`);
 - every stage has its limit (gpu_lane's own, SIGINT then SIGTERM then SIGKILL: partial reports survive), and
   the whole run a deadline (``--deadline-s``): what is still running then is stopped the same way.
 
@@ -55,9 +58,12 @@ from . import checks, gpu_lane
 CORRECTNESS = ("parity", "contract", "canary", "warm")
 WARM_ARGS = " --benchmark-disable"
 # CPU slots a task takes: a pytest process is one thread (OMP_NUM_THREADS=1, TORCHINDUCTOR_COMPILE_THREADS=1);
-# a compile stage runs --compile-jobs compiles at once; the parity stage, the longest, runs its tests over as many
-# pytest-xdist workers as it has slots (NSA_SEL_GPU_WORKERS), the others in one process.
+# a compile stage runs --compile-jobs compiles at once; the others one process each.  The parity stage, the
+# longest (its tests JIT-compile what the smoke did not), runs PARITY_WORKERS pytest-xdist workers
+# (NSA_SEL_GPU_WORKERS) on its 2 slots: while the shard is full they take turns on the cores, and when a
+# release's parity is the last task left on its shard they keep 4 cores busy instead of 2.
 SLOTS = {"parity": 2, "contract": 1, "canary": 1, "warm": 1, "bench": 0}
+PARITY_WORKERS = 4
 GPU_STAGES = ("parity", "contract", "canary", "warm", "bench")
 # Seconds per stage under a concurrent refresh (several releases share the CPU, so a stage takes longer than
 # gpu_lane's defaults for a lone release); NSA_SEL_STAGE_LIMITS-style overrides with --limits.
@@ -146,15 +152,21 @@ class Refresh:
         return bool(missing) and time.monotonic() - self.t0 < self.args.wait_s
 
     # -- scheduling
-    def ready(self, t: Task) -> bool:
+    def ready(self, t: Task, gpu=ANY) -> bool:
+        """Whether ``t`` may start; a benchmark on ``gpu`` (default: its own shard's)."""
         mine = [x for x in self.tasks if x.version == t.version]
         if t.stage == "compile":
             return True
         if t.stage in CORRECTNESS:
             return all(x.state in ("done", "stopped") for x in mine if x.stage == "compile")
-        # bench: alone on its GPU, after every correctness task of its shard, and no more of its releases to come
-        shard = [x for x in self.tasks if x.gpu == t.gpu]
-        return (not self.waiting_for_more(t.gpu)
+        # bench: its own release's correctness done, on a drained GPU
+        return (all(x.state in ("done", "stopped") for x in mine if x.stage != "bench")
+                and self.drained(t.gpu if gpu is ANY else gpu))
+
+    def drained(self, gpu) -> bool:
+        """No more of the shard's releases to come, every correctness task of it done, nothing running on it."""
+        shard = [x for x in self.tasks if x.gpu == gpu]
+        return (not self.waiting_for_more(gpu)
                 and all(x.state in ("done", "stopped") for x in shard if x.stage != "bench")
                 and not any(x.state == "running" for x in shard))
 
@@ -166,11 +178,16 @@ class Refresh:
             used = sum(t.slots for t in running)
             on_gpu = sum(t.stage in GPU_STAGES for t in running)
             for t in self.waiting_in_order():
+                if t.stage == "bench":
+                    if self.ready(t, gpu):  # any shard's benchmark, on this drained GPU
+                        if t.gpu != gpu:
+                            self.log(f"{t.version} bench: moves from GPU {t.gpu} to the drained GPU {gpu}")
+                            t.gpu = gpu
+                        self.launch(t)
+                        break
+                    continue
                 if t.gpu != gpu or not self.ready(t):
                     continue
-                if t.stage == "bench":
-                    self.launch(t)
-                    break
                 if used and used + t.slots > self.shard_cores:
                     continue
                 if t.stage in GPU_STAGES and on_gpu >= self.args.gpu_tasks:
@@ -202,9 +219,9 @@ class Refresh:
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the refresh runs many processes: no pools
         if t.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = t.gpu
-        # The refresh runs many releases side by side: only the parity stage spreads its tests over workers (its
-        # slots); the warm pass is its own task, so the bench stage does not run one again.
-        env[checks.GPU_WORKERS_ENV] = str(t.slots if t.stage == "parity" else 1)
+        # The refresh runs many releases side by side: only the parity stage spreads its tests over workers; the
+        # warm pass is its own task, so the bench stage does not run one again.
+        env[checks.GPU_WORKERS_ENV] = str(PARITY_WORKERS if t.stage == "parity" else 1)
         if t.stage == "compile":
             env["NSA_SEL_JOBS"] = str(t.slots)
         if stage == "bench":
@@ -277,6 +294,10 @@ class Refresh:
                 t = next((x for x in self.tasks if x.version == v and x.stage == s), None)
                 cells.append("—" if t is None else (f"{t.state}" if t.rc is None else f"rc {t.rc} {t.seconds:.0f}s"))
             lines.append(f"{v:<8} {self.planned.get(v) or '-':>4} " + " ".join(f"{c:>12}" for c in cells))
+        moved = [f"{t.version} on GPU {t.gpu}" for t in self.tasks
+                 if t.stage == "bench" and t.state != "waiting" and t.gpu != self.planned.get(t.version)]
+        if moved:
+            lines.append(f"benchmarks on another shard's drained GPU: {', '.join(moved)}")
         missing = [v for v in self.expect if v not in self.releases]
         if missing:
             lines.append(f"not carried in time: {', '.join(missing)}")
