@@ -75,6 +75,15 @@ def test_without_the_gate_a_passing_bench_run_is_not_a_regression(tmp_path):
     assert [r["kernel"] for r in recs] == ["bench.t::test_a"] and problem is None
 
 
+def test_an_untimed_pass_with_an_empty_benchmark_file_keeps_its_records(tmp_path):
+    def run(args, env):  # pytest-benchmark opens --benchmark-json at start; --benchmark-disable writes nothing
+        _bench_pytest(0)(args, env)
+        Path(next(a for a in args if a.startswith("--benchmark-json=")).split("=", 1)[1]).write_text("")
+    s = FakeSession("bench-3.1", tmp_path, {"pytest": run})
+    recs, problem = checks.pytest_run(s, F.base("3.1", "bench"), tmp_path, ["bench/"], [], kind="bench")
+    assert [r["verdict"] for r in recs] == ["pass"] and problem is None
+
+
 def test_check_upgrade_blocks_on_the_gates_failure():
     gate = _recs(CAND, "bench", [(bench_store.GATE_KERNEL, "fail", None, None)])
     gate[0]["message"] = "pytest-benchmark --benchmark-compare-fail=median:10% against saved run 0003: a median regressed"

@@ -261,7 +261,8 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     if records and clash:
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={}, message=clash))
         return records, clash
-    if kind == "bench" and records and bench_json.exists():
+    # An untimed pass (--benchmark-disable) leaves the file pytest-benchmark opened at start empty: nothing to attach.
+    if kind == "bench" and records and bench_json.exists() and bench_json.stat().st_size:
         ledger.attach_benchmarks(records, json.loads(bench_json.read_text()))
     if records and imported is None:  # neither the process nor any xdist worker wrote its versions
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={},
