@@ -19,13 +19,12 @@ release tree that appears in ``--trees`` (``triton-X.Y.Z/`` with ``triton-X.Y.Z.
   (the usable cores, ``os.sched_getaffinity``, split evenly) in all, and at most ``--gpu-tasks`` processes on
   its GPU at once.  A release's stages share one ``TRITON_CACHE_DIR``, so what the
   parity stage JIT-compiled is not compiled again by the contract and bench stages;
-- **then the benchmarks, alone on their GPU**: ``bench`` of one release at a time per GPU, on a GPU whose own
-  shard is drained (every correctness task done, no more of its trees expected, nothing running there), for a
-  release whose own correctness tasks are done (its Triton cache filled).  A drained GPU takes the next
-  benchmark of any shard, newest release first, so a shard with one release more than the others does not
-  leave the rest idle at the end (the GPUs are one model; each record names it).  Timings on an idle GPU (the
-  shards' benchmarks run side by side, each on its own GPU), with a selection that keeps what ``MATRIX.md``'s
-  speed table reads (:data:`BENCH_ARGS`);
+- **then the benchmarks, on a quiet machine**: once every correctness task of every release is done and no
+  more trees are expected, ``bench`` of one release at a time per GPU, each GPU taking the next release of any
+  shard, newest first (the GPUs are one model; each record names it).  Timings on an idle GPU with idle cores:
+  the short training rows are bound by the host's launches, and a benchmark that ran beside another release's
+  pytest-xdist workers measured them 26 % slower (the shards' benchmarks run side by side, each on its own
+  GPU and cores).  A selection that keeps what ``MATRIX.md``'s speed table reads (:data:`BENCH_ARGS`);
 - every stage has its limit (gpu_lane's own, SIGINT then SIGTERM then SIGKILL: partial reports survive), and
   the whole run a deadline (``--deadline-s``): what is still running then is stopped the same way.
 
@@ -159,16 +158,14 @@ class Refresh:
             return True
         if t.stage in CORRECTNESS:
             return all(x.state in ("done", "stopped") for x in mine if x.stage == "compile")
-        # bench: its own release's correctness done, on a drained GPU
-        return (all(x.state in ("done", "stopped") for x in mine if x.stage != "bench")
-                and self.drained(t.gpu if gpu is ANY else gpu))
+        # bench: on a quiet machine (no correctness task anywhere, none to come), nothing else on its GPU
+        return self.quiet() and not any(x.state == "running" and x.gpu == (t.gpu if gpu is ANY else gpu)
+                                        for x in self.tasks)
 
-    def drained(self, gpu) -> bool:
-        """No more of the shard's releases to come, every correctness task of it done, nothing running on it."""
-        shard = [x for x in self.tasks if x.gpu == gpu]
-        return (not self.waiting_for_more(gpu)
-                and all(x.state in ("done", "stopped") for x in shard if x.stage != "bench")
-                and not any(x.state == "running" for x in shard))
+    def quiet(self) -> bool:
+        """No more releases to come and every correctness task of every release done."""
+        return (not self.waiting_for_more()
+                and all(x.state in ("done", "stopped") for x in self.tasks if x.stage != "bench"))
 
     def start_what_fits(self) -> None:
         for gpu in self.gpus:
@@ -179,9 +176,9 @@ class Refresh:
             on_gpu = sum(t.stage in GPU_STAGES for t in running)
             for t in self.waiting_in_order():
                 if t.stage == "bench":
-                    if self.ready(t, gpu):  # any shard's benchmark, on this drained GPU
+                    if self.ready(t, gpu):  # any shard's benchmark, on this idle GPU
                         if t.gpu != gpu:
-                            self.log(f"{t.version} bench: moves from GPU {t.gpu} to the drained GPU {gpu}")
+                            self.log(f"{t.version} bench: moves from GPU {t.gpu} to the idle GPU {gpu}")
                             t.gpu = gpu
                         self.launch(t)
                         break
@@ -297,7 +294,7 @@ class Refresh:
         moved = [f"{t.version} on GPU {t.gpu}" for t in self.tasks
                  if t.stage == "bench" and t.state != "waiting" and t.gpu != self.planned.get(t.version)]
         if moved:
-            lines.append(f"benchmarks on another shard's drained GPU: {', '.join(moved)}")
+            lines.append(f"benchmarks on another shard's GPU: {', '.join(moved)}")
         missing = [v for v in self.expect if v not in self.releases]
         if missing:
             lines.append(f"not carried in time: {', '.join(missing)}")
