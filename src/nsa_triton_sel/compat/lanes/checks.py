@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import ledger
 from ..core import machine
 from ..core.verdicts import BAD, CRASH, ERROR, FAIL, PASS, SKIP
-from . import bench_store, team
+from . import bench_store, jit_warm, team
 from .pytest_plugin import jit_summary
 
 IMPORTED_ENV = "NSA_SEL_IMPORTED_JSON"
@@ -291,6 +291,7 @@ def _regression(base, imported) -> dict:
 
 def parity_body(session, lane, base, results, rest, m):
     if m.gpu:
+        warm_jit(session, base)
         return gpu_tests(session, base, results, "gpu", rest)
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
@@ -301,6 +302,19 @@ def parity_body(session, lane, base, results, rest, m):
     session.log(f"parity-{lane.name} (interpreter): {len(records)} test records + the interpreter probe: "
                 f"{counts_by_check([probe_rec] + records)}")
     return [probe_rec] + records, problem
+
+
+def warm_jit(session, base) -> None:
+    """Before a GPU lane's tests: their captured launches compiled into the lane's Triton cache over every core
+    (:mod:`.jit_warm`), where the lane runs the Triton and the GPU arch they were captured on; a line saying
+    what it did or why not.  Its outcome is no record: a launch it did not warm is compiled by its test."""
+    archs = sorted({cc for cc, _ in machine.gpu_archs()})
+    why = jit_warm.applies(base["triton"], archs[0] if len(archs) == 1 else None)
+    if why:
+        session.log(f"{session.name}: no JIT warm-up: {why}")
+        return
+    session.run("python", "-m", "nsa_triton_sel.compat.lanes.jit_warm", "--jobs", str(machine.usable_cores()),
+                success_codes=range(256))
 
 
 def probe(session, base) -> dict:

@@ -1,0 +1,141 @@
+"""Fill a GPU lane's Triton cache before its tests: the launches they make, compiled over all cores at once.
+
+``python -m nsa_triton_sel.compat.lanes.jit_warm --specs FILE.py:SPECS [--jobs N]``
+
+The GPU tests JIT-compile their kernels in the processes that run them: pytest-xdist workers compile the same
+kernel twice where two of them meet it first, and the benchmarks, one process, compile theirs one after another
+(a cold bench stage spent about a third of its time compiling).  This warms the cache they read instead: every
+launch a spec module lists (``nsa-sel capture`` of the lane's own tests on a GPU; :data:`LAUNCHES`) goes to
+``JITFunction.warmup`` in one of ``--jobs`` processes, which compiles it exactly as the launch will (Triton's own
+specialisation and cache key: small tensors of each pointer's dtype and alignment, integers of each one's
+divisibility) and launches nothing.  The AOT compile smoke cannot do this: it compiles into a private cache per
+compile, with signatures that do not carry Triton's specialisation of integers equal to 1 (every stride-1
+dimension).
+
+Best effort by design: a launch that does not warm (another Triton's planner chose other constexprs, a compiler
+abort in a child) is compiled by its test as before.  The lane runs it only for the Triton release and GPU arch
+the module was captured on (:func:`applies`); one summary line, exit 0 unless the arguments are wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# The launches of the GPU parity stage and the benchmarks, captured on an H100 (sm_90) with Triton 3.6.0.
+LAUNCHES = "tests/gpu_launches.py:SPECS"
+CAPTURED = ("3.6.0", 90)
+
+ELEMENT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
+           "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "bool",
+           "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2"}
+_WAS = re.compile(r"(\w+) was (1|None)\b")
+
+
+def applies(triton_version: str, arch: int | None) -> str | None:
+    """None where the captured launches are this lane's; else why the warm is left out."""
+    if (triton_version, arch) == CAPTURED:
+        return None
+    return (f"the warm list was captured with Triton {CAPTURED[0]} on sm_{CAPTURED[1]}; this lane runs "
+            f"Triton {triton_version} on {f'sm_{arch}' if arch else 'no GPU'}: its tests compile their own")
+
+
+def argument(kind: str, special: str | None, torch, device):
+    """A value Triton specialises as the captured launch's argument was: ``kind`` a type string of
+    ``nsa-sel capture`` (``*bf16:16``, ``i32``, ``i64:16``, ``fp32``), ``special`` "1" or "None" from its note."""
+    if special == "None":
+        return None
+    if special == "1":
+        return 1
+    aligned = kind.endswith(":16")
+    base = kind[:-3] if aligned else kind
+    if base.startswith("*"):
+        dtype = getattr(torch, ELEMENT[base[1:]])
+        buf = torch.zeros(64, dtype=dtype, device=device)
+        return buf if aligned else buf[1:]  # one element in: no longer 16-byte aligned
+    if base in ("i32", "i64", "u64"):
+        big = 1 << 33 if base != "i32" else 0
+        return big + (16 if aligned else 17)
+    if base in ("fp32", "fp64", "fp16", "bf16"):
+        return 1.0
+    if base == "i1":
+        return True
+    raise ValueError(f"unknown argument type {kind!r}")
+
+
+def warm_one(spec, torch, device) -> None:
+    from ..registry.compile_spec import load_object  # noqa: PLC0415 - the child's own import
+
+    fn = load_object(spec.kernel) if isinstance(spec.kernel, str) else spec.kernel
+    special = dict(_WAS.findall(getattr(spec, "note", "") or ""))
+    kwargs = {name: argument(kind, special.get(name), torch, device) for name, kind in spec.types.items()}
+    kwargs.update(spec.constexprs)
+    fn.warmup(grid=(1,), num_warps=spec.num_warps, num_stages=spec.num_stages, **kwargs)
+
+
+def child(ref: str, index: int, of: int) -> int:
+    import torch  # noqa: PLC0415
+
+    from ..registry.compile_spec import load_specs  # noqa: PLC0415
+
+    specs = load_specs(ref)[index::of]
+    failed = []
+    for spec in specs:
+        try:
+            warm_one(spec, torch, "cuda")
+        except Exception as exc:  # noqa: BLE001 - best effort: the test compiles it instead
+            failed.append(f"{spec.name}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}")
+    for line in failed[:3]:  # the first few say why; the count says how many
+        print(f"jit_warm: not warmed: {line}", file=sys.stderr)
+    print(f"JIT_WARM {len(specs) - len(failed)} {len(specs)}", flush=True)
+    return 0
+
+
+def run(ref: str, jobs: int) -> tuple[int, int, int, float]:
+    """Warm ``ref``'s launches over ``jobs`` processes: ``(warmed, listed, processes that died, seconds)``."""
+    from ..registry.compile_spec import load_specs  # noqa: PLC0415
+
+    total = len(load_specs(ref))
+    jobs = max(1, min(jobs, total))
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-m", __name__, "--child", str(i), str(jobs), "--specs", ref],
+                              stdout=subprocess.PIPE, text=True) for i in range(jobs)]
+    warmed = died = 0
+    for p in procs:
+        out, _ = p.communicate()
+        line = next((ln for ln in (out or "").splitlines() if ln.startswith("JIT_WARM ")), None)
+        if p.returncode != 0 or line is None:
+            died += 1
+        else:
+            warmed += int(line.split()[1])
+    return warmed, total, died, time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.jit_warm",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--specs", default=LAUNCHES, help=f"the launches, a spec module (default {LAUNCHES})")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: the cores)")
+    p.add_argument("--child", nargs=2, type=int, metavar=("INDEX", "OF"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args.specs, *args.child)
+    if args.jobs < 1:
+        print(f"jit_warm: --jobs {args.jobs}: expected at least 1 process", file=sys.stderr)
+        return 2
+    if not Path(args.specs.partition(":")[0]).is_file():
+        print(f"jit_warm: --specs {args.specs}: no such spec module", file=sys.stderr)
+        return 2
+    warmed, total, died, seconds = run(args.specs, args.jobs)
+    print(f"jit_warm: {warmed} of {total} launches compiled into {os.environ.get('TRITON_CACHE_DIR', 'the default cache')} "
+          f"over {args.jobs} processes in {seconds:.0f} s" + (f"; {died} process(es) died" if died else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
