@@ -29,7 +29,7 @@ PACKAGE_IMPORTS = {
     "canaries": {"core", "registry"},  # kernels the harness must classify; GPU miscompile canaries
     "smoke": {"core", "registry", "canaries"},  # nsa-sel smoke: one compile per spec and arch, in children
     "ledger": {"core", "canaries"},  # records, the ledger file, MATRIX.md, known-good.txt, nsa-sel pin
-    "lanes": {"core", "canaries", "smoke", "ledger"},  # one Triton release per environment: nox and GPU lanes
+    "lanes": {"core", "registry", "canaries", "smoke", "ledger"},  # one Triton release per environment: nox and GPU lanes
     "commands": {"core", "smoke", "ledger", "lanes"},  # the nsa-sel router and the commands on top
 }
 

@@ -87,3 +87,14 @@ def test_parity_body_warms_before_the_gpu_tests(monkeypatch):
     monkeypatch.setattr(checks, "gpu_tests", lambda *a, **k: (order.append("tests"), ([], None))[1])
     checks.parity_body(None, None, {"triton": "3.6.0"}, None, [], SimpleNamespace(gpu=True))
     assert order == ["warm", "tests"]
+
+
+def test_the_processes_it_starts_report_back(tmp_path):
+    """Run as ``python -m``: each child reports its count (here none warms: no GPU), none dies."""
+    specs = load_specs(jit_warm.LAUNCHES)[:2]
+    module = tmp_path / "two.py"
+    module.write_text("from nsa_triton_sel.compat.registry.compile_spec import CompileSpec\nSPECS = [\n"
+                      + "".join(f"    CompileSpec(name={s.name!r}, kernel={s.kernel!r}, types={dict(s.types)!r}, "
+                                f"constexprs={dict(s.constexprs)!r}, note={s.note!r}),\n" for s in specs) + "]\n")
+    warmed, total, died, _ = jit_warm.run(f"{module}:SPECS", 2)
+    assert (total, died) == (2, 0) and warmed == (2 if torch.cuda.is_available() else 0)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 # The launches of the GPU parity stage and the benchmarks, captured on an H100 (sm_90) with Triton 3.6.0.
 LAUNCHES = "tests/gpu_launches.py:SPECS"
+MODULE = "nsa_triton_sel.compat.lanes.jit_warm"  # the children's ``-m`` (``__name__`` is "__main__" under -m)
 CAPTURED = ("3.6.0", 90)
 
 ELEMENT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
@@ -103,7 +104,7 @@ def run(ref: str, jobs: int) -> tuple[int, int, int, float]:
     total = len(load_specs(ref))
     jobs = max(1, min(jobs, total))
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-m", __name__, "--child", str(i), str(jobs), "--specs", ref],
+    procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--child", str(i), str(jobs), "--specs", ref],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]
     warmed = died = 0
     for p in procs:
@@ -117,7 +118,7 @@ def run(ref: str, jobs: int) -> tuple[int, int, int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nsa_triton_sel.compat.lanes.jit_warm",
+    p = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--specs", default=LAUNCHES, help=f"the launches, a spec module (default {LAUNCHES})")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: the cores)")
