@@ -60,6 +60,7 @@ class _Session:
                                                  ("3.6.0", [(90, "H100"), (80, "A100")], False)])
 def test_the_gpu_parity_stage_warms_where_the_list_applies_and_says_why_not_elsewhere(monkeypatch, triton, gpus, warms):
     monkeypatch.setattr(checks.machine, "gpu_archs", lambda: gpus)
+    monkeypatch.setenv(jit_warm.ENV, "1")
     s = _Session()
     checks.warm_jit(s, {"triton": triton})
     assert bool(s.ran) == warms and bool(s.logs) != warms
@@ -98,3 +99,11 @@ def test_the_processes_it_starts_report_back(tmp_path):
                                 f"constexprs={dict(s.constexprs)!r}, note={s.note!r}),\n" for s in specs) + "]\n")
     warmed, total, died, _ = jit_warm.run(f"{module}:SPECS", 2)
     assert (total, died) == (2, 0) and warmed == (2 if torch.cuda.is_available() else 0)
+
+
+def test_without_the_opt_in_the_parity_stage_warms_nothing(monkeypatch):
+    monkeypatch.delenv(jit_warm.ENV, raising=False)
+    monkeypatch.setattr(checks.machine, "gpu_archs", lambda: [(90, "H100")])
+    s = _Session()
+    checks.warm_jit(s, {"triton": jit_warm.CAPTURED[0]})
+    assert s.ran == [] and s.logs == []

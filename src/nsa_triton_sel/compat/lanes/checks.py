@@ -305,9 +305,13 @@ def parity_body(session, lane, base, results, rest, m):
 
 
 def warm_jit(session, base) -> None:
-    """Before a GPU lane's tests: their captured launches compiled into the lane's Triton cache over every core
-    (:mod:`.jit_warm`), where the lane runs the Triton and the GPU arch they were captured on; a line saying
-    what it did or why not.  Its outcome is no record: a launch it did not warm is compiled by its test."""
+    """Before a GPU lane's tests, with ``NSA_SEL_JIT_WARM=1``: their captured launches compiled into the lane's
+    Triton cache over every core (:mod:`.jit_warm`), where the lane runs the Triton and the GPU arch they were
+    captured on; a line saying what it did or why not.  Its outcome is no record: a launch it did not warm is
+    compiled by its test.  Opt-in: whether its compiles are the ones the tests then look up (Triton's cache key)
+    and what that saves is for a GPU run of the lane to show."""
+    if os.environ.get(jit_warm.ENV, "").strip() != "1":
+        return
     archs = sorted({cc for cc, _ in machine.gpu_archs()})
     why = jit_warm.applies(base["triton"], archs[0] if len(archs) == 1 else None)
     if why:

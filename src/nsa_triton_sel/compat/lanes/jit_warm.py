@@ -13,8 +13,9 @@ compile, with signatures that do not carry Triton's specialisation of integers e
 dimension).
 
 Best effort by design: a launch that does not warm (another Triton's planner chose other constexprs, a compiler
-abort in a child) is compiled by its test as before.  The lane runs it only for the Triton release and GPU arch
-the module was captured on (:func:`applies`); one summary line, exit 0 unless the arguments are wrong.
+abort in a child) is compiled by its test as before.  A lane runs it with ``NSA_SEL_JIT_WARM=1``, and only for
+the Triton release and GPU arch the module was captured on (:func:`applies`); one summary line, exit 0 unless
+the arguments are wrong.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 # The launches of the GPU parity stage and the benchmarks, captured on an H100 (sm_90) with Triton 3.6.0.
 LAUNCHES = "tests/gpu_launches.py:SPECS"
+ENV = "NSA_SEL_JIT_WARM"  # "1": a GPU lane's parity stage runs this first (checks.warm_jit)
 MODULE = "nsa_triton_sel.compat.lanes.jit_warm"  # the children's ``-m`` (``__name__`` is "__main__" under -m)
 CAPTURED = ("3.6.0", 90)
 
