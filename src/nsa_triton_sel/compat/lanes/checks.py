@@ -317,7 +317,7 @@ def warm_jit(session, base) -> None:
     if why:
         session.log(f"{session.name}: no JIT warm-up: {why}")
         return
-    session.run("python", "-m", "nsa_triton_sel.compat.lanes.jit_warm", "--jobs", str(machine.usable_cores()),
+    session.run("python", "-m", jit_warm.MODULE, "--jobs", str(machine.usable_cores()),
                 success_codes=range(256))
 
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ..core import machine
+from ..registry import capture
 
 # The launches of the GPU parity stage and the benchmarks, captured on an H100 (sm_90) with Triton 3.6.0.
 LAUNCHES = "tests/gpu_launches.py:SPECS"
@@ -34,10 +36,7 @@ ENV = "NSA_SEL_JIT_WARM"  # "1": a GPU lane's parity stage runs this first (chec
 MODULE = "nsa_triton_sel.compat.lanes.jit_warm"  # the children's ``-m`` (``__name__`` is "__main__" under -m)
 CAPTURED = ("3.6.0", 90)
 
-ELEMENT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
-           "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "bool",
-           "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2"}
-_WAS = re.compile(r"(\w+) was (1|None)\b")
+TORCH_DTYPE = {triton: torch for torch, triton in capture.ELEMENT.items()}  # capture's table, read backwards
 
 
 def applies(triton_version: str, arch: int | None) -> str | None:
@@ -58,7 +57,7 @@ def argument(kind: str, special: str | None, torch, device):
     aligned = kind.endswith(":16")
     base = kind[:-3] if aligned else kind
     if base.startswith("*"):
-        dtype = getattr(torch, ELEMENT[base[1:]])
+        dtype = getattr(torch, TORCH_DTYPE[base[1:]])
         buf = torch.zeros(64, dtype=dtype, device=device)
         return buf if aligned else buf[1:]  # one element in: no longer 16-byte aligned
     if base in ("i32", "i64", "u64"):
@@ -75,7 +74,7 @@ def warm_one(spec, torch, device) -> None:
     from ..registry.compile_spec import load_object  # noqa: PLC0415 - the child's own import
 
     fn = load_object(spec.kernel) if isinstance(spec.kernel, str) else spec.kernel
-    special = dict(_WAS.findall(getattr(spec, "note", "") or ""))
+    special = capture.special_of(spec.note)
     kwargs = {name: argument(kind, special.get(name), torch, device) for name, kind in spec.types.items()}
     kwargs.update(spec.constexprs)
     fn.warmup(grid=(1,), num_warps=spec.num_warps, num_stages=spec.num_stages, **kwargs)
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--specs", default=LAUNCHES, help=f"the launches, a spec module (default {LAUNCHES})")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: the cores)")
+    p.add_argument("--jobs", type=int, default=machine.usable_cores(), help="processes (default: the usable cores)")
     p.add_argument("--child", nargs=2, type=int, metavar=("INDEX", "OF"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:

@@ -22,6 +22,7 @@ import atexit
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -37,6 +38,14 @@ ELEMENT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": 
 DEFAULTS = {"num_warps": 4, "num_stages": 3}  # Triton's launch defaults on NVIDIA GPUs
 
 _SEEN: Counter = Counter()  # this process's specialisations -> launches
+
+
+_SPECIAL = re.compile(r"(\w+) was (1|None)\b")  # a note's "NAME was 1" / "NAME was None" (:func:`spec_dicts` writes them)
+
+
+def special_of(note: str) -> dict[str, str]:
+    """What a captured spec's note says it cannot hold: argument name -> "1" or "None"."""
+    return dict(_SPECIAL.findall(note or ""))
 
 
 # ---------------------------------------------------------------- the recorder (inside the command's processes)
@@ -202,7 +211,7 @@ def spec_dicts(recs: list[dict]) -> list[dict]:
         where = f"sm_{rec['arch']}" if rec["arch"] else "the interpreter"
         note = f"captured: {rec['launches']} launch(es) on {where}"
         if rec["special"]:
-            note += "; " + ", ".join(f"{n} was {'None' if w == 'None' else w}" for n, w in sorted(rec["special"].items()))
+            note += "; " + ", ".join(f"{n} was {w}" for n, w in sorted(rec["special"].items()))
         out.append({"name": f"{name}/{per_kernel[name]:02d}", "kernel": rec["kernel"], "dtype": dtype,
                     "types": rec["types"], "constexprs": rec["constexprs"], "num_warps": rec["num_warps"],
                     "num_stages": rec["num_stages"], "note": note})
