@@ -45,33 +45,77 @@ def test_the_launch_list_loads_and_names_only_package_kernels():
 
 class _Session:
     name = "parity-3.6"
+    bin_paths = None
+    env = {}
 
     def __init__(self):
-        self.logs, self.ran = [], []
+        self.logs = []
 
     def log(self, msg):
         self.logs.append(msg)
 
-    def run(self, *args, **kwargs):
-        self.ran.append(args)
+
+class _Proc:
+    returncode = 0
+    said = "jit_warm: 315 of 315 launches compiled into X over 16 processes in 35 s\n"
+
+    def __init__(self, cmd, **kwargs):
+        self.cmd, self.kwargs = cmd, kwargs
+        if "stdout" in kwargs:
+            kwargs["stdout"].write("a warning\n" + self.said)
+
+    def wait(self):
+        return self.returncode
 
 
 @pytest.mark.parametrize("triton, gpus, warms", [("3.6.0", [(90, "H100")], True), ("3.9.0", [(90, "H100")], False),
                                                  ("3.6.0", [(90, "H100"), (80, "A100")], False)])
 def test_the_gpu_parity_stage_warms_where_the_list_applies_and_says_why_not_elsewhere(monkeypatch, triton, gpus, warms):
     monkeypatch.setattr(checks.machine, "gpu_archs", lambda: gpus)
-    monkeypatch.setenv(jit_warm.ENV, "1")
+    monkeypatch.setattr(checks.subprocess, "Popen", _Proc)
+    monkeypatch.delenv(jit_warm.ENV, raising=False)  # on by default
     s = _Session()
-    checks.warm_jit(s, {"triton": triton})
-    assert bool(s.ran) == warms and bool(s.logs) != warms
+    warm = checks.start_jit_warm(s, {"triton": triton})
+    assert (warm is not None) == warms
     if warms:
-        assert s.ran[0][:3] == ("python", "-m", "nsa_triton_sel.compat.lanes.jit_warm")
+        proc = warm[0]
+        assert proc.cmd[1:4] == ["-m", "nsa_triton_sel.compat.lanes.jit_warm", "--jobs"]
+        assert proc.cmd[-2:] == ["--nice", str(jit_warm.NICE)]  # below the tests' priority
+        checks.finish_jit_warm(s, warm)
+        assert "315 of 315 launches" in s.logs[-1] and "after the tests" in s.logs[-1]
+    else:
+        assert "no JIT warm-up" in s.logs[0]
+
+
+def test_a_lane_environment_runs_the_warm_up_with_its_own_interpreter(monkeypatch, tmp_path):
+    (tmp_path / "python").write_text("#!/bin/sh\n")
+    (tmp_path / "python").chmod(0o755)
+    monkeypatch.setattr(checks.machine, "gpu_archs", lambda: [(90, "H100")])
+    monkeypatch.setattr(checks.subprocess, "Popen", _Proc)
+    s = _Session()
+    monkeypatch.setenv("PYTHONHOME", "/elsewhere")
+    s.bin_paths = [str(tmp_path)]
+    s.env = {"TRITON_CACHE_DIR": "/lane/cache", "PYTHONHOME": None}  # None: nox unsets it for the session
+    proc, _ = checks.start_jit_warm(s, {"triton": jit_warm.CAPTURED[0]})
+    env = proc.kwargs["env"]
+    assert proc.cmd[0] == str(tmp_path / "python") and env["TRITON_CACHE_DIR"] == "/lane/cache"
+    assert "PYTHONHOME" not in env and all(isinstance(v, str) for v in env.values())
+
+
+def test_a_warm_up_that_died_says_so(tmp_path):
+    s = _Session()
+    out = (tmp_path / "out").open("w+")
+    proc = checks.subprocess.Popen([checks.sys.executable, "-c", "import sys; print('no torch here'); sys.exit(3)"],
+                                   stdout=out, stderr=checks.subprocess.STDOUT)
+    checks.finish_jit_warm(s, (proc, out))
+    assert "exited with status 3: no torch here" in s.logs[0] and out.closed
 
 
 def test_bad_arguments_are_one_line(capsys):
     assert jit_warm.main(["--jobs", "0"]) == 2
     assert jit_warm.main(["--specs", "nope.py:SPECS"]) == 2
-    assert capsys.readouterr().err.count("\n") == 2
+    assert jit_warm.main(["--nice", "20"]) == 2
+    assert capsys.readouterr().err.count("\n") == 3
 
 
 def test_a_launch_that_does_not_warm_is_counted_not_raised(capsys, monkeypatch):
@@ -82,12 +126,24 @@ def test_a_launch_that_does_not_warm_is_counted_not_raised(capsys, monkeypatch):
     assert out.strip() == f"JIT_WARM 0 {n}" and err.count("not warmed") == min(3, n)
 
 
-def test_parity_body_warms_before_the_gpu_tests(monkeypatch):
+@pytest.mark.parametrize("tests_raise", [False, True])
+def test_parity_body_warms_beside_the_gpu_tests_and_waits_for_it(monkeypatch, tests_raise):
     order = []
-    monkeypatch.setattr(checks, "warm_jit", lambda session, base: order.append("warm"))
-    monkeypatch.setattr(checks, "gpu_tests", lambda *a, **k: (order.append("tests"), ([], None))[1])
-    checks.parity_body(None, None, {"triton": "3.6.0"}, None, [], SimpleNamespace(gpu=True))
-    assert order == ["warm", "tests"]
+
+    def tests(*a, **k):
+        order.append("tests")
+        if tests_raise:
+            raise RuntimeError("pytest crashed")
+        return [], None
+
+    monkeypatch.setattr(checks, "start_jit_warm", lambda session, base: order.append("start") or "proc")
+    monkeypatch.setattr(checks, "finish_jit_warm", lambda session, proc: order.append(f"wait {proc}"))
+    monkeypatch.setattr(checks, "gpu_tests", tests)
+    try:
+        checks.parity_body(None, None, {"triton": "3.6.0"}, None, [], SimpleNamespace(gpu=True))
+    except RuntimeError:
+        assert tests_raise
+    assert order == ["start", "tests", "wait proc"]
 
 
 def test_the_processes_it_starts_report_back(tmp_path):
@@ -97,13 +153,12 @@ def test_the_processes_it_starts_report_back(tmp_path):
     module.write_text("from nsa_triton_sel.compat.registry.compile_spec import CompileSpec\nSPECS = [\n"
                       + "".join(f"    CompileSpec(name={s.name!r}, kernel={s.kernel!r}, types={dict(s.types)!r}, "
                                 f"constexprs={dict(s.constexprs)!r}, note={s.note!r}),\n" for s in specs) + "]\n")
-    warmed, total, died, _ = jit_warm.run(f"{module}:SPECS", 2)
+    warmed, total, died, _ = jit_warm.run(f"{module}:SPECS", 2, nice=1)
     assert (total, died) == (2, 0) and warmed == (2 if torch.cuda.is_available() else 0)
 
 
-def test_without_the_opt_in_the_parity_stage_warms_nothing(monkeypatch):
-    monkeypatch.delenv(jit_warm.ENV, raising=False)
+def test_nsa_sel_jit_warm_0_turns_it_off(monkeypatch):
+    monkeypatch.setenv(jit_warm.ENV, "0")
     monkeypatch.setattr(checks.machine, "gpu_archs", lambda: [(90, "H100")])
     s = _Session()
-    checks.warm_jit(s, {"triton": jit_warm.CAPTURED[0]})
-    assert s.ran == [] and s.logs == []
+    assert checks.start_jit_warm(s, {"triton": jit_warm.CAPTURED[0]}) is None and s.logs == []

@@ -13,8 +13,14 @@ import io
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 import tokenize
 from pathlib import Path
+from typing import IO
 
 from .. import ledger
 from ..core import machine
@@ -291,8 +297,11 @@ def _regression(base, imported) -> dict:
 
 def parity_body(session, lane, base, results, rest, m):
     if m.gpu:
-        warm_jit(session, base)
-        return gpu_tests(session, base, results, "gpu", rest)
+        warm = start_jit_warm(session, base)
+        try:
+            return gpu_tests(session, base, results, "gpu", rest)
+        finally:
+            finish_jit_warm(session, warm)
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
@@ -304,21 +313,46 @@ def parity_body(session, lane, base, results, rest, m):
     return [probe_rec] + records, problem
 
 
-def warm_jit(session, base) -> None:
-    """Before a GPU lane's tests, with ``NSA_SEL_JIT_WARM=1``: their captured launches compiled into the lane's
-    Triton cache over every core (:mod:`.jit_warm`), where the lane runs the Triton and the GPU arch they were
-    captured on; a line saying what it did or why not.  Its outcome is no record: a launch it did not warm is
-    compiled by its test.  Opt-in: whether its compiles are the ones the tests then look up (Triton's cache key)
-    and what that saves is for a GPU run of the lane to show."""
-    if os.environ.get(jit_warm.ENV, "").strip() != "1":
-        return
+def start_jit_warm(session, base) -> tuple[subprocess.Popen, IO[str]] | None:
+    """Beside a GPU lane's parity tests: their captured launches and the benchmarks' compiled into the lane's
+    Triton cache (:mod:`.jit_warm`) by processes of lower priority than the tests, where the lane runs the Triton
+    and GPU arch they were captured on; the process and its output file, or None (and a line saying why)
+    elsewhere or with ``NSA_SEL_JIT_WARM=0``.  Beside, not before: the tests' own compiles are spread over their
+    workers already, so a warm-up ahead of them only moved its time in front (measured on an H100); alongside,
+    it uses the cores the tests leave idle, and the benchmarks, one process, then find their kernels compiled.
+    Its outcome is no record: a launch it did not warm is compiled by its test."""
+    if os.environ.get(jit_warm.ENV, "1").strip() == "0":
+        return None
     archs = sorted({cc for cc, _ in machine.gpu_archs()})
     why = jit_warm.applies(base["triton"], archs[0] if len(archs) == 1 else None)
     if why:
         session.log(f"{session.name}: no JIT warm-up: {why}")
+        return None
+    # nox's session.env holds None for a variable the session unsets; a child's environment has no such value.
+    env = {k: v for k, v in {**os.environ, **session.env}.items() if v is not None}
+    if session.bin_paths:  # a lane's own environment: its interpreter, as session.run would find it
+        env["PATH"] = os.pathsep.join([*session.bin_paths, env.get("PATH", "")])
+    cmd = [shutil.which("python", path=env.get("PATH")) or sys.executable, "-m", jit_warm.MODULE,
+           "--jobs", str(machine.usable_cores()), "--nice", str(jit_warm.NICE)]
+    session.log(f"{session.name}: compiling the captured launches beside the tests: {' '.join(cmd[1:])}")
+    # Its output to a file, not to a pipe nobody reads while the tests run (a full pipe would stall it).
+    out = tempfile.TemporaryFile("w+")
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT), out
+
+
+def finish_jit_warm(session, warm: tuple[subprocess.Popen, IO[str]] | None) -> None:
+    """Wait for :func:`start_jit_warm`'s processes (the benchmarks read what they compile) and log their summary."""
+    if warm is None:
         return
-    session.run("python", "-m", jit_warm.MODULE, "--jobs", str(machine.usable_cores()),
-                success_codes=range(256))
+    proc, out = warm
+    t0 = time.monotonic()
+    proc.wait()
+    with out:
+        out.seek(0)
+        lines = [ln for ln in out.read().splitlines() if ln.strip()]
+    summary = next((ln for ln in reversed(lines) if ln.startswith("jit_warm: ") and " launches " in ln),
+                   f"jit_warm: exited with status {proc.returncode}: " + " | ".join(lines[-3:]))
+    session.log(f"{session.name}: {summary} (waited {time.monotonic() - t0:.0f} s for it after the tests)")
 
 
 def probe(session, base) -> dict:

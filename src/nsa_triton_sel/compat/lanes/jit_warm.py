@@ -13,9 +13,9 @@ compile, with signatures that do not carry Triton's specialisation of integers e
 dimension).
 
 Best effort by design: a launch that does not warm (another Triton's planner chose other constexprs, a compiler
-abort in a child) is compiled by its test as before.  A lane runs it with ``NSA_SEL_JIT_WARM=1``, and only for
-the Triton release and GPU arch the module was captured on (:func:`applies`); one summary line, exit 0 unless
-the arguments are wrong.
+abort in a child) is compiled by its test as before.  A GPU lane's parity stage runs it beside its tests
+(``--nice``: they keep the cores they need) for the Triton release and GPU arch the module was captured on
+(:func:`applies`), unless ``NSA_SEL_JIT_WARM=0``; one summary line, exit 0 unless the arguments are wrong.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from ..registry import capture
 
 # The launches of the GPU parity stage and the benchmarks, captured on an H100 (sm_90) with Triton 3.6.0.
 LAUNCHES = "tests/gpu_launches.py:SPECS"
-ENV = "NSA_SEL_JIT_WARM"  # "1": a GPU lane's parity stage runs this first (checks.warm_jit)
+ENV = "NSA_SEL_JIT_WARM"  # "0": a GPU lane's parity stage runs no warm-up beside its tests (checks.start_jit_warm)
+NICE = 10  # the children's niceness beside the tests: they take the cores the tests leave idle
 MODULE = "nsa_triton_sel.compat.lanes.jit_warm"  # the children's ``-m`` (``__name__`` is "__main__" under -m)
 CAPTURED = ("3.6.0", 90)
 
@@ -80,7 +81,9 @@ def warm_one(spec, torch, device) -> None:
     fn.warmup(grid=(1,), num_warps=spec.num_warps, num_stages=spec.num_stages, **kwargs)
 
 
-def child(ref: str, index: int, of: int) -> int:
+def child(ref: str, index: int, of: int, nice: int = 0) -> int:
+    if nice:
+        os.nice(nice)
     import torch  # noqa: PLC0415
 
     from ..registry.compile_spec import load_specs  # noqa: PLC0415
@@ -98,14 +101,16 @@ def child(ref: str, index: int, of: int) -> int:
     return 0
 
 
-def run(ref: str, jobs: int) -> tuple[int, int, int, float]:
-    """Warm ``ref``'s launches over ``jobs`` processes: ``(warmed, listed, processes that died, seconds)``."""
+def run(ref: str, jobs: int, nice: int = 0) -> tuple[int, int, int, float]:
+    """Warm ``ref``'s launches over ``jobs`` processes of niceness ``nice``: ``(warmed, listed, processes that
+    died, seconds)``."""
     from ..registry.compile_spec import load_specs  # noqa: PLC0415
 
     total = len(load_specs(ref))
     jobs = max(1, min(jobs, total))
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--child", str(i), str(jobs), "--specs", ref],
+    procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--child", str(i), str(jobs), "--specs", ref,
+                              "--nice", str(nice)],
                               stdout=subprocess.PIPE, text=True) for i in range(jobs)]
     warmed = died = 0
     for p in procs:
@@ -123,17 +128,21 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.split("\n")[0])
     p.add_argument("--specs", default=LAUNCHES, help=f"the launches, a spec module (default {LAUNCHES})")
     p.add_argument("--jobs", type=int, default=machine.usable_cores(), help="processes (default: the usable cores)")
+    p.add_argument("--nice", type=int, default=0, help="the processes' niceness (0-19; default 0)")
     p.add_argument("--child", nargs=2, type=int, metavar=("INDEX", "OF"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        return child(args.specs, *args.child)
+        return child(args.specs, *args.child, nice=args.nice)
     if args.jobs < 1:
         print(f"jit_warm: --jobs {args.jobs}: expected at least 1 process", file=sys.stderr)
+        return 2
+    if not 0 <= args.nice <= 19:
+        print(f"jit_warm: --nice {args.nice}: expected 0 to 19", file=sys.stderr)
         return 2
     if not Path(args.specs.partition(":")[0]).is_file():
         print(f"jit_warm: --specs {args.specs}: no such spec module", file=sys.stderr)
         return 2
-    warmed, total, died, seconds = run(args.specs, args.jobs)
+    warmed, total, died, seconds = run(args.specs, args.jobs, args.nice)
     print(f"jit_warm: {warmed} of {total} launches compiled into {os.environ.get('TRITON_CACHE_DIR', 'the default cache')} "
           f"over {args.jobs} processes in {seconds:.0f} s" + (f"; {died} process(es) died" if died else ""))
     return 0
