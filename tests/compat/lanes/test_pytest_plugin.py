@@ -46,23 +46,40 @@ def test_plugin_rejects_a_bad_progress_setting(tmp_path):
     assert res.returncode != 0 and "NSA_SEL_PROGRESS_EVERY='often'" in res.stdout + res.stderr
 
 
-def test_jit_count_tells_compiles_from_cache_loads_and_calls_the_listener_it_replaced():
+def test_jit_count_tells_compiles_from_cache_loads_and_calls_the_listener_it_replaced(monkeypatch):
     from types import SimpleNamespace
 
+    from nsa_triton_sel.compat.lanes import pytest_plugin as plugin
     from nsa_triton_sel.compat.lanes.pytest_plugin import JitCount, jit_summary
 
     heard = []
     count = JitCount(previous=lambda **kw: heard.append(kw["cache_hit"]))
     times = SimpleNamespace(total=2_500_000)  # microseconds, as Triton's CompileTimes
+    monkeypatch.setattr(plugin, "_TEST", None)  # restored after the test
+    plugin.pytest_runtest_logstart("tests/test_x.py::test_y[a]", None)
     for key, hit in (("abc", False), ("abc", True), ("def", False)):
-        count(src=None, metadata={}, metadata_group={"k.json": f"/cache/{key}/k.json"}, times=times, cache_hit=hit)
+        count(src=None, metadata={"name": f"k_{key}"}, metadata_group={"k.json": f"/cache/{key}/k.json"}, times=times,
+              cache_hit=hit)
     assert heard == [False, True, False]
-    assert count.as_dict() == {"compiled": ["abc", "def"], "cached": 1, "compile_s": 5.0}
-    other = {"compiled": ["abc"], "cached": 4, "compile_s": 1.0}  # a second process compiled "abc" too
+    assert count.as_dict() == {"compiled": ["abc", "def"], "names": ["k_abc in test_x.py::test_y[a]",
+                                                                      "k_def in test_x.py::test_y[a]"],
+                               "cached": 1, "compile_s": 5.0}
+    other = {"compiled": ["abc"], "cached": 4, "compile_s": 1.0}  # a second process compiled "abc" too (no names)
     line = jit_summary([{"jit": count.as_dict()}, {"jit": other}, {"jit": None}])
     assert line == ("Triton JIT over 2 process(es): 3 compile(s) (6 s of compiling), 5 loaded from the cache "
-                    "(hit rate 62%); 1 compile(s) of a kernel another process also compiled")
+                    "(hit rate 62%); 1 compile(s) of a kernel another process also compiled; compiled: "
+                    "k_abc in test_x.py::test_y[a]; k_def in test_x.py::test_y[a]")
     assert jit_summary([{"jit": None}, {}]) is None
+
+
+def test_a_stage_of_many_compiles_counts_them_by_kernel_with_inductors_together():
+    from nsa_triton_sel.compat.lanes.pytest_plugin import LISTED, jit_summary
+
+    names = ["sel_fwd_kernel in t::a"] * LISTED + ["triton_poi_fused_0 in t::b", "triton_red_fused_1 in t::b",
+                                                   "sel_bwd_dq_kernel in t::c"]
+    jit = {"compiled": [str(i) for i in range(len(names))], "names": names, "cached": 0, "compile_s": 1.0}
+    assert jit_summary([{"jit": jit}]).endswith(
+        "; by kernel: sel_fwd_kernel 8, torch.compile's (Inductor) 2, sel_bwd_dq_kernel 1")
 
 
 def test_plugin_counts_the_triton_compiles_of_its_process(tmp_path):
@@ -75,4 +92,4 @@ def test_plugin_counts_the_triton_compiles_of_its_process(tmp_path):
     jit = json.loads(out.read_text())["jit"]
     import triton
     from triton import knobs  # noqa: F401 - the installed Triton has knobs (3.4+) here: it must count
-    assert jit == {"compiled": [], "cached": 0, "compile_s": 0.0}, triton.__version__
+    assert jit == {"compiled": [], "names": [], "cached": 0, "compile_s": 0.0}, triton.__version__

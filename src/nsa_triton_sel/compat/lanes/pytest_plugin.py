@@ -9,9 +9,10 @@ pytest-xdist (the interpreter lanes run their tests on every usable core) the te
 so each worker writes its own file, ``<that path>.<worker id>``, and the lane reads them all.
 
 Triton's JIT: where the installed Triton has a compilation listener (3.4+), the plugin counts, per process,
-the kernels Triton compiled (with their cache keys and seconds) and those it loaded from its cache, into the
-same file (``"jit"``); the lane sums the processes' counts (:func:`jit_summary`), so a GPU lane says how
-much of its time went into compiling and whether any kernel was compiled by two processes.
+the kernels Triton compiled (with their cache keys, names, the tests that compiled them and seconds) and those
+it loaded from its cache, into the same file (``"jit"``); the lane sums the processes' counts
+(:func:`jit_summary`), so a GPU lane says how much of its time went into compiling, which kernels it compiled
+and whether any kernel was compiled by two processes.
 
 Progress: a nox lane's output goes to a log, not a terminal, and an interpreter lane's tests take
 minutes.  Every ``$NSA_SEL_PROGRESS_EVERY`` tests (default 10; 0 turns it off) the plugin writes one
@@ -70,11 +71,12 @@ def _every() -> int:
 
 
 class JitCount:
-    """A Triton compilation listener: kernels compiled (cache keys) and loaded from the cache, and the seconds
-    compiling took; it calls the listener it replaced."""
+    """A Triton compilation listener: kernels compiled (cache keys; beside them, each one's kernel name and the
+    test that compiled it) and loaded from the cache, and the seconds compiling took; it calls the listener it
+    replaced."""
 
     def __init__(self, previous=None):
-        self.previous, self.compiled, self.cached, self.seconds = previous, [], 0, 0.0
+        self.previous, self.compiled, self.names, self.cached, self.seconds = previous, [], [], 0, 0.0
 
     def __call__(self, *, src, metadata, metadata_group, times, cache_hit, **kw):
         if cache_hit:
@@ -82,16 +84,22 @@ class JitCount:
         else:
             path = next(iter(metadata_group.values()), "") if metadata_group else ""
             self.compiled.append(os.path.basename(os.path.dirname(str(path))) or "?")
+            name = (metadata or {}).get("name") or getattr(src, "name", None) or "?"
+            self.names.append(f"{name} in {_TEST}" if _TEST else name)
             self.seconds += getattr(times, "total", 0) / 1e6
         if self.previous is not None:
             self.previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit,
                           **kw)
 
     def as_dict(self) -> dict:
-        return {"compiled": self.compiled, "cached": self.cached, "compile_s": round(self.seconds, 3)}
+        return {"compiled": self.compiled, "names": self.names, "cached": self.cached,
+                "compile_s": round(self.seconds, 3)}
 
 
 _JIT: JitCount | None = None
+_TEST: str | None = None  # the test running in this process, for the compiles it causes
+INDUCTOR = "triton_"  # the prefix of every kernel torch.compile (Inductor) generates
+LISTED = 8  # a stage with at most this many compiles names each one and its test
 
 
 def _count_jit() -> None:
@@ -122,9 +130,21 @@ def jit_summary(files) -> str | None:
     seconds = sum(c["compile_s"] for c in counts)
     twice = compiled - len(set(keys))
     rate = f"{cached / (compiled + cached):.0%}" if compiled + cached else "-"
-    return (f"Triton JIT over {len(counts)} process(es): {compiled} compile(s) ({seconds:.0f} s of compiling), "
+    line = (f"Triton JIT over {len(counts)} process(es): {compiled} compile(s) ({seconds:.0f} s of compiling), "
             f"{cached} loaded from the cache (hit rate {rate}); {twice} compile(s) of a kernel another process "
             f"also compiled")
+    names = [n for c in counts for n in c.get("names", [])]
+    if not names:
+        return line
+    if len(names) <= LISTED:
+        return f"{line}; compiled: {'; '.join(names)}"
+    kernels: dict[str, int] = {}
+    for n in names:
+        kernel = n.split(" in ", 1)[0]
+        kernel = "torch.compile's (Inductor)" if kernel.startswith(INDUCTOR) else kernel
+        kernels[kernel] = kernels.get(kernel, 0) + 1
+    top = sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"{line}; by kernel: {', '.join(f'{k} {n}' for k, n in top)}"
 
 
 def pytest_sessionstart(session):  # after every plugin's configure: the terminal reporter exists
@@ -166,6 +186,11 @@ def _hooks(progress: LaneProgress, xdist: bool = False):
 
         return XdistHooks()
     return Hooks()
+
+
+def pytest_runtest_logstart(nodeid, location):  # noqa: ARG001 - pytest's hook signature
+    global _TEST
+    _TEST = nodeid.rsplit("/", 1)[-1]
 
 
 def pytest_collection_finish(session):  # noqa: ARG001 - the test modules are imported: Triton is, if they use it
