@@ -478,3 +478,26 @@ def test_workers_that_imported_different_tritons_fail_the_lane(tmp_path, monkeyp
     assert "-n" not in run.args  # workers=1 (one usable core): no xdist
     assert problem == "the pytest workers imported different versions: triton 3.1.0 and 3.9.0"
     assert recs[-1]["verdict"] == "error"
+
+
+def test_under_no_venv_a_lanes_later_sessions_reuse_its_fingerprint(tmp_path):
+    """One probe (a process importing torch) per lane and nox run: nox names each session in its env
+    (``NOX_CURRENT_SESSION``), which must not make the parity and bench sessions probe again."""
+    probes = []
+    fingerprint = _fingerprint()
+
+    def counted(args, env):
+        probes.append(1)
+        return fingerprint(args, env)
+
+    opts, _ = nox_sessions.options(FakeSession("compile-3.1", tmp_path, {}))
+    fps = []
+    for name in ("compile-3.1", "parity-3.1", "bench-3.1"):
+        s = FakeSession(name, tmp_path, {nox_sessions.FINGERPRINT: counted})
+        s.env["NOX_CURRENT_SESSION"] = name
+        fps.append(nox_sessions.prepare(s, F.release("3.1"), name.split("-")[0], opts, _matrix()))
+    assert len(probes) == 1 and fps[0] == fps[1] == fps[2]
+    other = FakeSession("parity-3.1", tmp_path, {nox_sessions.FINGERPRINT: counted})
+    other.env["TRITON_DEFAULT_FP_FUSION"] = "0"  # another environment: probed again
+    nox_sessions.prepare(other, F.release("3.1"), "parity", opts, _matrix())
+    assert len(probes) == 2

@@ -306,6 +306,7 @@ def summary_lines(session_name: str, base: dict, records: list[dict], run_path: 
 
 
 _FINGERPRINTS: dict = {}  # (interpreter, session env, lane) -> fingerprint, within one nox run (--no-venv)
+SESSION_NAME_VARS = ("NOX_CURRENT_SESSION",)  # nox's session.env entry naming the running session
 
 
 def passthrough(session) -> bool:
@@ -328,7 +329,9 @@ def prepare(session, lane: lane_table.Lane, kind: str, opts, m: Matrix) -> dict 
         install_lane(session, lane, kind, opts, m)
     # Under --no-venv nothing is installed between the sessions of one nox run: the same environment gives the
     # same fingerprint, so a lane's later sessions reuse the first one's (a probe imports torch: seconds each).
-    again = (sys.executable, tuple(sorted(session.env.items())), lane.name) if passthrough(session) else None
+    # The key leaves out the variable nox sets to each session's own name, which the fingerprint does not read.
+    env_key = tuple(sorted((k, v) for k, v in session.env.items() if k not in SESSION_NAME_VARS))
+    again = (sys.executable, env_key, lane.name) if passthrough(session) else None
     fp = copy.deepcopy(_FINGERPRINTS.get(again)) if again else None
     if fp is None:
         out = session.run("python", "-c", FINGERPRINT, silent=True, log=False)
