@@ -3,6 +3,7 @@ the committed launch list (its compiles need a GPU: the lane's own runs measure 
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -127,7 +128,7 @@ def test_a_launch_that_does_not_warm_is_counted_not_raised(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("tests_raise", [False, True])
-def test_parity_body_warms_beside_the_gpu_tests_and_waits_for_it(monkeypatch, tests_raise):
+def test_parity_body_warms_beside_the_gpu_tests_and_waits_for_it(monkeypatch, tmp_path, tests_raise):
     order = []
 
     def tests(*a, **k):
@@ -139,11 +140,13 @@ def test_parity_body_warms_beside_the_gpu_tests_and_waits_for_it(monkeypatch, te
     monkeypatch.setattr(checks, "start_jit_warm", lambda session, base: order.append("start") or "proc")
     monkeypatch.setattr(checks, "finish_jit_warm", lambda session, proc: order.append(f"wait {proc}"))
     monkeypatch.setattr(checks, "gpu_tests", tests)
+    monkeypatch.setattr(checks, "process_reports", lambda path: [])
+    monkeypatch.setattr(checks, "log_warm_misses", lambda session, reports, env: order.append("misses"))
     try:
-        checks.parity_body(None, None, {"triton": "3.6.0"}, None, [], SimpleNamespace(gpu=True))
+        checks.parity_body(_Session(), None, {"triton": "3.6.0"}, tmp_path, [], SimpleNamespace(gpu=True))
     except RuntimeError:
         assert tests_raise
-    assert order == ["start", "tests", "wait proc"]
+    assert order == ["start", "tests", "wait proc"] + ([] if tests_raise else ["misses"])
 
 
 def test_the_processes_it_starts_report_back(tmp_path):
@@ -162,3 +165,79 @@ def test_nsa_sel_jit_warm_0_turns_it_off(monkeypatch):
     monkeypatch.setattr(checks.machine, "gpu_archs", lambda: [(90, "H100")])
     s = _Session()
     assert checks.start_jit_warm(s, {"triton": jit_warm.CAPTURED[0]}) is None and s.logs == []
+
+
+def _launch(kernel, **spec):
+    return {"kernel": kernel, "specialization": {"Q": "('*bf16', 'D')", "T": "('i32', 'D')", **spec},
+            "options": {"num_warps": "4"}}
+
+
+def test_the_misses_say_which_argument_the_warm_up_keyed_otherwise(tmp_path):
+    keys = tmp_path / jit_warm.KEYS
+    keys.write_text("\n".join(json.dumps(x) for x in (_launch("fwd"), _launch("fwd", T="('i32', '')"),
+                                                      _launch("bwd"))) + "\n\n{\"kernel\": \"torn")
+    reports = [{"jit": {"names": ["fwd in t::a", "fwd in t::b", "merge in t::c", "bwd in t::d", "bwd in t::e"],
+                        "launches": [_launch("fwd"), _launch("fwd", Q="('*bf16', '')"), _launch("merge"),
+                                     {**_launch("bwd"), "options": {"num_warps": "8"}}, None]}},
+               {"jit": None}]
+    lines = jit_warm.misses(reports, keys)
+    assert lines == ["jit_warm: compiled by the tests, not warmed: fwd in t::b: Q test ('*bf16', ''), warmed ('*bf16', 'D')",
+                     "jit_warm: compiled by the tests, not warmed: merge in t::c: the warm-up launched no merge",
+                     "jit_warm: compiled by the tests, not warmed: bwd in t::d: launch options differ",
+                     "jit_warm: 1 compile(s) keyed as a warmed launch was (the warm-up had not reached it, or the "
+                     "cache key differs beyond the arguments: source or environment)"]
+    assert jit_warm.misses(reports, keys, shown=1)[1] == ("jit_warm: ... and 2 more compile(s) outside the warm "
+                                                         "list")
+    assert jit_warm.misses(reports, tmp_path / "none.jsonl") == [] and jit_warm.misses(reports, None) == []
+
+
+def test_the_launch_key_is_read_from_tritons_run_frame():
+    from nsa_triton_sel.compat.lanes.pytest_plugin import launch_key
+
+    class Kernel:
+        __name__ = "sel_fwd_kernel"
+
+        def run(self, *args, **kwargs):
+            bound_args = {"Q": "q", "T": 64}  # noqa: F841 - read from this frame by launch_key
+            specialization = [("*bf16", "D"), ("i32", "D")]  # noqa: F841
+            options = {"num_warps": 4}  # noqa: F841
+            return compile_it()
+
+    def compile_it():  # Triton's compile calls the listener from below run
+        return launch_key()
+
+    assert Kernel().run() == {"kernel": "sel_fwd_kernel",
+                              "specialization": {"Q": "('*bf16', 'D')", "T": "('i32', 'D')"},
+                              "options": {"num_warps": "4"}}
+    assert launch_key() is None  # no run frame above
+
+
+def test_the_bench_stage_logs_what_the_warm_up_missed(monkeypatch, tmp_path):
+    (tmp_path / jit_warm.KEYS).write_text(json.dumps(_launch("fwd")) + "\n")
+    s = _Session()
+    s.env = {"TRITON_CACHE_DIR": str(tmp_path)}
+    reports = [{"jit": {"names": ["merge in t::c"], "launches": [_launch("merge")]}}]
+    checks.log_warm_misses(s, reports, None)
+    assert s.logs == ["parity-3.6: jit_warm: compiled by the tests, not warmed: merge in t::c: the warm-up "
+                      "launched no merge"]
+
+
+def test_a_warm_up_child_lists_each_launch_triton_keyed(monkeypatch, tmp_path):
+    triton = pytest.importorskip("triton")
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if compilation is None or not hasattr(compilation, "listener"):
+        pytest.skip(f"Triton {triton.__version__} has no compilation listener (3.4+)")
+    monkeypatch.setattr(compilation, "listener", None)  # restored after the test
+    keys = tmp_path / jit_warm.KEYS
+    jit_warm._listen(keys)
+
+    class Kernel:
+        __name__ = "sel_fwd_kernel"
+
+        def run(self):
+            bound_args, specialization, options = {"T": 64}, [("i32", "D")], {}  # noqa: F841 - read by launch_key
+            compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=True)
+
+    Kernel().run()
+    compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=False)  # no run frame
+    assert [json.loads(x)["specialization"] for x in keys.read_text().splitlines()] == [{"T": "('i32', 'D')"}]

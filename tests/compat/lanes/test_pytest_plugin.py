@@ -63,6 +63,7 @@ def test_jit_count_tells_compiles_from_cache_loads_and_calls_the_listener_it_rep
     assert heard == [False, True, False]
     assert count.as_dict() == {"compiled": ["abc", "def"], "names": ["k_abc in test_x.py::test_y[a]",
                                                                       "k_def in test_x.py::test_y[a]"],
+                               "launches": [None, None],  # not called from Triton's run: no key to read
                                "cached": 1, "compile_s": 5.0}
     other = {"compiled": ["abc"], "cached": 4, "compile_s": 1.0}  # a second process compiled "abc" too (no names)
     line = jit_summary([{"jit": count.as_dict()}, {"jit": other}, {"jit": None}])
@@ -92,4 +93,4 @@ def test_plugin_counts_the_triton_compiles_of_its_process(tmp_path):
     jit = json.loads(out.read_text())["jit"]
     import triton
     from triton import knobs  # noqa: F401 - the installed Triton has knobs (3.4+) here: it must count
-    assert jit == {"compiled": [], "names": [], "cached": 0, "compile_s": 0.0}, triton.__version__
+    assert jit == {"compiled": [], "names": [], "launches": [], "cached": 0, "compile_s": 0.0}, triton.__version__

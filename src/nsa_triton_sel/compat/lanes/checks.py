@@ -263,6 +263,8 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     jit = jit_summary(reports)
     if jit:
         session.log(f"{session.name}{f' ({tag})' if tag else ''}: {jit}")
+    if kind == "bench":  # the warm-up (beside the parity tests) is over: what the benchmarks compiled, it missed
+        log_warm_misses(session, reports, env)
     records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
     if records and clash:
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={}, message=clash))
@@ -299,9 +301,12 @@ def parity_body(session, lane, base, results, rest, m):
     if m.gpu:
         warm = start_jit_warm(session, base)
         try:
-            return gpu_tests(session, base, results, "gpu", rest)
+            records, problem = gpu_tests(session, base, results, "gpu", rest)
         finally:
             finish_jit_warm(session, warm)
+        if warm is not None:
+            log_warm_misses(session, process_reports(raw_path(results, session, "imported.json")), {})
+        return records, problem
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
         return [probe_rec], f"the Triton interpreter is not trustworthy here: {probe_rec['message']}"
@@ -353,6 +358,18 @@ def finish_jit_warm(session, warm: tuple[subprocess.Popen, IO[str]] | None) -> N
     summary = next((ln for ln in reversed(lines) if ln.startswith("jit_warm: ") and " launches " in ln),
                    f"jit_warm: exited with status {proc.returncode}: " + " | ".join(lines[-3:]))
     session.log(f"{session.name}: {summary} (waited {time.monotonic() - t0:.0f} s for it after the tests)")
+
+
+def log_warm_misses(session, reports: list[dict], env: dict | None) -> None:
+    """Where the lane's JIT warm-up listed its launches (:func:`.jit_warm.keys_path`, in the Triton cache the
+    session uses): a line for each compile of these tests it did not cover, and why (:func:`.jit_warm.misses`)."""
+    cache = {**os.environ, **session.env, **(env or {})}.get("TRITON_CACHE_DIR")
+    try:
+        lines = jit_warm.misses(reports, Path(cache) / jit_warm.KEYS if cache else None)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: the lane's verdicts never depend on it
+        lines = [f"jit_warm: could not compare the tests' compiles with the warm list: {type(exc).__name__}: {exc}"]
+    for line in lines:
+        session.log(f"{session.name}: {line}")
 
 
 def probe(session, base) -> dict:

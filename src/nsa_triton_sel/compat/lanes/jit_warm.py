@@ -16,11 +16,15 @@ Best effort by design: a launch that does not warm (another Triton's planner cho
 abort in a child) is compiled by its test as before.  A GPU lane's parity stage runs it beside its tests
 (``--nice``: they keep the cores they need) for the Triton release and GPU arch the module was captured on
 (:func:`applies`), unless ``NSA_SEL_JIT_WARM=0``; one summary line, exit 0 unless the arguments are wrong.
+Beside the cache it fills it lists what Triton keyed each warmed launch on (:data:`KEYS`), and the lane names
+each compile of its tests that the list does not cover, with the arguments it was keyed on otherwise
+(:func:`misses`): where a capture is out of date, or a launch specialises differently from run to run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +38,7 @@ from ..registry import capture
 LAUNCHES = "tests/gpu_launches.py:SPECS"
 ENV = "NSA_SEL_JIT_WARM"  # "0": a GPU lane's parity stage runs no warm-up beside its tests (checks.start_jit_warm)
 NICE = 10  # the children's niceness beside the tests: they take the cores the tests leave idle
+KEYS = "nsa-sel-jit-warm-keys.jsonl"  # in the Triton cache it fills: what Triton keyed each warmed launch on
 MODULE = "nsa_triton_sel.compat.lanes.jit_warm"  # the children's ``-m`` (``__name__`` is "__main__" under -m)
 CAPTURED = ("3.6.0", 90)
 
@@ -81,10 +86,96 @@ def warm_one(spec, torch, device) -> None:
     fn.warmup(grid=(1,), num_warps=spec.num_warps, num_stages=spec.num_stages, **kwargs)
 
 
+def keys_path() -> Path | None:
+    """Where the warm-up lists what Triton keyed its launches on (:func:`.pytest_plugin.launch_key`): beside the
+    cache it filled, so that a later stage's tests can tell a launch it missed from one it warmed (None: no
+    ``TRITON_CACHE_DIR``)."""
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    return Path(cache) / KEYS if cache else None
+
+
+def _listen(keys: Path | None) -> None:
+    """Append what Triton keys each warmed launch on to ``keys``, whether it compiled or loaded it (a compilation
+    listener: Triton 3.4+; elsewhere nothing is listed)."""
+    import triton  # noqa: PLC0415
+
+    from .pytest_plugin import launch_key  # noqa: PLC0415
+
+    compilation = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if keys is None or compilation is None or not hasattr(compilation, "listener"):
+        return
+
+    def listener(**kw):  # noqa: ARG001 - Triton's keyword arguments; the run frame says more
+        try:
+            key = launch_key()
+        except Exception:  # noqa: BLE001 - a diagnostic: never fail the warm-up
+            return
+        if key is None:
+            return
+        line = json.dumps(key)
+        with open(keys, "a") as f:  # one write per line: the children append side by side
+            f.write(line + "\n")
+
+    compilation.listener = listener
+
+
+def misses(reports: list[dict], keys: Path | None, shown: int = 8) -> list[str]:
+    """Why the tests' compiles (``reports``: the lane plugin's per-process files, their ``launches``) were not
+    loads from the warmed cache: each launch of a kernel the warm-up never launched, or keyed differently from
+    its closest warmed launch (the arguments and options that differ), up to ``shown`` lines and a count; [] where
+    the warm-up listed nothing (it did not run here)."""
+    if keys is None or not keys.is_file():
+        return []
+    warmed: dict[str, list[dict]] = {}
+    for line in keys.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a blank or torn line (a child killed mid-write): the others still say enough
+            continue
+        if isinstance(rec, dict) and "kernel" in rec:
+            warmed.setdefault(rec["kernel"], []).append(rec)
+    if not warmed:
+        return []
+    outside, same = [], 0
+    for rep in reports:
+        jit = rep.get("jit") or {}
+        for name, launch in zip(jit.get("names", []), jit.get("launches", [])):
+            if not launch:
+                continue
+            near = warmed.get(launch["kernel"], [])
+            if not near:
+                outside.append(f"{name}: the warm-up launched no {launch['kernel']}")
+                continue
+            diff = min((_differences(launch, w) for w in near), key=len)
+            if not diff:
+                same += 1
+                continue
+            outside.append(f"{name}: " + "; ".join(diff))
+    lines = [f"jit_warm: compiled by the tests, not warmed: {line}" for line in outside[:shown]]
+    if len(outside) > shown:
+        lines.append(f"jit_warm: ... and {len(outside) - shown} more compile(s) outside the warm list")
+    if same:
+        lines.append(f"jit_warm: {same} compile(s) keyed as a warmed launch was (the warm-up had not reached it, "
+                     "or the cache key differs beyond the arguments: source or environment)")
+    return lines
+
+
+def _differences(launch: dict, warmed: dict) -> list[str]:
+    """What differs between a test's launch and a warmed one: ``ARG test X, warmed Y`` per argument, or the
+    options."""
+    a, b = launch["specialization"], warmed["specialization"]
+    out = [f"{k} test {a.get(k)}, warmed {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if launch.get("options") != warmed.get("options"):
+        out.append("launch options differ")
+    return out
+
+
 def child(ref: str, index: int, of: int, nice: int = 0) -> int:
     if nice:
         os.nice(nice)
     import torch  # noqa: PLC0415
+
+    _listen(keys_path())
 
     from ..registry.compile_spec import load_specs  # noqa: PLC0415
 
@@ -108,6 +199,10 @@ def run(ref: str, jobs: int, nice: int = 0) -> tuple[int, int, int, float]:
 
     total = len(load_specs(ref))
     jobs = max(1, min(jobs, total))
+    keys = keys_path()
+    if keys is not None:
+        keys.parent.mkdir(parents=True, exist_ok=True)
+        keys.write_text("")  # this run's list, not an earlier one's
     t0 = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-m", MODULE, "--child", str(i), str(jobs), "--specs", ref,
                               "--nice", str(nice)],

@@ -70,13 +70,33 @@ def _every() -> int:
     return int(raw)
 
 
+def launch_key() -> dict | None:
+    """What Triton keys the compile in progress on, read from its ``JITFunction.run`` frame (a compilation
+    listener is called from inside it): the kernel's name, each argument's specialisation and the launch
+    options, as strings; None where no such frame is found (another Triton's launch path)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        loc = frame.f_locals
+        if frame.f_code.co_name == "run" and "specialization" in loc and "bound_args" in loc:
+            names = list(loc["bound_args"])
+            spec = [str(x) for x in loc["specialization"]]
+            options = loc.get("options")
+            return {"kernel": getattr(loc.get("self"), "__name__", "?"),
+                    "specialization": dict(zip(names, spec)) if len(names) == len(spec) else {"*": spec},
+                    "options": {str(k): str(v) for k, v in sorted(options.items())} if isinstance(options, dict)
+                    else str(options)}
+        frame = frame.f_back
+    return None
+
+
 class JitCount:
-    """A Triton compilation listener: kernels compiled (cache keys; beside them, each one's kernel name and the
-    test that compiled it) and loaded from the cache, and the seconds compiling took; it calls the listener it
-    replaced."""
+    """A Triton compilation listener: kernels compiled (cache keys; beside them, each one's kernel name, the
+    test that compiled it and what Triton keyed it on, :func:`launch_key`) and loaded from the cache, and the
+    seconds compiling took; it calls the listener it replaced."""
 
     def __init__(self, previous=None):
-        self.previous, self.compiled, self.names, self.cached, self.seconds = previous, [], [], 0, 0.0
+        self.previous, self.compiled, self.names, self.launches = previous, [], [], []
+        self.cached, self.seconds = 0, 0.0
 
     def __call__(self, *, src, metadata, metadata_group, times, cache_hit, **kw):
         if cache_hit:
@@ -86,13 +106,17 @@ class JitCount:
             self.compiled.append(os.path.basename(os.path.dirname(str(path))) or "?")
             name = (metadata or {}).get("name") or getattr(src, "name", None) or "?"
             self.names.append(f"{name} in {_TEST}" if _TEST else name)
+            try:
+                self.launches.append(launch_key())
+            except Exception:  # noqa: BLE001 - a diagnostic: never fail the compile it watches
+                self.launches.append(None)
             self.seconds += getattr(times, "total", 0) / 1e6
         if self.previous is not None:
             self.previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit,
                           **kw)
 
     def as_dict(self) -> dict:
-        return {"compiled": self.compiled, "names": self.names, "cached": self.cached,
+        return {"compiled": self.compiled, "names": self.names, "launches": self.launches, "cached": self.cached,
                 "compile_s": round(self.seconds, 3)}
 
 
