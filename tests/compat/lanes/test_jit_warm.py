@@ -141,7 +141,7 @@ def test_parity_body_warms_beside_the_gpu_tests_and_waits_for_it(monkeypatch, tm
     monkeypatch.setattr(checks, "finish_jit_warm", lambda session, proc: order.append(f"wait {proc}"))
     monkeypatch.setattr(checks, "gpu_tests", tests)
     monkeypatch.setattr(checks, "process_reports", lambda path: [])
-    monkeypatch.setattr(checks, "log_warm_misses", lambda session, reports, env: order.append("misses"))
+    monkeypatch.setattr(checks, "log_warm_misses", lambda session, reports: order.append("misses"))
     try:
         checks.parity_body(_Session(), None, {"triton": "3.6.0"}, tmp_path, [], SimpleNamespace(gpu=True))
     except RuntimeError:
@@ -217,7 +217,7 @@ def test_the_bench_stage_logs_what_the_warm_up_missed(monkeypatch, tmp_path):
     s = _Session()
     s.env = {"TRITON_CACHE_DIR": str(tmp_path)}
     reports = [{"jit": {"names": ["merge in t::c"], "launches": [_launch("merge")]}}]
-    checks.log_warm_misses(s, reports, None)
+    checks.log_warm_misses(s, reports)
     assert s.logs == ["parity-3.6: jit_warm: compiled by the tests, not warmed: merge in t::c: the warm-up "
                       "launched no merge"]
 

@@ -263,8 +263,6 @@ def pytest_run(session, base, results, marker_args, rest, env=None, kind="parity
     jit = jit_summary(reports)
     if jit:
         session.log(f"{session.name}{f' ({tag})' if tag else ''}: {jit}")
-    if kind == "bench":  # the warm-up (beside the parity tests) is over: what the benchmarks compiled, it missed
-        log_warm_misses(session, reports, env)
     records = ledger.records_from_junit(xml.read_text(), base, imported=imported or {}) if xml.exists() else []
     if records and clash:
         records.append(ledger.record(base, kernel="(pytest)", verdict=ERROR, imported={}, message=clash))
@@ -305,7 +303,7 @@ def parity_body(session, lane, base, results, rest, m):
         finally:
             finish_jit_warm(session, warm)
         if warm is not None:
-            log_warm_misses(session, process_reports(raw_path(results, session, "imported.json")), {})
+            log_warm_misses(session, process_reports(raw_path(results, session, "imported.json")))
         return records, problem
     probe_rec = probe(session, base)
     if probe_rec["verdict"] != PASS:
@@ -360,12 +358,11 @@ def finish_jit_warm(session, warm: tuple[subprocess.Popen, IO[str]] | None) -> N
     session.log(f"{session.name}: {summary} (waited {time.monotonic() - t0:.0f} s for it after the tests)")
 
 
-def log_warm_misses(session, reports: list[dict], env: dict | None) -> None:
+def log_warm_misses(session, reports: list[dict]) -> None:
     """Where the lane's JIT warm-up listed its launches (:func:`.jit_warm.keys_path`, in the Triton cache the
     session uses): a line for each compile of these tests it did not cover, and why (:func:`.jit_warm.misses`)."""
-    cache = {**os.environ, **session.env, **(env or {})}.get("TRITON_CACHE_DIR")
     try:
-        lines = jit_warm.misses(reports, Path(cache) / jit_warm.KEYS if cache else None)
+        lines = jit_warm.misses(reports, jit_warm.keys_path({**os.environ, **session.env}))
     except Exception as exc:  # noqa: BLE001 - a diagnostic: the lane's verdicts never depend on it
         lines = [f"jit_warm: could not compare the tests' compiles with the warm list: {type(exc).__name__}: {exc}"]
     for line in lines:
@@ -411,7 +408,10 @@ def bench_body(session, lane, base, results, rest, m):
     """pytest-benchmark over ``bench/`` with :func:`bench_env`, one process (timings: never beside other tests).
     No untimed parallel pass first: the parity stage before it has compiled most of the kernels it needs, and
     such a pass costs a pytest start over every worker and a run of each benchmark for the few it would save."""
-    return pytest_run(session, base, results, ["bench/"], rest, env=bench_env(), kind="bench")
+    records, problem = pytest_run(session, base, results, ["bench/"], rest, env=bench_env(), kind="bench")
+    # The warm-up beside the parity tests is over: what the benchmarks still compiled, it missed.
+    log_warm_misses(session, process_reports(raw_path(results, session, "imported.json")))
+    return records, problem
 
 
 BODIES = {"compile": compile_body, "parity": parity_body, "bench": bench_body}

@@ -86,11 +86,11 @@ def warm_one(spec, torch, device) -> None:
     fn.warmup(grid=(1,), num_warps=spec.num_warps, num_stages=spec.num_stages, **kwargs)
 
 
-def keys_path() -> Path | None:
+def keys_path(env=os.environ) -> Path | None:
     """Where the warm-up lists what Triton keyed its launches on (:func:`.pytest_plugin.launch_key`): beside the
-    cache it filled, so that a later stage's tests can tell a launch it missed from one it warmed (None: no
-    ``TRITON_CACHE_DIR``)."""
-    cache = os.environ.get("TRITON_CACHE_DIR")
+    cache it filled (``env``'s ``TRITON_CACHE_DIR``), so that a later stage's tests can tell a launch it missed
+    from one it warmed (None: no cache named)."""
+    cache = env.get("TRITON_CACHE_DIR")
     return Path(cache) / KEYS if cache else None
 
 
