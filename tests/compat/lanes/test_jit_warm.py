@@ -184,11 +184,25 @@ def test_the_misses_say_which_argument_the_warm_up_keyed_otherwise(tmp_path):
     assert lines == ["jit_warm: compiled by the tests, not warmed: fwd in t::b: Q test ('*bf16', ''), warmed ('*bf16', 'D')",
                      "jit_warm: compiled by the tests, not warmed: merge in t::c: the warm-up launched no merge",
                      "jit_warm: compiled by the tests, not warmed: bwd in t::d: launch options differ",
-                     "jit_warm: 1 compile(s) keyed as a warmed launch was (the warm-up had not reached it, or the "
-                     "cache key differs beyond the arguments: source or environment)"]
+                     "jit_warm: 1 compile(s) keyed as a warmed launch was (the warm-up had not reached it yet, or "
+                     "this Triton does not say the rest of its cache key)"]
     assert jit_warm.misses(reports, keys, shown=1)[1] == ("jit_warm: ... and 2 more compile(s) outside the warm "
                                                          "list")
     assert jit_warm.misses(reports, tmp_path / "none.jsonl") == [] and jit_warm.misses(reports, None) == []
+
+
+def test_the_misses_say_which_part_of_the_cache_key_beyond_the_arguments_differs(tmp_path):
+    warmed = {**_launch("bwd"), "cache": {"source": "abc", "backend": "12.8-90", "env": {"TRITON_X": "1"}}}
+    keys = tmp_path / jit_warm.KEYS
+    keys.write_text(json.dumps(warmed) + "\n")
+    moved = {**_launch("bwd"), "cache": {"source": "abd", "backend": "13.0-90", "env": {"TRITON_X": "2"}}}
+    same = {**_launch("bwd"), "cache": dict(warmed["cache"])}
+    reports = [{"jit": {"names": ["bwd in t::a", "bwd in t::b"], "launches": [moved, same]}}]
+    assert jit_warm.misses(reports, keys) == [
+        "jit_warm: compiled by the tests, not warmed: bwd in t::a: the kernel's source key: test abd, warmed abc; "
+        "the backend's key (ptxas version, arch): test 13.0-90, warmed 12.8-90; TRITON_X test 2, warmed 1",
+        "jit_warm: 1 compile(s) keyed as a warmed launch was (the warm-up had not reached it yet, or this Triton "
+        "does not say the rest of its cache key)"]
 
 
 def test_the_launch_key_is_read_from_tritons_run_frame():
@@ -203,12 +217,24 @@ def test_the_launch_key_is_read_from_tritons_run_frame():
             options = {"num_warps": 4}  # noqa: F841
             return compile_it()
 
-    def compile_it():  # Triton's compile calls the listener from below run
+    class Backend:
+        def hash(self):
+            return "12.8-90"
+
+    def compile(src=None, target=None, options=None):  # noqa: A001 - named as Triton's, whose frame is read
+        backend, env_vars = Backend(), {"TRITON_X": 1}  # noqa: F841 - read from this frame by launch_key
+        return listener()
+
+    def compile_it():
+        return compile(src=SimpleNamespace(fn=SimpleNamespace(cache_key="f" * 64)))
+
+    def listener():  # Triton's compile calls the listener from below run
         return launch_key()
 
     assert Kernel().run() == {"kernel": "sel_fwd_kernel",
                               "specialization": {"Q": "('*bf16', 'D')", "T": "('i32', 'D')"},
-                              "options": {"num_warps": "4"}}
+                              "options": {"num_warps": "4"},
+                              "cache": {"source": "f" * 16, "backend": "12.8-90", "env": {"TRITON_X": "1"}}}
     assert launch_key() is None  # no run frame above
 
 

@@ -155,18 +155,28 @@ def misses(reports: list[dict], keys: Path | None, shown: int = 8) -> list[str]:
     if len(outside) > shown:
         lines.append(f"jit_warm: ... and {len(outside) - shown} more compile(s) outside the warm list")
     if same:
-        lines.append(f"jit_warm: {same} compile(s) keyed as a warmed launch was (the warm-up had not reached it, "
-                     "or the cache key differs beyond the arguments: source or environment)")
+        lines.append(f"jit_warm: {same} compile(s) keyed as a warmed launch was (the warm-up had not reached it "
+                     "yet, or this Triton does not say the rest of its cache key)")
     return lines
 
 
 def _differences(launch: dict, warmed: dict) -> list[str]:
     """What differs between a test's launch and a warmed one: ``ARG test X, warmed Y`` per argument, or the
-    options."""
+    options; where those agree, the part of Triton's cache key beyond them that differs (``cache_key_parts``)."""
     a, b = launch["specialization"], warmed["specialization"]
     out = [f"{k} test {a.get(k)}, warmed {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     if launch.get("options") != warmed.get("options"):
         out.append("launch options differ")
+    if out:
+        return out
+    ca, cb = launch.get("cache") or {}, warmed.get("cache") or {}
+    if ca.get("source") and cb.get("source") and ca["source"] != cb["source"]:
+        out.append(f"the kernel's source key: test {ca['source']}, warmed {cb['source']}")
+    if ca.get("backend") and cb.get("backend") and ca["backend"] != cb["backend"]:
+        out.append(f"the backend's key (ptxas version, arch): test {ca['backend']}, warmed {cb['backend']}")
+    ea, eb = ca.get("env"), cb.get("env")
+    if isinstance(ea, dict) and isinstance(eb, dict):
+        out += [f"{k} test {ea.get(k)}, warmed {eb.get(k)}" for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
     return out
 
 

@@ -73,20 +73,47 @@ def _every() -> int:
 def launch_key() -> dict | None:
     """What Triton keys the compile in progress on, read from its ``JITFunction.run`` frame (a compilation
     listener is called from inside it): the kernel's name, each argument's specialisation and the launch
-    options, as strings; None where no such frame is found (another Triton's launch path)."""
+    options, as strings, and beside them the rest of the on-disk cache key (:func:`cache_key_parts`); None where
+    no such frame is found (another Triton's launch path)."""
     frame = sys._getframe(1)
+    parts = None
     while frame is not None:
         loc = frame.f_locals
+        if parts is None and frame.f_code.co_name == "compile" and "src" in loc and "backend" in loc:
+            parts = cache_key_parts(loc)
         if frame.f_code.co_name == "run" and "specialization" in loc and "bound_args" in loc:
             names = list(loc["bound_args"])
             spec = [str(x) for x in loc["specialization"]]
             options = loc.get("options")
-            return {"kernel": getattr(loc.get("self"), "__name__", "?"),
-                    "specialization": dict(zip(names, spec)) if len(names) == len(spec) else {"*": spec},
-                    "options": {str(k): str(v) for k, v in sorted(options.items())} if isinstance(options, dict)
-                    else str(options)}
+            key = {"kernel": getattr(loc.get("self"), "__name__", "?"),
+                   "specialization": dict(zip(names, spec)) if len(names) == len(spec) else {"*": spec},
+                   "options": {str(k): str(v) for k, v in sorted(options.items())} if isinstance(options, dict)
+                   else str(options)}
+            if parts:
+                key["cache"] = parts
+            return key
         frame = frame.f_back
     return None
+
+
+def cache_key_parts(loc: dict) -> dict:
+    """The parts of Triton's on-disk cache key that a launch's arguments and options do not fix, from the locals of
+    ``triton.compile``: the kernel's source key (its text, the jitted functions it calls, the constexpr globals
+    it reads), the backend's (the ``ptxas`` version and arch: ``TRITON_PTXAS_PATH`` moves it) and the
+    cache-invalidating environment.  Each is left out where this Triton names it otherwise."""
+    out = {}
+    src, backend = loc.get("src"), loc.get("backend")
+    source = getattr(getattr(src, "fn", None), "cache_key", None)
+    if isinstance(source, str):
+        out["source"] = source[:16]
+    try:
+        out["backend"] = str(backend.hash())
+    except Exception:  # noqa: BLE001 - a diagnostic: never fail the compile it watches
+        pass
+    env = loc.get("env_vars")
+    if isinstance(env, dict):
+        out["env"] = {str(k): str(v) for k, v in sorted(env.items())}
+    return out
 
 
 class JitCount:
