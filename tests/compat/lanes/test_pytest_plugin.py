@@ -94,3 +94,61 @@ def test_plugin_counts_the_triton_compiles_of_its_process(tmp_path):
     import triton
     from triton import knobs  # noqa: F401 - the installed Triton has knobs (3.4+) here: it must count
     assert jit == {"compiled": [], "names": [], "launches": [], "cached": 0, "compile_s": 0.0}, triton.__version__
+
+
+SETTLE_KERNELS = '''import triton
+import triton.language as tl
+
+SCALE = tl.constexpr(3)
+
+
+@triton.jit
+def leaf(x):
+    return x * SCALE
+
+
+@triton.jit
+def middle(x):
+    return leaf(x)
+
+
+@triton.jit
+def kernel(X):
+    tl.store(X, middle(tl.load(X)))
+'''
+
+SETTLE_PROCESS = '''import json, sys
+sys.path.insert(0, sys.argv[1])
+from kpkg import mod
+from nsa_triton_sel.compat.lanes.pytest_plugin import settle_cache_keys
+if sys.argv[2] == "kernel-first":  # what Triton 3.2 - 3.7 leave in a process that hashed the kernel first:
+    mod.kernel.cache_key              # a key and globals without its helpers' (here, SCALE)
+    mod.kernel.hash, mod.kernel.used_global_vals = "without-the-helpers-globals", {}
+n = settle_cache_keys("kpkg")
+print(json.dumps([n, mod.kernel.cache_key, sorted(name for name, _ in mod.kernel.used_global_vals)]))
+'''
+
+
+def test_settled_cache_keys_do_not_depend_on_what_the_process_hashed_first(tmp_path):
+    """Triton 3.2 - 3.7 key a kernel hashed before its helpers without their constexpr globals; settled, every
+    process gives each function one key: the one with every callee's globals (here the leaf's SCALE)."""
+    pkg = tmp_path / "kpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(SETTLE_KERNELS)
+    env = {**__import__("os").environ, "TRITON_INTERPRET": "0"}  # JITFunctions, as a GPU lane has them
+    out = [json.loads(subprocess.run([sys.executable, "-c", SETTLE_PROCESS, str(tmp_path), order], env=env,
+                                     check=True, capture_output=True, text=True).stdout)
+           for order in ("kernel-first", "as-imported")]
+    assert out[0] == out[1] and out[0][0] == 3 and out[0][2] == ["SCALE"], out
+
+
+def test_a_lane_process_settles_the_kernels_keys_before_its_tests(monkeypatch):
+    from nsa_triton_sel.compat.lanes import pytest_plugin
+
+    calls = []
+    monkeypatch.setenv(pytest_plugin.ENV, "x.json")
+    monkeypatch.setattr(pytest_plugin, "settle_cache_keys", lambda: calls.append("settle"))
+    monkeypatch.setattr(pytest_plugin, "_count_jit", lambda: calls.append("count"))
+    pytest_plugin.pytest_collection_finish(None)
+    assert calls == ["settle", "count"]

@@ -186,6 +186,9 @@ def child(ref: str, index: int, of: int, nice: int = 0) -> int:
     import torch  # noqa: PLC0415
 
     _listen(keys_path())
+    from .pytest_plugin import settle_cache_keys  # noqa: PLC0415
+
+    settle_cache_keys()  # the keys the tests' processes give the kernels, whichever each launches first
 
     from ..registry.compile_spec import load_specs  # noqa: PLC0415
 

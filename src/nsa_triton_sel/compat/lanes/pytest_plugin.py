@@ -116,6 +116,44 @@ def cache_key_parts(loc: dict) -> dict:
     return out
 
 
+KERNELS = "nsa_triton_sel.kernels"  # the package whose jitted functions the lane's processes settle
+
+
+def settle_cache_keys(package: str = KERNELS, passes: int = 10) -> int:
+    """Give every jitted function of ``package`` the cache key Triton gives it once every function it calls is
+    hashed, whatever this process launches first; returns how many functions (0 where none is a JITFunction:
+    the interpreter, no Triton).
+
+    Triton hashes a function by its source, the keys of the functions it calls and the constexpr globals they
+    read, which it merges from each callee.  Triton 3.2 - 3.7 merge a callee's globals *before* hashing it, so a
+    kernel hashed before its helpers leaves their globals out: its key, and so the on-disk cache entry it reads,
+    depends on which kernel the process launched first, and two processes (a test worker, the JIT warm-up, the
+    benchmarks) compile the same launch twice.  Rehashing every function until no key moves gives each one the
+    key of a process that hashed its helpers first (3.0, 3.1 and 3.8+ give it anyway).  The compiled code is
+    the same either way; only the name of its cache entry moves."""
+    import importlib  # noqa: PLC0415
+    import pkgutil  # noqa: PLC0415
+
+    try:
+        from triton.runtime.jit import JITFunction  # noqa: PLC0415
+        pkg = importlib.import_module(package)
+        modules = [importlib.import_module(f"{package}.{m.name}")
+                   for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)]
+    except Exception:  # noqa: BLE001 - no (working) Triton or kernels: nothing to settle
+        return 0
+    fns = [obj for mod in modules for _, obj in sorted(vars(mod).items())
+           if isinstance(obj, JITFunction) and obj.fn.__module__ == mod.__name__ and hasattr(obj, "hash")]
+    before = None
+    for _ in range(passes):
+        for fn in fns:
+            fn.hash = None
+        keys = [fn.cache_key for fn in fns]
+        if keys == before:
+            break
+        before = keys
+    return len(fns)
+
+
 class JitCount:
     """A Triton compilation listener: kernels compiled (cache keys; beside them, each one's kernel name, the
     test that compiled it and what Triton keyed it on, :func:`launch_key`) and loaded from the cache, and the
@@ -246,6 +284,7 @@ def pytest_runtest_logstart(nodeid, location):  # noqa: ARG001 - pytest's hook s
 
 def pytest_collection_finish(session):  # noqa: ARG001 - the test modules are imported: Triton is, if they use it
     if os.environ.get(ENV):
+        settle_cache_keys()  # before any launch: the keys the JIT warm-up and the other processes give them
         _count_jit()
 
 
