@@ -163,8 +163,7 @@ def misses(reports: list[dict], keys: Path | None, shown: int = 8) -> list[str]:
 def _differences(launch: dict, warmed: dict) -> list[str]:
     """What differs between a test's launch and a warmed one: ``ARG test X, warmed Y`` per argument, or the
     options; where those agree, the part of Triton's cache key beyond them that differs (``cache_key_parts``)."""
-    a, b = launch["specialization"], warmed["specialization"]
-    out = [f"{k} test {a.get(k)}, warmed {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    out = _changed(launch["specialization"], warmed["specialization"])
     if launch.get("options") != warmed.get("options"):
         out.append("launch options differ")
     if out:
@@ -174,10 +173,15 @@ def _differences(launch: dict, warmed: dict) -> list[str]:
         out.append(f"the kernel's source key: test {ca['source']}, warmed {cb['source']}")
     if ca.get("backend") and cb.get("backend") and ca["backend"] != cb["backend"]:
         out.append(f"the backend's key (ptxas version, arch): test {ca['backend']}, warmed {cb['backend']}")
-    ea, eb = ca.get("env"), cb.get("env")
-    if isinstance(ea, dict) and isinstance(eb, dict):
-        out += [f"{k} test {ea.get(k)}, warmed {eb.get(k)}" for k in sorted(set(ea) | set(eb)) if ea.get(k) != eb.get(k)]
+    if isinstance(ca.get("env"), dict) and isinstance(cb.get("env"), dict):
+        out += _changed(ca["env"], cb["env"])
     return out
+
+
+def _changed(test: dict, warmed: dict) -> list[str]:
+    """``NAME test X, warmed Y`` for each name whose value differs between the two."""
+    return [f"{k} test {test.get(k)}, warmed {warmed.get(k)}" for k in sorted(set(test) | set(warmed))
+            if test.get(k) != warmed.get(k)]
 
 
 def child(ref: str, index: int, of: int, nice: int = 0) -> int:

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 from ..core.env import imported_origins, imported_versions
 
@@ -227,11 +228,8 @@ def jit_summary(files) -> str | None:
         return line
     if len(names) <= LISTED:
         return f"{line}; compiled: {'; '.join(names)}"
-    kernels: dict[str, int] = {}
-    for n in names:
-        kernel = n.split(" in ", 1)[0]
-        kernel = "torch.compile's (Inductor)" if kernel.startswith(INDUCTOR) else kernel
-        kernels[kernel] = kernels.get(kernel, 0) + 1
+    kernels = Counter("torch.compile's (Inductor)" if k.startswith(INDUCTOR) else k
+                      for k in (n.split(" in ", 1)[0] for n in names))
     top = sorted(kernels.items(), key=lambda kv: (-kv[1], kv[0]))
     return f"{line}; by kernel: {', '.join(f'{k} {n}' for k, n in top)}"
 
