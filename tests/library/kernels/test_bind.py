@@ -11,76 +11,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from fake_triton import PLAN, AttrKernel, FakeJIT, PropKernel, bound, kw
 from nsa_triton_sel.kernels import bind
 
 
-class _AttrKernel:
-    """3.0-3.5: the launcher is an instance attribute."""
-
-    def __init__(self, launches):
-        self.function, self.packed_metadata = 1234567890123, ("packed",)
-        self.run = lambda *a: launches.append(a)
-
-
-class _PropKernel:
-    """3.6+: the launcher lives in ``_run`` behind a read-only ``run`` property."""
-
-    def __init__(self, launches):
-        self.function, self.packed_metadata = 987654321987, ("packed",)
-        self._run = lambda *a: launches.append(a)
-
-    @property
-    def run(self):
-        return self._run
-
-
-class _FakeJIT:
-    """``fn[grid](*args, **kw)``: one compiled kernel per specialisation, launched as Triton does."""
-
-    def __init__(self, kernel_type, passes_constexprs, convert=None):
-        self.launches, self.plain_calls, self.kernels = [], 0, {}
-        self.kernel_type, self.passes_constexprs, self.convert = kernel_type, passes_constexprs, convert
-        self.__name__ = "fake_kernel"
-
-    def __getitem__(self, grid):
-        def launch(*args, **kw):
-            self.plain_calls += 1
-            spec = tuple(a if type(a) is int else (a.dtype, a.data_ptr() & 15) if isinstance(a, torch.Tensor)
-                         else float for a in args) + tuple(sorted(kw.items()))
-            kernel = self.kernels.setdefault(spec, self.kernel_type(self.launches))
-            passed = [self.convert(a) for a in args] if self.convert else list(args)
-            tail = [v for k, v in sorted(kw.items()) if k.isupper()] if self.passes_constexprs else []
-            g = tuple(grid) + (1,) * (3 - len(grid))
-            if self.kernel_type is _PropKernel:  # 3.5+: empty HookChains, launch metadata built every launch
-                meta, hooks = {"name": "fake_kernel"}, (SimpleNamespace(calls=[]), SimpleNamespace(calls=[]))
-            else:
-                meta, hooks = None, (None, None)
-            kernel.run(*g, "stream", kernel.function, kernel.packed_metadata, meta, *hooks, *passed, *tail)
-            return kernel
-        return launch
-
-
-def _bound(fn):
-    b = bind.Bound(fn)
-    b._stream, b._device, b._hooks = (lambda dev: "stream"), (lambda: 0), ()
-    return b
-
-
-PLAN = object()
-
-
-def _kw():
-    return {"BLOCK": 64, "MODE": 2, "num_warps": 4}
-
-
-@pytest.mark.parametrize("kernel_type, constexprs", [(_AttrKernel, False), (_AttrKernel, True), (_PropKernel, True)],
+@pytest.mark.parametrize("kernel_type, constexprs", [(AttrKernel, False), (AttrKernel, True), (PropKernel, True)],
                          ids=["3.0-3.2", "3.3-3.5", "3.6+"])
 def test_third_call_launches_the_recorded_launcher_with_the_same_arguments(kernel_type, constexprs):
-    fn = _FakeJIT(kernel_type, constexprs)
-    b = _bound(fn)
+    fn = FakeJIT(kernel_type, constexprs)
+    b = bound(fn)
     x, y = torch.zeros(8), torch.zeros(4, dtype=torch.int32)
     for _ in range(4):
-        b(PLAN, (3, 2), (x, y, 5, 0.25, 128), _kw)
+        b(PLAN, (3, 2), (x, y, 5, 0.25, 128), kw)
     assert fn.plain_calls == 2  # the first call and the recording; the last two are bound
     assert b.bound_launches == 2 and b.off is None
     assert len(fn.launches) == 4
@@ -93,83 +35,83 @@ def test_third_call_launches_the_recorded_launcher_with_the_same_arguments(kerne
 
 
 def test_a_new_integer_value_is_a_new_shape_not_a_replay():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     x = torch.zeros(8)
     for _ in range(3):
-        b(PLAN, (1,), (x, 16), _kw)
-    b(PLAN, (1,), (x, 17), _kw)  # Triton specialises on divisibility: a different compiled kernel
+        b(PLAN, (1,), (x, 16), kw)
+    b(PLAN, (1,), (x, 17), kw)  # Triton specialises on divisibility: a different compiled kernel
     assert fn.plain_calls == 3
     assert fn.launches[-1][9:11] == (x, 17)
 
 
 def test_a_new_tensor_alignment_is_a_new_shape():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     base = torch.zeros(64)
     for _ in range(3):
-        b(PLAN, (1,), (base[:8],), _kw)
-    b(PLAN, (1,), (base[1:9],), _kw)  # 4 bytes off 16-byte alignment
+        b(PLAN, (1,), (base[:8],), kw)
+    b(PLAN, (1,), (base[1:9],), kw)  # 4 bytes off 16-byte alignment
     assert fn.plain_calls == 3
 
 
 def test_a_launcher_that_gets_other_arguments_than_passed_turns_the_binding_off():
-    fn = _FakeJIT(_AttrKernel, False, convert=lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a)
-    b = _bound(fn)
+    fn = FakeJIT(AttrKernel, False, convert=lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a)
+    b = bound(fn)
     x = torch.zeros(8)
     for _ in range(4):
-        b(PLAN, (1,), (x, 3), _kw)
+        b(PLAN, (1,), (x, 3), kw)
     assert b.off and "argument 0 reached the launcher as int" in b.off
     assert fn.plain_calls == 4 and len(fn.launches) == 4 and b.bound_launches == 0
 
 
 def test_launch_hooks_take_the_plain_path():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     hooks = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
     b._hooks = (hooks,)
     x = torch.zeros(8)
     for _ in range(3):
-        b(PLAN, (1,), (x,), _kw)
+        b(PLAN, (1,), (x,), kw)
     assert b.bound_launches == 1
     hooks.launch_enter_hook = print  # a profiler: Triton must see the launch and build its metadata
-    b(PLAN, (1,), (x,), _kw)
+    b(PLAN, (1,), (x,), kw)
     assert b.bound_launches == 1 and fn.plain_calls == 3
 
 
 def test_an_empty_hook_chain_is_no_hook():
     """Triton 3.5+ keeps its hooks in HookChain objects, never None: empty ones must not block the binding."""
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     hooks = SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[]), launch_exit_hook=SimpleNamespace(calls=[]))
     b._hooks = (hooks,)
     for _ in range(3):
-        b(PLAN, (1,), (torch.zeros(8),), _kw)
+        b(PLAN, (1,), (torch.zeros(8),), kw)
     assert b.bound_launches == 1
     hooks.launch_enter_hook.calls.append(print)
-    b(PLAN, (1,), (torch.zeros(8),), _kw)
+    b(PLAN, (1,), (torch.zeros(8),), kw)
     assert b.bound_launches == 1 and fn.plain_calls == 3
 
 
 def test_disabled_is_the_plain_path(monkeypatch):
     monkeypatch.setattr(bind, "ENABLED", False)
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     for _ in range(3):
-        b(PLAN, (1,), (torch.zeros(8),), _kw)
+        b(PLAN, (1,), (torch.zeros(8),), kw)
     assert fn.plain_calls == 3 and b.bound_launches == 0
 
 
-def test_report_says_why_a_kernel_is_not_bound():
+def test_report_says_why_a_kernel_is_notbound():
     from nsa_triton_sel import caches
 
     caches.clear()
-    fn = _FakeJIT(_AttrKernel, False, convert=lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a)
+    fn = FakeJIT(AttrKernel, False, convert=lambda a: a.data_ptr() if isinstance(a, torch.Tensor) else a)
     b = bind.bound(fn)
     b._stream, b._device, b._hooks = (lambda dev: "stream"), (lambda: 0), ()
     x = torch.zeros(8)
     for _ in range(2):
-        b(PLAN, (1,), (x,), _kw)
+        b(PLAN, (1,), (x,), kw)
     assert bind.report()["fake_kernel"].startswith("JITFunction.run: argument 0")
     caches.clear()  # the registry (config.refresh) forgets the recorded launches and the reasons
     assert bind.report() == {}
@@ -183,28 +125,28 @@ def test_the_key_has_each_integer_run_as_a_slice_each_tensor_twice_and_no_float(
 
 
 def test_a_float_is_never_a_new_shape_and_an_integer_where_a_tensor_was_stops_the_binding():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     x = torch.zeros(8)
     for scale in (0.5, 0.5, 0.25):
-        b(PLAN, (1,), (x, 16, scale), _kw)
+        b(PLAN, (1,), (x, 16, scale), kw)
     assert fn.plain_calls == 2 and b.bound_launches == 1 and fn.launches[-1][9:12] == (x, 16, 0.25)
-    b(PLAN, (1,), (3, 16, 0.5), _kw)  # the key function cannot read a tensor's dtype from an int
+    b(PLAN, (1,), (3, 16, 0.5), kw)  # the key function cannot read a tensor's dtype from an int
     assert b.off and "cannot key the arguments" in b.off and fn.plain_calls == 3
 
 
 def test_a_new_shape_with_another_argument_layout_stops_the_binding():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
     x = torch.zeros(8)
     for _ in range(3):
-        b(PLAN, (1,), (x, 16), _kw)
-    b(PLAN, (1,), (x, 1.5), _kw)  # a float where an int was: the key would drop it
+        b(PLAN, (1,), (x, 16), kw)
+    b(PLAN, (1,), (x, 1.5), kw)  # a float where an int was: the key would drop it
     assert b.off == "the argument types changed between calls: tf after ti" and fn.plain_calls == 3
 
 
 def test_an_argument_of_another_type_is_the_plain_path_with_the_reason():
-    fn = _FakeJIT(_PropKernel, True)
-    b = _bound(fn)
-    b(PLAN, (1,), (torch.zeros(8), None), _kw)
+    fn = FakeJIT(PropKernel, True)
+    b = bound(fn)
+    b(PLAN, (1,), (torch.zeros(8), None), kw)
     assert b.off == "cannot key arguments of types other than tensor, int and float (1: NoneType)"
