@@ -6,7 +6,8 @@ Modes: eager, eager after warm-up (signature, route and plan remembered), ``torc
 ``fullgraph=True`` and ``mode="reduce-overhead"`` (each after eager warm-up calls), and a training step
 (forward + backward) captured in a CUDA graph and replayed on new values.  Checked every time: the output,
 the LSE and the gradients of q, k and v (through the output and the LSE) against the float64 oracle on
-fresh values, and 0 graph breaks under ``torch.compile``.
+fresh values, and 0 graph breaks under ``torch.compile``.  A repeated decode step without autograd, which
+replays its launches (``replay.py``), is checked against float64 and bit for bit against the way down.
 
 A compile mode that fails where Inductor runs a Triton other than the one its torch pins (an off-pair GPU
 lane) is recorded as an xfail with the error and the reason, never skipped; on the pair it fails.
@@ -19,6 +20,8 @@ import torch
 
 import contract_cases as C
 from contract_cases import GRAD_TOL, LSE_TOL, OUT_TOL, rel
+
+from nsa_triton_sel import selection_attention
 
 pytestmark = [pytest.mark.gpu, pytest.mark.contract]
 
@@ -159,3 +162,92 @@ def test_lse_gradients_of_the_kernels_are_as_good_as_the_reference_paths():
         errs[backend] = {n: rel(x.grad, r.grad) for n, x, r in zip("qk", (q, k), xs)}
     for n in "qk":
         assert errs["triton"][n] <= 2 * max(errs["sdpa"][n], 1e-3), errs
+
+
+@pytest.mark.parametrize("spans", ["ranges", "blocks"])
+@pytest.mark.parametrize("rows", [4, 160], ids=["split-decode", "one-launch"])
+def test_a_repeated_decode_step_replays_its_launches(spans, rows):
+    """A decode step (S = 1, ``validate=False``, no autograd) called again and again replays its signature's
+    launches (``replay.py``) from its fourth call: right against float64 and equal bit for bit to the way down on
+    the same values, with and without the LSE, through the split-L decode (two launches, two workspaces) and one
+    launch.  A call a replay may not answer (autograd, a misaligned or transposed q, CUDA-graph capture,
+    ``torch.compile``) takes the way down and is right too."""
+    from nsa_triton_sel import replay
+
+    T = 300
+    gen = torch.Generator().manual_seed(rows)
+    blocks = torch.stack([C.causal_blocks(1, torch.tensor([T - 1]), gen) for _ in range(rows)]).to("cuda")
+    positions = torch.full((rows, 1), T - 1, device="cuda")
+    ranges = C.block_indices_to_ranges(blocks, C.BS, T, positions)
+    dgen = torch.Generator(device="cuda").manual_seed(rows)
+
+    def fresh():
+        return (C._rand(rows, 1, C.G, C.H_PER_G, C.D, gen=dgen), C._rand(rows, C.G, T, C.D, gen=dgen),
+                C._rand(rows, C.G, T, C.D, gen=dgen))
+
+    def call(q, k, v, lse=True):
+        if spans == "ranges":
+            return selection_attention(q, k, v, ranges, validate=False, return_lse=lse)
+        return selection_attention(q, k, v, block_indices=blocks, block_size=C.BS, positions=positions,
+                                   validate=False, return_lse=lse)
+
+    def right(q, k, v, out, lse=None):
+        ro, rl = C.oracle(q.double(), k.double(), v.double(), ranges)
+        assert rel(out, ro) <= OUT_TOL
+        if lse is not None:
+            fin = torch.isfinite(rl)
+            assert torch.equal(torch.isfinite(lse), fin) and rel(lse[fin], rl[fin]) <= LSE_TOL
+
+    replay.forget()
+    for return_lse in (True, False):
+        for i in range(6):
+            q, k, v = fresh()
+            got = call(q, k, v, return_lse)
+            replay.ENABLED = False
+            try:
+                want = call(q, k, v, return_lse)
+            finally:
+                replay.ENABLED = True
+            got, want = (got, want) if return_lse else ((got, None), (want, None))
+            assert torch.equal(got[0], want[0]), f"call {i + 1}: the replay's output differs from the way down's"
+            if return_lse:
+                assert torch.equal(got[1], want[1]), f"call {i + 1}: the replay's LSE differs from the way down's"
+            right(q, k, v, *got)
+    report = replay.report()
+    assert len(report) == 2 and all(r.startswith("replayed") and int(r.split()[1]) >= 3 for r in report.values()), report
+
+    q, k, v = fresh()
+    qg = q.clone().requires_grad_()
+    out, lse = call(qg, k, v)
+    assert out.grad_fn is not None  # autograd recorded it: the way down
+    right(q, k, v, out.detach(), lse.detach())
+    misaligned = torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)[1:].view(q.shape).copy_(q)
+    right(q, k, v, *call(misaligned, k, v))
+    transposed = q.transpose(3, 4).contiguous().transpose(3, 4)
+    right(q, k, v, *call(transposed, k, v))
+
+    static = fresh()
+    call(*static)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(*static)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = call(*static)
+    for _ in range(2):
+        new = fresh()
+        for x, y in zip(static, new):
+            x.copy_(y)
+        graph.replay()
+        torch.cuda.synchronize()
+        right(*new, *static_out)
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(call, fullgraph=True)
+    for _ in range(2):
+        q, k, v = fresh()
+        right(q, k, v, *compiled(q, k, v))
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == 0

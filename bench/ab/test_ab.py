@@ -176,13 +176,20 @@ def _gpu_rounds(benchmark, l2_flush, fn, *, rounds: int, before=None, graph: boo
 
 
 def launch_report() -> str:
-    """How each kernel launched in this process (the bound launcher, or ``JITFunction.run`` and why): a process
-    that lost its binding pays Triton's argument binding on every launch, which a host time alone cannot tell."""
+    """How each kernel launched in this process (the bound launcher, or ``JITFunction.run`` and why) and how each
+    decode signature ran (replayed, or why it took the way down): a process that lost either pays host time on
+    every call, which a host time alone cannot tell."""
     try:
         from nsa_triton_sel.kernels import bind
     except ImportError as exc:  # another revision's package without the bound launcher
         return f"unknown ({exc})"
-    return "; ".join(f"{k}: {v}" for k, v in bind.report().items()) or "no kernel launched"
+    launches = "; ".join(f"{k}: {v}" for k, v in bind.report().items()) or "no kernel launched"
+    try:
+        from nsa_triton_sel import replay
+    except ImportError:  # another revision's package without replays
+        return launches
+    replays = "; ".join(f"{k}: {v}" for k, v in replay.report().items()) or "none"
+    return f"{launches}; replays: {replays}"
 
 
 def _record_tree(benchmark) -> None:

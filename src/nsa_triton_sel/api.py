@@ -2,7 +2,8 @@
 
 One way down, each step called once (README, "From selection_attention to a kernel"):
 
-1. here: the public function;
+1. here: the public function; a repeated decode step whose signature walked the steps below before runs the
+   allocations and launches they made then (``replay.py``: steps 2-5, remembered as generated Python);
 2. ``arguments.parse``: layouts, packed batches, the checks, the route -> one ``Call``;
 3. ``op``: the ``torch.library`` operator (autograd, ``torch.compile``, fake tensors); a plain eager call
    that needs no autograd runs its implementation directly;
@@ -24,9 +25,9 @@ import time
 
 import torch
 
-from . import arguments, failures, known_bad, op, reference
+from . import arguments, failures, known_bad, op, reference, replay
 from .arguments import Call, Route
-from .contract import as_ranges
+from .contract import as_ranges, is_compiling
 
 log = logging.getLogger("nsa_triton_sel")
 
@@ -51,10 +52,19 @@ def selection_attention(
     the layouts ``q [B, T, HQ, Dk]`` / ``[T, HQ, Dk]`` with ``k/v [B, T, H, D]`` / ``[T, H, D]``: see
     ``arguments/layouts.py``.
     """
-    return run(arguments.parse(q, k, v, ranges, block_indices=block_indices, block_size=block_size,
-                               positions=positions, scale=scale, backend=backend, return_lse=return_lse,
-                               validate=validate, cu_seqlens=cu_seqlens, cu_seqlens_q=cu_seqlens_q,
-                               cu_seqlens_k=cu_seqlens_k))
+    replayable = validate is False and cu_seqlens is None and cu_seqlens_q is None and cu_seqlens_k is None
+    if replayable and not is_compiling():
+        hit = replay.lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend, return_lse)
+        if hit is not None:
+            return hit
+    call = arguments.parse(q, k, v, ranges, block_indices=block_indices, block_size=block_size,
+                           positions=positions, scale=scale, backend=backend, return_lse=return_lse,
+                           validate=validate, cu_seqlens=cu_seqlens, cu_seqlens_q=cu_seqlens_q,
+                           cu_seqlens_k=cu_seqlens_k)
+    if replayable and replay.recordable(call):
+        return replay.record(run, call, (q, k, v, ranges, block_indices, block_size, positions, scale, backend,
+                                         return_lse))
+    return run(call)
 
 
 def run(call: Call):
@@ -107,6 +117,7 @@ def _compute(c: Call) -> tuple[tuple, Route]:
 
         result, failed = failures.FORWARD.recover(failures.key_of(c.q, c.v), exc, fallback, stacklevel=4)
     arguments.forget_routes()  # the next call of this configuration routes to packed SDPA
+    replay.forget()
     return result, Route("sdpa", f"Triton failed: {failed}")
 
 

@@ -112,9 +112,11 @@ class Bound:
         self._key_of = None  # (plan, device, args) -> key, generated for that layout
 
     def __call__(self, plan, grid, args, kwargs):
-        """Launch ``fn[grid](*args, **kwargs())``; ``plan`` fixes ``kwargs`` (a callable: built on a miss only)."""
+        """Launch ``fn[grid](*args, **kwargs())``; ``plan`` fixes ``kwargs`` (a callable: built on a miss only).
+        Returns the recorded launcher where it launched (a replay calls it again: ``replay.py``), else None."""
         if self.off is not None or not ENABLED or type(grid) is not tuple or self._hooked():
-            return self.fn[grid](*args, **kwargs())
+            self.fn[grid](*args, **kwargs())
+            return None
         if self._key_of is None:
             why = self._start(args)
             if why:
@@ -129,7 +131,7 @@ class Bound:
             entry.run(g[0], g[1], g[2], self._stream(self._device()), entry.function, entry.packed, None, None,
                       None, *args, *entry.tail)
             self.bound_launches += 1
-            return None
+            return entry
         if _layout(args) != self._layout:  # a new shape: its key is only as good as the layout it was built for
             return self._give_up(f"the argument types changed between calls: {_layout(args)} after {self._layout}",
                                  grid, args, kwargs)
@@ -212,7 +214,8 @@ class Bound:
     def _give_up(self, why, grid, args, kwargs):
         self.off = why
         self.shapes.clear()
-        return self.fn[grid](*args, **kwargs())
+        self.fn[grid](*args, **kwargs())
+        return None
 
 
 def _kind(a) -> str:

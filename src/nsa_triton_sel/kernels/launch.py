@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .. import plan as P
+from .. import replay
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
 from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS
@@ -41,14 +42,26 @@ def _tune(tune: dict) -> tuple:
     return tuple(sorted(tune.items()))
 
 
-def _go(fn, wrap, plan, grid, args, kwargs):
+def _go(fn, wrap, plan, grid, args, kwargs) -> None:
     """Launch ``fn[grid](*args, **kwargs())``: through ``wrap`` (torch.compile) or the interpreter as
-    given, on a GPU through the bound launcher (``bind.py``: no per-call argument binding)."""
-    if wrap is not None:
-        return wrap(fn)[grid](*args, **kwargs())
-    if not args[0].is_cuda:
-        return fn[grid](*args, **kwargs())
-    return bind.bound(fn)(plan, grid, args, kwargs)  # (an interpreted kernel launches plainly there)
+    given, on a GPU through the bound launcher (``bind.py``: no per-call argument binding).  A recording
+    call (``replay.py``) is told what launched, and how."""
+    rec = getattr(replay.ACTIVE, "recording", None)
+    if wrap is not None or not args[0].is_cuda:
+        if rec is not None:
+            rec.refuse("a launch outside the bound launchers (torch.compile or the interpreter)")
+        (fn if wrap is None else wrap(fn))[grid](*args, **kwargs())
+        return
+    b = bind.bound(fn)
+    launcher = b(plan, grid, args, kwargs)  # (an interpreted kernel launches plainly there)
+    if rec is None:
+        return
+    if launcher is not None:
+        rec.launches.append((b, launcher, grid, args))
+    elif b.off is not None:
+        rec.refuse(f"{b.name} launches through JITFunction.run: {b.off}")
+    else:
+        rec.refuse(f"{b.name} is not bound yet", retry=True)
 
 
 def run(plan: P.Launch, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_scale: float, block_size: int = 0,
@@ -72,8 +85,8 @@ def run(plan: P.Launch, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_
     split = plan.num_splits > 1 or meta.SPLIT
     if split:  # (token, group, split) partial results, merged below
         rows = plan.merge_grid[0] * G * plan.num_splits
-        op = torch.empty((rows, h, Dv), device=q.device, dtype=torch.float32)
-        lp = torch.empty((rows, h), device=q.device, dtype=torch.float32)
+        op = _empty((rows, h, Dv), torch.float32, q.device)
+        lp = _empty((rows, h), torch.float32, q.device)
     else:
         op = lp = dummy
     args = params.packer(fwd_kernels.sel_fwd_kernel)(
@@ -144,10 +157,18 @@ def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_s
     return readers
 
 
+def _empty(shape, dtype, device):
+    """``torch.empty``, noted by a recording call (``replay.py``): the launcher's outputs and workspaces."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    rec = getattr(replay.ACTIVE, "recording", None)
+    if rec is not None:
+        rec.allocs.append((t, tuple(shape), dtype))
+    return t
+
+
 def _outputs(shape_o, shape_l, dtype, device, return_lse, out=None, lse_out=None):
-    o = torch.empty(shape_o, dtype=dtype, device=device) if out is None else out
-    lse = (torch.empty(shape_l, dtype=torch.float32, device=device) if lse_out is None else lse_out) if return_lse \
-        else None
+    o = _empty(shape_o, dtype, device) if out is None else out
+    lse = (_empty(shape_l, torch.float32, device) if lse_out is None else lse_out) if return_lse else None
     return o, lse
 
 
