@@ -237,11 +237,24 @@ def forget() -> None:
     _REPLAYS.clear()
 
 
+def _name(key: tuple) -> str:
+    """A signature in words: the shapes of q, k, v and the spans, q's dtype, the spans' kind, and the LSE if
+    returned (the strides, devices and other options are left out)."""
+    shapes = " ".join(str(list(s)) for s in key[0:8:2])
+    return f"{shapes} {str(key[8]).replace('torch.', '')} {'blocks' if key[16] else 'ranges'}" + \
+        (" +lse" if key[21] else "")
+
+
 def report() -> dict[str, str]:
-    """Per remembered signature (shapes of q, k, v and the spans): replayed (and how often), or why not."""
+    """Per remembered signature (:func:`_name`; ``#2``, ``#3``... where two differ only in what it leaves out):
+    replayed (and how often), or why not."""
     out = {}
     for key, r in _REPLAYS.items():
-        name = " ".join(str(list(s)) for s in key[0:8:2])
+        name = base = _name(key)
+        n = 1
+        while name in out:
+            n += 1
+            name = f"{base} #{n}"
         if type(r) is Replay:
             out[name] = f"replayed {r.hits} time(s)"
         elif isinstance(r, str):

@@ -113,6 +113,12 @@ def test_return_lse_gives_both_outputs_and_is_part_of_the_signature(kernel):
     out, lse = replay.lookup(*_args(q, k, v, spans, return_lse=True))
     assert out.shape == (2, 1, 1, 4, 8) and lse.shape == (2, 1, 1, 4)
     assert replay.lookup(*_args(q, k, v, spans, return_lse=False)) is None
+    for _ in range(3):
+        _record(fn, q, k, v, spans, _way_down(), return_lse=False)
+    assert replay.lookup(*_args(q, k, v, spans, return_lse=False)) is not None
+    names = replay.report()
+    assert len(names) == 2 and sorted(names.values()) == ["replayed 1 time(s)", "replayed 1 time(s)"], names
+    assert any(n.endswith("float32 ranges +lse") for n in names) and any(n.endswith("float32 ranges") for n in names)
 
 
 @pytest.mark.parametrize("change", ["stride", "misaligned", "shape", "dtype", "grad", "scale", "backend", "blocks",
