@@ -10,10 +10,10 @@ of 64, bf16.  For each call (``validate=True`` on ranges, ``validate=False`` on 
 - GPU us/call: one call captured in a CUDA graph, replayed N times between CUDA events (no host cost);
   calls that sync (``validate=True``) cannot be captured: their row shows the captured validate=False call.
 
-"unbound" rows switch the bound launcher off (``kernels/bind.py``: every launch through Triton's
-``JITFunction.run``).  A repeated call finds its signature, route and plan remembered (``arguments``,
-``plan.plan_call``): that memory, not a separate fast path, is what keeps a repeated decode step cheap.  The
-launchers' binding state is printed after the table.
+"way down" rows switch the replay of a repeated decode step off (``replay.py``): the call walks the steps, finding
+its signature, route and plan remembered (``arguments``, ``plan.plan_call``).  "unbound" rows switch the bound
+launcher off (``kernels/bind.py``: every launch through Triton's ``JITFunction.run``), and with it the replay, which
+calls the bound launchers.  The launchers' binding state is printed after the table.
 
 Prefill, canonical shape at T = 8K (and the auto path at 64K): wall ms per call of validate=True,
 validate=False and the bare kernel the dispatcher picks, back to back with one sync at the end
@@ -44,7 +44,7 @@ import torch
 
 from bench.common import timers
 
-from nsa_triton_sel import arguments, config, selection_attention
+from nsa_triton_sel import arguments, config, replay, selection_attention
 from nsa_triton_sel.contract import block_flags, n_blocks
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.kernels import bind, direct, launch
@@ -109,13 +109,24 @@ def wall_ms(fn, calls: int) -> float:
 
 
 def unbound(fn):
-    """``fn`` with the bound launcher (``kernels/bind.py``) off."""
+    """``fn`` with the bound launcher (``kernels/bind.py``) off, and the replay, which calls the bound launchers."""
     def call():
-        bind.ENABLED = False
+        bind.ENABLED = replay.ENABLED = False
         try:
             return fn()
         finally:
-            bind.ENABLED = True
+            bind.ENABLED = replay.ENABLED = True
+    return call
+
+
+def way_down(fn):
+    """``fn`` with the replay of a repeated decode step (``replay.py``) off: the steps of the way down."""
+    def call():
+        replay.ENABLED = False
+        try:
+            return fn()
+        finally:
+            replay.ENABLED = True
     return call
 
 
@@ -127,6 +138,7 @@ def decode_calls(p: dict) -> dict:
         "validate=False (ranges)": lambda: selection_attention(q, k, v, ranges, validate=False),
         "block_indices, validate=False": lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False),
+        "validate=False (ranges), way down": way_down(lambda: selection_attention(q, k, v, ranges, validate=False)),
         "validate=False (ranges), unbound": unbound(lambda: selection_attention(q, k, v, ranges, validate=False)),
         "block_indices, validate=False, unbound": unbound(lambda: selection_attention(
             q, k, v, block_indices=blocks, block_size=p["bs"], positions=pos_b, validate=False)),
