@@ -8,6 +8,13 @@ here, as generated Python: one ``torch.empty`` per output and workspace, one cal
 with the call's tensors in their places (:class:`Replay`).  The next call with the same signature runs that
 instead (:func:`lookup`); every other call takes the way down.
 
+A replay passes the launchers device pointers as integers, which Triton's launcher takes as they are: it would
+otherwise ask each tensor for its pointer and the driver whether the pointer is a device one, and the
+signature already says every tensor is on the recorded device.  A buffer that no result returns and one launch
+alone receives (the LSE of a call that does not return it) is written and never read: it is allocated once per
+stream and kept (:class:`Replay`'s ``scratch``), not once per call.  Per stream, since the caching allocator
+hands a freed block on only in its stream's order.
+
 What a replay may skip is what a signature decides.  So a call is recorded (:func:`recordable`) and replayed
 only where nothing else can change the answer:
 
@@ -43,7 +50,12 @@ ENABLED = True  # tests and benchmarks switch it off to compare with the way dow
 MAX_SIGNATURES = 1024
 RETRIES = 4  # recordings of a signature whose launches were not bound yet, before it is given up
 _REPLAYS: dict = caches.register("replays", {})  # signature -> Replay, or the reason it takes the way down
+MAX_STREAMS = 8  # per signature, streams with a scratch buffer kept; past it they are dropped (a stream per call)
 _dispatch_mode = torch.utils._python_dispatch._get_current_dispatch_mode
+# The current CUDA device and stream capture, asked of torch's C functions where it has them (the public
+# wrappers first check that CUDA is initialised, which a replayed signature's recording already did)
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 _Tensor = torch.Tensor
 # The recording of this thread's call, if any: ``ACTIVE.recording`` (read by ``kernels.launch`` as an attribute,
 # not through a function: the launcher's hot path stays in its own module)
@@ -89,7 +101,7 @@ def lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend
         return None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return None
-    if _dispatch_mode() is not None or (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if _dispatch_mode() is not None or (q.is_cuda and _capturing()):
         return None
     try:
         p = (q.data_ptr(), k.data_ptr(), v.data_ptr(), spans.data_ptr(), 16 if positions is None else positions.data_ptr())
@@ -97,7 +109,7 @@ def lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend
         return None
     if (p[0] | p[1] | p[2] | p[3] | p[4]) & 15 or 0 in p:  # misaligned, or no storage (functionalized)
         return None
-    return replay(q, k, v, spans, positions)
+    return replay(p)
 
 
 def recordable(call) -> bool:
@@ -178,13 +190,32 @@ def _build(rec: Recording, result, return_lse: bool):
     index = {id(t): i for i, (t, _, _) in enumerate(rec.allocs)}
     if id(out) not in index or (lse is not None and id(lse) not in index):
         return "the call returned a tensor it did not allocate as a launcher's output"
-    names = {id(t): name for name, t in zip(("q", "k", "v", "spans", "positions"), rec.inputs) if t is not None}
-    names.update({id(t): f"a{i}" for i, (t, _, _) in enumerate(rec.allocs)})
-    scope: dict = {"empty": torch.empty}
-    lines = ["def replay(q, k, v, spans, positions, stream, device):"]
-    for i, (t, shape, dtype) in enumerate(rec.allocs):
+    returned = {id(out), id(lse)}
+    uses: dict = {}
+    for _, _, _, args in rec.launches:
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                uses[id(a)] = uses.get(id(a), 0) + 1
+    # written by one launch, read by none: kept per stream (the module docstring)
+    kept = [i for i, (t, _, _) in enumerate(rec.allocs) if id(t) not in returned and uses.get(id(t)) == 1]
+    names = {id(t): f"p[{i}]" for i, t in enumerate(rec.inputs) if t is not None}
+    names.update({id(t): f"a{i}.data_ptr()" for i, (t, _, _) in enumerate(rec.allocs)})
+    names.update({id(rec.allocs[i][0]): f"w[{j}]" for j, i in enumerate(kept)})
+    scope: dict = {"empty": torch.empty, "scratch": {}, "MAX_STREAMS": MAX_STREAMS}
+    lines = ["def replay(p, stream, device):"]
+    fresh = [i for i in range(len(rec.allocs)) if i not in kept]
+    for i in fresh:
+        t, shape, dtype = rec.allocs[i]
         scope[f"dtype{i}"] = dtype
         lines.append(f"    a{i} = empty({shape!r}, dtype=dtype{i}, device=device)")
+    if kept:
+        scope["kept"] = tuple((shape, dtype) for _, shape, dtype in (rec.allocs[i] for i in kept))
+        lines += ["    w = scratch.get(stream)",
+                  "    if w is None:",
+                  "        if len(scratch) >= MAX_STREAMS:",
+                  "            scratch.clear()",
+                  "        held = tuple(empty(shape, dtype=dtype, device=device) for shape, dtype in kept)",
+                  "        w = scratch[stream] = tuple(t.data_ptr() for t in held) + (held,)"]
     for j, (_, launcher, grid, args) in enumerate(rec.launches):
         values = []
         for i, a in enumerate(args):
@@ -207,24 +238,28 @@ def _build(rec: Recording, result, return_lse: bool):
     lines.append(f"    return (a{index[id(out)]}, a{index[id(lse)]})" if return_lse else f"    return a{index[id(out)]}")
     exec(compile("\n".join(lines), "<replay of a selection_attention signature>", "exec"), scope)  # noqa: S102
     bound = rec.launches[0][0]
-    return Replay(scope["replay"], bound, out.device, bound._device(), "\n".join(lines))
+    return Replay(scope["replay"], bound, out.device, bound._device(), "\n".join(lines), scope["scratch"])
 
 
 class Replay:
-    """A signature's allocations and launches as one generated function (``source``), run on the current stream."""
+    """A signature's allocations and launches as one generated function (``source``), run on the current stream;
+    ``scratch``: per stream, the buffers written and never read (pointers, then the tensors that hold them)."""
 
-    __slots__ = ("fn", "bound", "device", "device_index", "source", "hits")
+    __slots__ = ("fn", "bound", "device", "device_index", "source", "scratch", "hits")
 
-    def __init__(self, fn, bound, device, device_index, source):
+    def __init__(self, fn, bound, device, device_index, source, scratch):
         self.fn, self.bound, self.device, self.device_index, self.source = fn, bound, device, device_index, source
+        self.scratch = scratch
         self.hits = 0
 
-    def __call__(self, q, k, v, spans, positions):
+    def __call__(self, p):
+        """The result for input pointers ``p`` (q, k, v, spans, positions), or None (another current device,
+        a profiler's launch hook, or an exception: then every replay is forgotten)."""
         b = self.bound
-        if b._device() != self.device_index or b._hooked():  # another current device; a profiler's launch hook
+        if _current_device() != self.device_index or b._hooked():
             return None
         try:
-            result = self.fn(q, k, v, spans, positions, b._stream(self.device_index), self.device)
+            result = self.fn(p, b._stream(self.device_index), self.device)
         except Exception:  # noqa: BLE001 - the way down raises (or recovers) with its own message
             _REPLAYS.clear()
             return None

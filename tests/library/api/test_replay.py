@@ -30,7 +30,8 @@ class _Cudaish(torch.Tensor):
 
 
 @pytest.fixture(autouse=True)
-def _fresh():
+def _fresh(monkeypatch):
+    monkeypatch.setattr(replay, "_current_device", lambda: 0)  # the fake launcher's device (no CUDA here)
     replay.forget()
     yield
     replay.forget()
@@ -95,10 +96,10 @@ def test_a_signature_replays_once_its_launch_is_bound_with_the_new_tensors_in_th
     assert fn.plain_calls == 2 and len(fn.launches) == before + 1
     got = fn.launches[-1]
     assert got[:3] == (2, 1, 1) and got[3] == "stream" and got[6:9] == (None, None, None)
-    passed = got[9:18]
-    assert passed[0] is q2 and passed[1] is k2 and passed[2] is v2 and passed[3] is s2
-    assert passed[4] is out and out.shape == (2, 1, 1, 4, 8) and out.dtype == torch.float32
-    assert passed[5].shape == (2, 1, 1, 4) and passed[5] is not passed[4]
+    passed = got[9:18]  # device pointers, as integers
+    assert passed[:4] == (q2.data_ptr(), k2.data_ptr(), v2.data_ptr(), s2.data_ptr())
+    assert passed[4] == out.data_ptr() and out.shape == (2, 1, 1, 4, 8) and out.dtype == torch.float32
+    assert type(passed[5]) is int and passed[5] not in passed[:5]
     assert passed[6:] == (16, 3, 0.125)
     assert got[18:] == (64, 2)  # the constexprs Triton 3.3+ passes, as recorded
     assert list(replay.report().values()) == ["replayed 2 time(s)"]  # (the loop's last lookup, and this one)
@@ -119,6 +120,40 @@ def test_return_lse_gives_both_outputs_and_is_part_of_the_signature(kernel):
     names = replay.report()
     assert len(names) == 2 and sorted(names.values()) == ["replayed 1 time(s)", "replayed 1 time(s)"], names
     assert any(n.endswith("float32 ranges +lse") for n in names) and any(n.endswith("float32 ranges") for n in names)
+
+
+def test_a_buffer_written_and_never_read_is_kept_per_stream_and_a_returned_one_is_new_every_call(kernel, monkeypatch):
+    fn, b = kernel
+    q, k, v, spans = _inputs()
+    for return_lse in (False, True):
+        for _ in range(3):
+            _record(fn, q, k, v, spans, _way_down(return_lse), return_lse=return_lse)
+    results, lse_pointers = [], []
+    for stream in ("stream", "stream", "another stream", "stream"):
+        monkeypatch.setattr(b, "_stream", lambda dev, s=stream: s)
+        results.append(replay.lookup(*_args(q, k, v, spans)))  # LSE not returned: written, never read
+        lse_pointers.append(fn.launches[-1][9 + 5])
+        assert fn.launches[-1][3] == stream
+    assert lse_pointers[0] == lse_pointers[1] == lse_pointers[3] != lse_pointers[2]
+    assert lse_pointers[0] not in {r.data_ptr() for r in results}
+    assert len({r.data_ptr() for r in results}) == len(results)  # the outputs are new tensors every call
+    (replay_,) = [r for r in replay._REPLAYS.values() if len(r.scratch)]
+    assert set(replay_.scratch) == {"stream", "another stream"}
+    out1, lse1 = replay.lookup(*_args(q, k, v, spans, return_lse=True))
+    out2, lse2 = replay.lookup(*_args(q, k, v, spans, return_lse=True))
+    assert lse1 is not lse2 and fn.launches[-1][9 + 5] == lse2.data_ptr() != lse1.data_ptr()
+
+
+def test_streams_past_the_bound_drop_the_kept_buffers(kernel, monkeypatch):
+    fn, b = kernel
+    q, k, v, spans = _inputs()
+    for _ in range(3):
+        _record(fn, q, k, v, spans, _way_down())
+    (replay_,) = replay._REPLAYS.values()
+    for i in range(replay.MAX_STREAMS + 3):
+        monkeypatch.setattr(b, "_stream", lambda dev, s=i: s)
+        assert replay.lookup(*_args(q, k, v, spans)) is not None
+        assert 1 <= len(replay_.scratch) <= replay.MAX_STREAMS
 
 
 @pytest.mark.parametrize("change", ["stride", "misaligned", "shape", "dtype", "grad", "scale", "backend", "blocks",
@@ -152,7 +187,7 @@ def test_a_call_the_replay_cannot_answer_takes_the_way_down(kernel, change, monk
     elif change == "hooked":
         monkeypatch.setattr(b, "_hooked", lambda: True)
     elif change == "device":
-        monkeypatch.setattr(b, "_device", lambda: 1)
+        monkeypatch.setattr(replay, "_current_device", lambda: 1)
     if change == "dispatch mode":
         from torch.utils._python_dispatch import TorchDispatchMode
 
