@@ -25,7 +25,7 @@ MATRIX = ROOT / "constraints" / "MATRIX.md"
 CONTENDERS = "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427"
 FORWARD = f"{CONTENDERS}/perf_nsa.json"  # forward: ours against fla-core, XunhaoLai and cuDNN, same inputs
 PEERS_TRAIN = f"{CONTENDERS}/train_nsa.csv"  # forward + backward against fla-core and packed SDPA too
-TRAIN = "2026-11-26-h100-triton3.6-backward-glue/train.csv"  # forward + backward against XunhaoLai, today's kernels
+TRAIN = "2026-11-28-h100-triton3.6-decode-pointers/train.csv"  # forward + backward against XunhaoLai, today's kernels
 TRAIN_H200 = "2026-11-26-h200-triton3.6-lane-kernels-6465bb00/train.csv"
 TS = (8192, 32768, 65536)
 SELS = ("random", "local")
@@ -64,13 +64,15 @@ def test_the_readme_names_the_results_its_figures_come_from(source):
 
 
 def test_the_training_figures_are_the_newest_h100_run_against_xunhaolai():
-    """A newer committed run of the same table replaces the README's training figures."""
+    """A newer committed run of the same table (both contenders at every T and selection; a re-run of one cell
+    is not the table) replaces the README's training figures."""
     runs = {}
     for path in RESULTS.rglob("*.csv"):
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
-        if rows and {"contender", "gpu", "date"} <= set(rows[0]) and "H100" in rows[0]["gpu"] \
-                and {"ours-api", "xunhaolai"} <= {r["contender"] for r in rows}:
+        if rows and {"contender", "gpu", "date", "T", "sel"} <= set(rows[0]) and "H100" in rows[0]["gpu"] \
+                and {(int(r["T"]), r["sel"], r["contender"]) for r in rows} >= \
+                {(t, s, c) for t in TS for s in SELS for c in ("ours-api", "xunhaolai")}:
             runs[path.relative_to(RESULTS).as_posix()] = rows[0]["date"]
     assert max(runs, key=runs.get) == TRAIN, sorted(runs.items(), key=lambda kv: kv[1])[-3:]
 
