@@ -4,8 +4,9 @@ A decode step calls ``selection_attention`` with the same shapes, strides, dtype
 every token, and each step of the way down (``arguments`` -> ``op`` -> ``plan`` -> ``kernels.launch``)
 answers it the same way every time.  Walking those steps costs the host more than the launch itself, so a
 call that walked them with nothing but allocations and bound launches (``kernels/bind.py``) is remembered
-here, as generated Python: one ``torch.empty`` per output and workspace, one call of each recorded launcher
-with the call's tensors in their places (:class:`Replay`).  The next call with the same signature runs that
+here, as generated Python: one allocation per output and workspace, one call of each recorded launch with the
+call's tensors in their places (:class:`Replay`): straight to the compiled C launch where Triton's launcher object
+only inserts constants around it (``kernels.bind.Inner``), else through that object.  The next call with the same signature runs that
 instead (:func:`lookup`); every other call takes the way down.
 
 A replay passes the launchers device pointers as integers, which Triton's launcher takes as they are: it would
@@ -109,7 +110,16 @@ def lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend
         return None
     if (p[0] | p[1] | p[2] | p[3] | p[4]) & 15 or 0 in p:  # misaligned, or no storage (functionalized)
         return None
-    return replay(p)
+    b = replay.bound
+    if _current_device() != replay.device_index or b._hooked():  # another device, or a profiler's launch hook
+        return None
+    try:
+        result = replay.fn(p, b._stream(replay.device_index), replay.device)
+    except Exception:  # noqa: BLE001 - the way down raises (or recovers) with its own message
+        _REPLAYS.clear()
+        return None
+    replay.hits += 1
+    return result
 
 
 def recordable(call) -> bool:
@@ -201,13 +211,15 @@ def _build(rec: Recording, result, return_lse: bool):
     names = {id(t): f"p[{i}]" for i, t in enumerate(rec.inputs) if t is not None}
     names.update({id(t): f"a{i}.data_ptr()" for i, (t, _, _) in enumerate(rec.allocs)})
     names.update({id(rec.allocs[i][0]): f"w[{j}]" for j, i in enumerate(kept)})
-    scope: dict = {"empty": torch.empty, "scratch": {}, "MAX_STREAMS": MAX_STREAMS}
+    # torch.empty_strided with the recorded (contiguous) strides: the same tensor as the recorded torch.empty, without
+    # the memory-format step
+    scope: dict = {"empty": torch.empty, "empty_strided": torch.empty_strided, "scratch": {}, "MAX_STREAMS": MAX_STREAMS}
     lines = ["def replay(p, stream, device):"]
     fresh = [i for i in range(len(rec.allocs)) if i not in kept]
     for i in fresh:
         t, shape, dtype = rec.allocs[i]
         scope[f"dtype{i}"] = dtype
-        lines.append(f"    a{i} = empty({shape!r}, dtype=dtype{i}, device=device)")
+        lines.append(f"    a{i} = empty_strided({tuple(shape)!r}, {tuple(t.stride())!r}, dtype=dtype{i}, device=device)")
     if kept:
         scope["kept"] = tuple((shape, dtype) for _, shape, dtype in (rec.allocs[i] for i in kept))
         lines += ["    w = scratch.get(stream)",
@@ -231,40 +243,45 @@ def _build(rec: Recording, result, return_lse: bool):
             else:
                 return f"launch {j + 1} received a {type(a).__name__} (argument {i})"
         g = tuple(grid) + (1,) * (3 - len(grid))
-        scope.update({f"run{j}": launcher.run, f"function{j}": launcher.function, f"packed{j}": launcher.packed,
-                      f"tail{j}": launcher.tail})
-        lines.append(f"    run{j}({g[0]}, {g[1]}, {g[2]}, stream, function{j}, packed{j}, None, None, None, "
-                     f"{', '.join(values)}, *tail{j})")
+        scope.update({f"function{j}": launcher.function, f"packed{j}": launcher.packed})
+        head = f"{g[0]}, {g[1]}, {g[2]}, stream, function{j}"
+        hooks = f"packed{j}, None, None, None"  # no launch metadata or hooks: a hooked launch is not replayed
+        inner = launcher.inner
+        if inner is None:  # through Triton's launcher object
+            scope.update({f"run{j}": launcher.run, f"tail{j}": launcher.tail})
+            lines.append(f"    run{j}({head}, {hooks}, {', '.join(values)}, *tail{j})")
+            continue
+        # straight to the compiled launch, with the launcher object's constant insertions (kernels.bind.Inner)
+        nb, na = len(inner.before), len(inner.after)
+        before = [f"k{j}_{i}, " for i in range(nb)]
+        after = [f"k{j}_{nb + i}, " for i in range(na)]
+        tail = [f"k{j}_{nb + na + i}" for i in range(len(launcher.tail))]
+        scope.update(zip([c.rstrip(", ") for c in before + after] + tail, inner.before + inner.after + launcher.tail))
+        scope[f"launch{j}"] = inner.launch
+        kernel_args = ", ".join(values + tail)
+        if inner.grouped:
+            lines.append(f"    launch{j}({head}, {''.join(before)}{hooks}, {''.join(after)}({kernel_args},))")
+        else:
+            lines.append(f"    launch{j}({head}, {''.join(before)}{hooks}, {kernel_args})")
     lines.append(f"    return (a{index[id(out)]}, a{index[id(lse)]})" if return_lse else f"    return a{index[id(out)]}")
     exec(compile("\n".join(lines), "<replay of a selection_attention signature>", "exec"), scope)  # noqa: S102
     bound = rec.launches[0][0]
-    return Replay(scope["replay"], bound, out.device, bound._device(), "\n".join(lines), scope["scratch"])
+    direct = all(launcher.inner is not None for _, launcher, _, _ in rec.launches)
+    return Replay(scope["replay"], bound, out.device, bound._device(), "\n".join(lines), scope["scratch"], direct)
 
 
 class Replay:
-    """A signature's allocations and launches as one generated function (``source``), run on the current stream;
-    ``scratch``: per stream, the buffers written and never read (pointers, then the tensors that hold them)."""
+    """A signature's allocations and launches as one generated function ``fn(p, stream, device)`` (``source``;
+    ``p``: the input pointers q, k, v, spans, positions), run by :func:`lookup` on the current stream of the
+    recorded device; ``scratch``: per stream, the buffers written and never read (pointers, then the tensors that
+    hold them)."""
 
-    __slots__ = ("fn", "bound", "device", "device_index", "source", "scratch", "hits")
+    __slots__ = ("fn", "bound", "device", "device_index", "source", "scratch", "direct", "hits")
 
-    def __init__(self, fn, bound, device, device_index, source, scratch):
+    def __init__(self, fn, bound, device, device_index, source, scratch, direct):
         self.fn, self.bound, self.device, self.device_index, self.source = fn, bound, device, device_index, source
-        self.scratch = scratch
+        self.scratch, self.direct = scratch, direct  # direct: every launch straight to the compiled launch
         self.hits = 0
-
-    def __call__(self, p):
-        """The result for input pointers ``p`` (q, k, v, spans, positions), or None (another current device,
-        a profiler's launch hook, or an exception: then every replay is forgotten)."""
-        b = self.bound
-        if _current_device() != self.device_index or b._hooked():
-            return None
-        try:
-            result = self.fn(p, b._stream(self.device_index), self.device)
-        except Exception:  # noqa: BLE001 - the way down raises (or recovers) with its own message
-            _REPLAYS.clear()
-            return None
-        self.hits += 1
-        return result
 
 
 def forget() -> None:
@@ -291,7 +308,7 @@ def report() -> dict[str, str]:
             n += 1
             name = f"{base} #{n}"
         if type(r) is Replay:
-            out[name] = f"replayed {r.hits} time(s)"
+            out[name] = f"replayed {r.hits} time(s)" + (", straight to the compiled launch" if r.direct else "")
         elif isinstance(r, str):
             out[name] = f"the way down: {r}"
         else:

@@ -14,6 +14,10 @@ cost that grows with the argument count (``bench/perf/host_cost.py`` measures it
    the launch metadata and hooks (3.5+ passes its empty ``HookChain`` objects and builds launch
    metadata for them on every launch).
 
+The second call also records what Triton's launcher object passes on to the compiled C ``launch`` it wraps
+(:class:`Inner`): where that is the launch's own arguments with constants inserted, a replay (``replay.py``)
+calls ``launch`` itself and skips the object's per-launch Python.
+
 A shape is everything Triton specialises on: the launch plan (constexprs, warps, stages; plans are
 frozen dataclasses, compared by value), every integer
 argument's value, each tensor's dtype and 16-byte alignment, and the device.  Its key is built by a function
@@ -71,12 +75,68 @@ class _Pending:
 
 
 class _Launcher:
-    """A recorded launch: the launcher, the kernel handle and metadata, and the constant tail."""
+    """A recorded launch: the launcher, the kernel handle and metadata, the constant tail, and how the launcher
+    hands a launch on to its compiled ``launch`` (:class:`Inner`, or None: only through the launcher)."""
 
-    __slots__ = ("run", "function", "packed", "tail", "plan")
+    __slots__ = ("run", "function", "packed", "tail", "plan", "inner")
 
-    def __init__(self, run, function, packed, tail, plan):
+    def __init__(self, run, function, packed, tail, plan, inner=None):
         self.run, self.function, self.packed, self.tail, self.plan = run, function, packed, tail, plan
+        self.inner = inner
+
+
+class Inner:
+    """How Triton's launcher object (``CudaLauncher``) passes a launch on to the compiled C ``launch`` it wraps.
+
+    The wrapper's own work is constant for a compiled kernel that needs no scratch memory: it inserts the same
+    values (the cooperative-grid and PDL flags, ``None`` scratch buffers, 3.7+ also the argument annotations and
+    signature) around the launch's own arguments ``(gridX, gridY, gridZ, stream, function, metadata,
+    launch_metadata, enter_hook, exit_hook, *args)``.  Two arrangements exist (recorded from the wrapper's call,
+    never assumed per release):
+
+    - flat (3.0-3.6): ``grid, stream, function, *before, metadata, launch_metadata, hooks, *args``;
+    - grouped (3.7+): ``grid, stream, function, *before, metadata, launch_metadata, hooks, *after, args`` (the
+      kernel's arguments as one tuple).
+    """
+
+    __slots__ = ("launch", "before", "after", "grouped")
+
+    def __init__(self, launch, before: tuple, after: tuple, grouped: bool):
+        self.launch, self.before, self.after, self.grouped = launch, before, after, grouped
+
+    def arguments(self, outer: tuple) -> tuple:
+        """What the wrapper passes ``launch`` for its own arguments ``outer``."""
+        if self.grouped:
+            return (*outer[:5], *self.before, *outer[5:9], *self.after, tuple(outer[9:]))
+        return (*outer[:5], *self.before, *outer[5:])
+
+
+def _inner(launcher, outer: tuple, inner: tuple) -> Inner | None:
+    """The :class:`Inner` of ``launcher`` from one launch (its arguments ``outer``, and ``inner``, what it passed
+    its ``launch``), or None where a launch cannot skip the wrapper: it allocates scratch memory or instruments
+    launches (per call), or it passed something the two arrangements do not account for."""
+    if getattr(launcher, "global_scratch_size", 0) or getattr(launcher, "profile_scratch_size", 0) or \
+            getattr(launcher, "gsan_enabled", False):
+        return None
+    n = len(outer)
+    if n < 9 or len(inner) < 6 or not all(map(_same, inner[:5], outer[:5])):
+        return None
+    last = inner[-1]
+    if type(last) is tuple and len(last) == n - 9 and all(map(_same, last, outer[9:])):
+        found = [s for s in range(5, len(inner) - 4) if all(map(_same, inner[s:s + 4], outer[5:9]))]
+        if not found:
+            return None
+        cut = Inner(None, inner[5:found[0]], inner[found[0] + 4:-1], True)
+    else:
+        cut = Inner(None, inner[5:len(inner) - (n - 5)], (), False)
+    held = list(vars(launcher).values()) if hasattr(launcher, "__dict__") else []
+    for c in cut.before + cut.after:  # flags, None buffers, or the launcher's own constants: never a call's
+        if not (c is None or type(c) in (bool, int) or any(c is x for x in held)):
+            return None
+    if len(cut.arguments(outer)) != len(inner) or not all(map(_same, cut.arguments(outer), inner)):
+        return None
+    cut.launch = launcher.launch
+    return cut
 
 
 def _swap_run(kernel, new):
@@ -167,7 +227,7 @@ class Bound:
 
     def _record(self, key, pending: _Pending, grid, args, kwargs):
         """The second call of a shape: launch through Triton, recording what it passes the launcher."""
-        kernel, seen = pending.kernel, []
+        kernel, seen, passed = pending.kernel, [], []
         try:
             real = kernel.run
         except Exception as e:  # noqa: BLE001
@@ -177,21 +237,35 @@ class Bound:
             seen.append(a)
             return real(*a)
 
+        launch = getattr(real, "launch", None)  # Triton's launcher object wraps a compiled C launch
+
+        def record_inner(*a, **kw):
+            passed.append((a, kw))
+            return launch(*a, **kw)
+
         try:
             _swap_run(kernel, record)
         except Exception as e:  # noqa: BLE001
             return self._give_up(f"cannot wrap the launcher: {e!r}", grid, args, kwargs)
         try:
+            if callable(launch):
+                real.launch = record_inner
+        except (AttributeError, TypeError):
+            launch = None
+        try:
             self.fn[grid](*args, **kwargs())
         finally:
             _swap_run(kernel, real)
+            if callable(launch):
+                real.launch = launch
         why = self._check(seen, kernel, args)
         if why:
             self.off = why
             self.shapes.clear()
             return None
         a = seen[0]
-        self.shapes[key] = _Launcher(real, a[4], a[5], tuple(a[9 + len(args):]), pending.plan)
+        inner = _inner(real, a, passed[0][0]) if len(passed) == 1 and not passed[0][1] else None
+        self.shapes[key] = _Launcher(real, a[4], a[5], tuple(a[9 + len(args):]), pending.plan, inner)
         return None
 
     @staticmethod

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fake_triton import FakeJIT, PropKernel, bound, kw
+from fake_triton import FakeJIT, PropKernel, bound, kw, launcher_kernel
 
 from nsa_triton_sel import plan as P
 from nsa_triton_sel import replay
@@ -154,6 +154,47 @@ def test_streams_past_the_bound_drop_the_kept_buffers(kernel, monkeypatch):
         monkeypatch.setattr(b, "_stream", lambda dev, s=i: s)
         assert replay.lookup(*_args(q, k, v, spans)) is not None
         assert 1 <= len(replay_.scratch) <= replay.MAX_STREAMS
+
+
+@pytest.mark.parametrize("convention", ["3.0", "3.3", "3.5", "3.7"])
+def test_a_replay_calls_the_compiled_launch_with_what_the_launcher_object_would_pass_it(convention, monkeypatch):
+    fn = FakeJIT(launcher_kernel(convention), True)
+    b = bound(fn)
+    monkeypatch.setattr(bind, "bound", lambda f: b)
+    q, k, v, spans = _inputs()
+    for _ in range(3):
+        _record(fn, q, k, v, spans, _way_down())
+    (kernel,) = fn.kernels.values()
+    launcher, wrapped = kernel.run, kernel.run.wrapper_calls
+    q2, k2, v2, s2 = _inputs(1)
+    out = replay.lookup(*_args(q2, k2, v2, s2))
+    assert out is not None and launcher.wrapper_calls == wrapped  # straight to the compiled launch
+    (replay_,) = replay._REPLAYS.values()
+    lse = replay_.scratch["stream"][0]
+    outer = (2, 1, 1, "stream", kernel.function, kernel.packed_metadata, None, None, None, q2.data_ptr(),
+             k2.data_ptr(), v2.data_ptr(), s2.data_ptr(), out.data_ptr(), lse, 16, 3, 0.125, 64, 2)
+    launcher(*outer)  # what the launcher object passes the same launch
+    assert fn.launches[-2] == fn.launches[-1]
+    assert type(fn.launches[-1][-1]) is tuple if convention == "3.7" else fn.launches[-1][-6:] == outer[-6:]
+    assert list(replay.report().values()) == ["replayed 1 time(s), straight to the compiled launch"]
+
+
+@pytest.mark.parametrize("convention", ["scratch", "unaccounted"])
+def test_a_launcher_that_passes_a_new_object_per_launch_is_replayed_through_the_launcher(convention, monkeypatch):
+    fn = FakeJIT(launcher_kernel(convention), True)
+    b = bound(fn)
+    monkeypatch.setattr(bind, "bound", lambda f: b)
+    q, k, v, spans = _inputs()
+    for _ in range(3):
+        _record(fn, q, k, v, spans, _way_down())
+    (kernel,) = fn.kernels.values()
+    assert all(e.inner is None for e in b.shapes.values() if type(e) is bind._Launcher)
+    wrapped = kernel.run.wrapper_calls
+    first = replay.lookup(*_args(*_inputs(1)))
+    second = replay.lookup(*_args(*_inputs(2)))
+    assert first is not None and second is not None and kernel.run.wrapper_calls == wrapped + 2
+    assert fn.launches[-1][7] is not fn.launches[-2][7]  # a scratch object per launch, as the launcher made it
+    assert list(replay.report().values()) == ["replayed 2 time(s)"]
 
 
 @pytest.mark.parametrize("change", ["stride", "misaligned", "shape", "dtype", "grad", "scale", "backend", "blocks",

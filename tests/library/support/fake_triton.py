@@ -32,6 +32,50 @@ class PropKernel:
         return self._run
 
 
+class FakeCudaLauncher:
+    """Triton's launcher object (``CudaLauncher``): its ``__call__`` hands each launch on to the compiled ``launch``
+    (an instance attribute) as a release does: ``"3.0"`` (3.0-3.2: as it is), ``"3.3"`` (the cooperative-grid flag
+    and a scratch buffer inserted after the function), ``"3.5"`` (3.5-3.6: the flag, PDL and two scratch
+    buffers), ``"3.7"`` (3.7+: those flags, the metadata and hooks, the buffers, annotations and signature, then the
+    kernel's arguments as one tuple); ``"scratch"``: 3.5's with a scratch buffer allocated per launch;
+    ``"unaccounted"``: 3.5's with a new object per launch where the scratch buffer goes, the sizes saying none."""
+
+    def __init__(self, launches, convention):
+        self.launches, self.convention, self.wrapper_calls = launches, convention, 0
+        self.launch = lambda *a: launches.append(a)
+        self.launch_cooperative_grid, self.launch_pdl = False, True
+        self.global_scratch_size, self.profile_scratch_size = (128 if convention == "scratch" else 0), 0
+        self.arg_annotations, self.kernel_signature = ["annotations"], b"signature"
+
+    def __call__(self, *a):
+        self.wrapper_calls += 1
+        c, grid, rest = self.convention, a[:5], a[5:]
+        if c == "3.0":
+            return self.launch(*a)
+        if c == "3.3":
+            return self.launch(*grid, self.launch_cooperative_grid, None, *rest)
+        if c == "3.7":
+            return self.launch(*grid, self.launch_cooperative_grid, self.launch_pdl, *rest[:4], None, None,
+                               self.arg_annotations, self.kernel_signature, rest[4:])
+        scratch = object() if c in ("scratch", "unaccounted") else None
+        return self.launch(*grid, self.launch_cooperative_grid, self.launch_pdl, scratch, None, *rest)
+
+
+def launcher_kernel(convention):
+    """A 3.6+-style compiled kernel (``run`` a property) whose launcher is a :class:`FakeCudaLauncher`."""
+
+    class LauncherKernel:
+        def __init__(self, launches):
+            self.function, self.packed_metadata = 555555555555, ("packed",)
+            self._run = FakeCudaLauncher(launches, convention)
+
+        @property
+        def run(self):
+            return self._run
+
+    return LauncherKernel
+
+
 class FakeJIT:
     """``fn[grid](*args, **kw)``: one compiled kernel per specialisation, launched as Triton does."""
 
