@@ -211,15 +211,15 @@ def _build(rec: Recording, result, return_lse: bool):
     names = {id(t): f"p[{i}]" for i, t in enumerate(rec.inputs) if t is not None}
     names.update({id(t): f"a{i}.data_ptr()" for i, (t, _, _) in enumerate(rec.allocs)})
     names.update({id(rec.allocs[i][0]): f"w[{j}]" for j, i in enumerate(kept)})
-    # torch.empty_strided with the recorded (contiguous) strides: the same tensor as the recorded torch.empty, without
-    # the memory-format step
-    scope: dict = {"empty": torch.empty, "empty_strided": torch.empty_strided, "scratch": {}, "MAX_STREAMS": MAX_STREAMS}
+    scope: dict = {"empty": torch.empty, "scratch": {}, "MAX_STREAMS": MAX_STREAMS}
     lines = ["def replay(p, stream, device):"]
     fresh = [i for i in range(len(rec.allocs)) if i not in kept]
     for i in fresh:
+        # the recorded torch.empty as an empty tensor's new_empty_strided (its dtype and device, the recorded
+        # contiguous strides): the same tensor, at half the host time of torch.empty's dtype and device arguments
         t, shape, dtype = rec.allocs[i]
-        scope[f"dtype{i}"] = dtype
-        lines.append(f"    a{i} = empty_strided({tuple(shape)!r}, {tuple(t.stride())!r}, dtype=dtype{i}, device=device)")
+        scope[f"like{i}"] = torch.empty(0, dtype=dtype, device=t.device).new_empty_strided
+        lines.append(f"    a{i} = like{i}({tuple(shape)!r}, {tuple(t.stride())!r})")
     if kept:
         scope["kept"] = tuple((shape, dtype) for _, shape, dtype in (rec.allocs[i] for i in kept))
         lines += ["    w = scratch.get(stream)",
