@@ -87,8 +87,14 @@ def main(argv=None) -> int:
 
     drv = triton.runtime.driver.active
     get_stream, get_dev = drv.get_current_stream, drv.get_current_device
+    from nsa_triton_sel import replay
+
+    like = torch.empty(0, dtype=v.dtype, device=q.device).new_empty_strided  # as a replay allocates
     rows = [
         ("selection_attention (ranges, validate=False)", lambda: sa(q, k, v, r, validate=False)),
+        ("  replay.lookup (a replayed signature)", lambda: replay.lookup(q, k, v, r, None, None, None, None, "auto",
+                                                                         False)),
+        ("    replay._signature", lambda: replay._signature(q, k, v, r, False, None, None, None, "auto", False)),
         ("  arguments.parse", lambda: arguments.parse(q, k, v, r, validate=False)),
         ("  api._compute (op.forward below it)", lambda: api._compute(call)),
         ("    op.forward", lambda: op.forward(*args)),
@@ -112,6 +118,10 @@ def main(argv=None) -> int:
         g = fw.grid + (1,) * (3 - len(fw.grid))
         rows.append(("          compiled launcher (Triton's __call__)", lambda: e.run(
             g[0], g[1], g[2], get_stream(get_dev()), e.function, e.packed, None, None, None, *kargs, *e.tail)))
+        if e.inner is not None:  # the compiled C launch itself, as a replay calls it (kernels.bind.Inner)
+            straight = e.inner.arguments((g[0], g[1], g[2], get_stream(get_dev()), e.function, e.packed, None, None,
+                                          None, *kargs, *e.tail))
+            rows.append(("          compiled C launch (straight)", lambda: e.inner.launch(*straight)))
     rows += [
         ("primitives: is_compiling()", is_compiling),
         ("primitives: kind_of(q, k, v, r, None)", lambda: kinds.kind_of(q, k, v, r, None)),
@@ -126,6 +136,10 @@ def main(argv=None) -> int:
         ("primitives: q.is_cuda", lambda: q.is_cuda),
         ("primitives: torch.empty bf16 [64,1,4,16,128]", lambda: torch.empty((B, S, G, h, Dv), dtype=v.dtype,
                                                                                device=q.device)),
+        ("primitives: torch.empty_strided bf16 [64,1,4,16,128]", lambda: torch.empty_strided(
+            (B, S, G, h, Dv), out.stride(), dtype=v.dtype, device=q.device)),
+        ("primitives: an empty tensor's new_empty_strided [64,1,4,16,128]", lambda: like(
+            (B, S, G, h, Dv), out.stride())),
         ("primitives: torch.empty_like(q)", lambda: torch.empty_like(q)),
         ("primitives: q.new_empty(shape)", lambda: q.new_empty((B, S, G, h, Dv))),
         ("primitives: driver get_current_stream(get_current_device())", lambda: get_stream(get_dev())),
