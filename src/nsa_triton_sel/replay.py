@@ -5,9 +5,9 @@ every token, and each step of the way down (``arguments`` -> ``op`` -> ``plan`` 
 answers it the same way every time.  Walking those steps costs the host more than the launch itself, so a
 call that walked them with nothing but allocations and bound launches (``kernels/bind.py``) is remembered
 here, as generated Python: one allocation per output and workspace, one call of each recorded launch with the
-call's tensors in their places (:class:`Replay`): straight to the compiled C launch where Triton's launcher object
-only inserts constants around it (``kernels.bind.Inner``), else through that object.  The next call with the same signature runs that
-instead (:func:`lookup`); every other call takes the way down.
+call's tensors in their places (:class:`Replay`): straight to the compiled C launch where Triton's launcher
+object only inserts constants around it (``kernels.bind.Inner``), else through that object.  The next call
+with the same signature runs that instead (:func:`lookup`); every other call takes the way down.
 
 A replay passes the launchers device pointers as integers, which Triton's launcher takes as they are: it would
 otherwise ask each tensor for its pointer and the driver whether the pointer is a device one, and the
@@ -45,7 +45,8 @@ import threading
 import torch
 
 from . import caches
-from .contract import is_compiling
+from .contract import is_compiling, wants_grad
+from .kernels import bind
 
 ENABLED = True  # tests and benchmarks switch it off to compare with the way down
 MAX_SIGNATURES = 1024
@@ -88,7 +89,7 @@ def _plain_args(q, k, v, ranges, block_indices, block_size, positions, scale, re
 def lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend, return_lse):
     """The call's result by replay, or None (its signature not replayed, or not a call a replay may answer).
     The caller has checked ``validate is False``, no ``cu_seqlens`` and ``not is_compiling()``."""
-    if not _REPLAYS or not ENABLED:
+    if not _REPLAYS or not ENABLED or not bind.ENABLED:  # (bound launchers off: the launches take Triton's way)
         return None
     plain = _plain_args(q, k, v, ranges, block_indices, block_size, positions, scale, return_lse)
     if plain is None:
@@ -100,7 +101,7 @@ def lookup(q, k, v, ranges, block_indices, block_size, positions, scale, backend
         return None
     if type(replay) is not Replay:
         return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):  # wants_grad, inline
         return None
     if _dispatch_mode() is not None or (q.is_cuda and _capturing()):
         return None
@@ -137,7 +138,7 @@ def recordable(call) -> bool:
     q = call.q
     if not q.is_cuda or q.shape[1] != 1:
         return False
-    return not (torch.is_grad_enabled() and (q.requires_grad or call.k.requires_grad or call.v.requires_grad))
+    return not wants_grad(q, call.k, call.v)
 
 
 class Recording:
@@ -216,7 +217,8 @@ def _build(rec: Recording, result, return_lse: bool):
     fresh = [i for i in range(len(rec.allocs)) if i not in kept]
     for i in fresh:
         # the recorded torch.empty as an empty tensor's new_empty_strided (its dtype and device, the recorded
-        # contiguous strides): the same tensor, at half the host time of torch.empty's dtype and device arguments
+        # contiguous strides): the same tensor without parsing a dtype and a device, which made torch.empty
+        # take 1.3-2.2x its host time on the H200's host (bench.probes.host_steps)
         t, shape, dtype = rec.allocs[i]
         scope[f"like{i}"] = torch.empty(0, dtype=dtype, device=t.device).new_empty_strided
         lines.append(f"    a{i} = like{i}({tuple(shape)!r}, {tuple(t.stride())!r})")

@@ -126,17 +126,15 @@ def _inner(launcher, outer: tuple, inner: tuple) -> Inner | None:
         found = [s for s in range(5, len(inner) - 4) if all(map(_same, inner[s:s + 4], outer[5:9]))]
         if not found:
             return None
-        cut = Inner(None, inner[5:found[0]], inner[found[0] + 4:-1], True)
+        cut = Inner(launcher.launch, inner[5:found[0]], inner[found[0] + 4:-1], True)
     else:
-        cut = Inner(None, inner[5:len(inner) - (n - 5)], (), False)
+        cut = Inner(launcher.launch, inner[5:len(inner) - (n - 5)], (), False)
     held = list(vars(launcher).values()) if hasattr(launcher, "__dict__") else []
     for c in cut.before + cut.after:  # flags, None buffers, or the launcher's own constants: never a call's
         if not (c is None or type(c) in (bool, int) or any(c is x for x in held)):
             return None
-    if len(cut.arguments(outer)) != len(inner) or not all(map(_same, cut.arguments(outer), inner)):
-        return None
-    cut.launch = launcher.launch
-    return cut
+    rebuilt = cut.arguments(outer)
+    return cut if len(rebuilt) == len(inner) and all(map(_same, rebuilt, inner)) else None
 
 
 def _swap_run(kernel, new):

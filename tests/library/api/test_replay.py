@@ -198,7 +198,7 @@ def test_a_launcher_that_passes_a_new_object_per_launch_is_replayed_through_the_
 
 
 @pytest.mark.parametrize("change", ["stride", "misaligned", "shape", "dtype", "grad", "scale", "backend", "blocks",
-                                    "disabled", "hooked", "device", "dispatch mode", "vmap"])
+                                    "disabled", "unbound", "hooked", "device", "dispatch mode", "vmap"])
 def test_a_call_the_replay_cannot_answer_takes_the_way_down(kernel, change, monkeypatch):
     fn, b = kernel
     q, k, v, spans = _inputs()
@@ -225,6 +225,8 @@ def test_a_call_the_replay_cannot_answer_takes_the_way_down(kernel, change, monk
         kw = dict(ranges=None, block_indices=spans[..., 0], block_size=64)
     elif change == "disabled":
         monkeypatch.setattr(replay, "ENABLED", False)
+    elif change == "unbound":  # bound launchers switched off: the launches take Triton's own way
+        monkeypatch.setattr(bind, "ENABLED", False)
     elif change == "hooked":
         monkeypatch.setattr(b, "_hooked", lambda: True)
     elif change == "device":
