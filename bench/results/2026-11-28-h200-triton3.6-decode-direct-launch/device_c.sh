@@ -1,0 +1,30 @@
+# Device call C (H200): the final sources: GPU contract stage (records), GPU A/B + paired host rounds against the
+# landed main 25f4eeb, lone-process host profiles (head and main alternating), host time step by step.
+set -u
+export PYTHONPATH=$PWD/src:$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+ls /tmp/site >/dev/null 2>&1 || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -1
+BASE=$PWD/.carry/base-landed/src
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "from nsa_triton_sel import provenance as p; print('hashes', p.compiler_hash(), p.runtime_hash())"
+T0=$SECONDS
+mkdir -p $OUT/host
+prof() {  # prof NAME SRC: one lone-process host profile of the tree at SRC
+  echo "=== [$((SECONDS - T0))s] host profile $1"
+  PYTHONPATH=$2:$PWD:/tmp/site timeout 100 python3 -m bench.ab.host_profile --top 20 > $OUT/host/host-$1.log 2>&1
+  grep -E "per eager call|rounds" $OUT/host/host-$1.log
+}
+prof head-1 $PWD/src
+prof main-1 $BASE
+echo "=== [$((SECONDS - T0))s] contract stage"
+NSA_SEL_GIT_COMMIT="$COMMIT" NSA_SEL_OFF_PAIR_NOTE="the GPU machine has no network: its preinstalled torch runs every Triton brought as a wheel" \
+  timeout 250 python3 -m nsa_triton_sel.compat.lanes.gpu_lane --stages contract --results $OUT/lane-h200 > $OUT/lane-h200.log 2>&1
+echo "rc=$?"; tail -n 3 $OUT/lane-h200.log
+bash bench/ab/gpu_check.sh $OUT/check ab,host $BASE:main-25f4eeb
+prof head-2 $PWD/src
+prof main-2 $BASE
+prof head-3 $PWD/src
+echo "=== [$((SECONDS - T0))s] host steps"
+timeout 100 python3 -m bench.probes.host_steps > $OUT/host/host-steps.log 2>&1; echo "rc=$?"; head -16 $OUT/host/host-steps.log
+echo "=== [$((SECONDS - T0))s] done"
+rm -f $OUT/check/all.tgz
+cd $OUT && tar czf lane-h200.tgz lane-h200 && rm -rf lane-h200 && tar czf check.tgz check && rm -rf check && tar czf host.tgz host && rm -rf host && ls
