@@ -156,8 +156,9 @@ def test_streams_past_the_bound_drop_the_kept_buffers(kernel, monkeypatch):
         assert 1 <= len(replay_.scratch) <= replay.MAX_STREAMS
 
 
-@pytest.mark.parametrize("convention", ["3.0", "3.3", "3.5", "3.7"])
-def test_a_replay_calls_the_compiled_launch_with_what_the_launcher_object_would_pass_it(convention, monkeypatch):
+def _replayed_through(convention, monkeypatch):
+    """A signature recorded (and bound) with a stand-in of Triton's launcher object of ``convention``: the fake
+    ``JITFunction``, its ``Bound`` and its one compiled kernel."""
     fn = FakeJIT(launcher_kernel(convention), True)
     b = bound(fn)
     monkeypatch.setattr(bind, "bound", lambda f: b)
@@ -165,6 +166,12 @@ def test_a_replay_calls_the_compiled_launch_with_what_the_launcher_object_would_
     for _ in range(3):
         _record(fn, q, k, v, spans, _way_down())
     (kernel,) = fn.kernels.values()
+    return fn, b, kernel
+
+
+@pytest.mark.parametrize("convention", ["3.0", "3.3", "3.5", "3.7"])
+def test_a_replay_calls_the_compiled_launch_with_what_the_launcher_object_would_pass_it(convention, monkeypatch):
+    fn, _, kernel = _replayed_through(convention, monkeypatch)
     launcher, wrapped = kernel.run, kernel.run.wrapper_calls
     q2, k2, v2, s2 = _inputs(1)
     out = replay.lookup(*_args(q2, k2, v2, s2))
@@ -181,13 +188,7 @@ def test_a_replay_calls_the_compiled_launch_with_what_the_launcher_object_would_
 
 @pytest.mark.parametrize("convention", ["scratch", "unaccounted"])
 def test_a_launcher_that_passes_a_new_object_per_launch_is_replayed_through_the_launcher(convention, monkeypatch):
-    fn = FakeJIT(launcher_kernel(convention), True)
-    b = bound(fn)
-    monkeypatch.setattr(bind, "bound", lambda f: b)
-    q, k, v, spans = _inputs()
-    for _ in range(3):
-        _record(fn, q, k, v, spans, _way_down())
-    (kernel,) = fn.kernels.values()
+    fn, b, kernel = _replayed_through(convention, monkeypatch)
     assert all(e.inner is None for e in b.shapes.values() if type(e) is bind._Launcher)
     wrapped = kernel.run.wrapper_calls
     first = replay.lookup(*_args(*_inputs(1)))
