@@ -2,7 +2,8 @@
 
 No GPU here: a fake ``JITFunction`` launches a fake ``CompiledKernel`` the way Triton 3.0-3.2
 (non-constexpr arguments only, launcher in the ``run`` attribute) and 3.3+ (every argument with the
-constexprs, 3.6+ behind a ``run`` property) do.  The real kernels through the bound launcher are
+constexprs, 3.6+ behind a ``run`` property) do; the straight launch a replay makes (``Inner``) against the
+installed Triton's own launcher object.  The real kernels through the bound launcher are
 tested on the GPU (``test_kernels_gpu.py::test_bound_launcher_*``).
 """
 
@@ -150,3 +151,30 @@ def test_an_argument_of_another_type_is_the_plain_path_with_the_reason():
     b = bound(fn)
     b(PLAN, (1,), (torch.zeros(8), None), kw)
     assert b.off == "cannot key arguments of types other than tensor, int and float (1: NoneType)"
+
+
+def test_the_launch_straight_is_what_the_installed_tritons_launcher_object_passes(monkeypatch):
+    """``Inner`` derived from the installed Triton's own ``CudaLauncher.__call__`` (its compiled C launch replaced by
+    a recorder: building it needs a GPU driver) rebuilds exactly the call that object makes.  Run under each release
+    with ``PYTHONPATH=<its unpacked wheel>`` (``bench/results/2026-11-28-cpu-triton3.0-3.9-launcher-arrangements/``)."""
+    import triton
+
+    nvidia = pytest.importorskip("triton.backends.nvidia.driver")
+    if hasattr(triton.runtime.driver, "_active"):  # 3.8+ reads the active driver (its profile-scratch allocator)
+        monkeypatch.setattr(triton.runtime.driver, "_active", SimpleNamespace(allocate_default_profile_scratch=None))
+    launcher = object.__new__(nvidia.CudaLauncher)
+    passed = []
+    vars(launcher).update(launch=lambda *a, **k: passed.append((a, k)), global_scratch_size=0, global_scratch_align=1,
+                          profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                          launch_pdl=False, num_ctas=1, gsan_enabled=False, arg_annotations=["annotations"],
+                          kernel_signature=b"signature")  # what each release's __init__ sets that __call__ reads
+    outer = (2, 1, 1, 123456, 987654, ("packed",), object(), object(), object(), 10, 20, 30, 0.5, 64, 2)
+    launcher(*outer)
+    ((inner_args, keywords),) = passed
+    inner = bind._inner(launcher, outer, inner_args)
+    assert not keywords and inner is not None, f"Triton {triton.__version__}: {inner_args}"
+    assert inner.arguments(outer) == inner_args and inner.launch is launcher.launch
+    print(f"Triton {triton.__version__}: {'grouped' if inner.grouped else 'flat'}, inserted before the metadata "
+          f"{inner.before}, after it {inner.after}")
+    launcher.global_scratch_size = 128  # scratch memory per launch: no straight launch
+    assert bind._inner(launcher, outer, inner_args) is None
