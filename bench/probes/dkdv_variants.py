@@ -16,6 +16,12 @@ the entries loaded in their own step, which the kernel had until ``hp-pf1-s3`` m
 - ``PREFETCH = 2``: as 1, entries two steps ahead, and the next step's q/dO rows gathered into registers
   during this step (a manual double buffer, independent of the pipeliner).
 
+- ``SPLIT``: dv and dk in two programs of a chunk (grid ``(chunks, 2)``), one accumulator each, so a program
+  holds fewer registers (``--aot``: 162 at 16 pairs a step, 4 stages, against 225 together) and more programs
+  share an SM; the rows are gathered twice (the H200 gathers at 1.45x the H100's rate while the kernel runs no
+  faster there).  Under the interpreter each split variant gives the same dk and dv, bit for bit, as its unsplit
+  walk (same pair order).
+
 Every variant's dk and dv are compared with the shipped kernel's on the same reader list (the same pair order
 gives bit-identical sums) before it is timed.
 """
@@ -69,16 +75,19 @@ def _rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
 
 
 @triton.jit
-def _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc):
+def _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART: tl.constexpr):
+    """One step; ``PART``: 0 dk and dv, 1 dv only (two MMAs), 2 dk only (three)."""
     lo = bnd & 0xFFFF
     hi = bnd >> 16
     st = tl.dot(k1, tl.trans(q1))
     inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])
     pt = tl.where(inside, tl.exp2(tl.minimum(st * qk_scale - lse2[None, :], 0.0)), 0.0)
-    dv_acc += tl.dot(pt.to(do.dtype), do)
-    dpt = tl.dot(v, tl.trans(do))
-    dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
-    dk1 += tl.dot(dst, q1)
+    if PART != 2:
+        dv_acc += tl.dot(pt.to(do.dtype), do)
+    if PART != 1:
+        dpt = tl.dot(v, tl.trans(do))
+        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
+        dk1 += tl.dot(dst, q1)
     return dk1, dv_acc
 
 
@@ -92,9 +101,11 @@ def dkdv_variant_kernel(
     sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
     sl_b, sl_s, sl_g, sl_h,
     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, DK1: tl.constexpr, BLOCK_DV: tl.constexpr,
-    HP: tl.constexpr, PREFETCH: tl.constexpr, STEP: tl.constexpr,
+    HP: tl.constexpr, PREFETCH: tl.constexpr, STEP: tl.constexpr, SPLIT: tl.constexpr,
 ):
-    """The shipped dk/dv kernel's common walk (Dk a power of two, no non-finite isolation) with the feeds above."""
+    """The shipped dk/dv kernel's common walk (Dk a power of two, no non-finite isolation) with the feeds above.
+    ``SPLIT``: dv and dk in two programs of a chunk (grid ``(chunks, 2)``), each with one accumulator: fewer
+    registers a program, the chunk's rows gathered twice."""
     pid = tl.program_id(0)
     chunk = CHUNKS + pid.to(tl.int64) * 4
     tile_id = tl.load(chunk)
@@ -117,6 +128,32 @@ def dkdv_variant_kernel(
     v = tl.load(V + v_off[:, None] + offs_dv[None, :] * sv_d, mask=n_ok[:, None] & (offs_dv[None, :] < Dv), other=0.0)
     dk1 = tl.zeros((BLOCK_N, DK1), tl.float32)
     dv_acc = tl.zeros((BLOCK_N, BLOCK_DV), tl.float32)
+    if SPLIT:
+        if tl.program_id(1) == 0:
+            _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
+                  sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+                  e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc, BLOCK_N, ROWS, DK1, BLOCK_DV, HP, PREFETCH, STEP, 1)
+        else:
+            _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
+                  sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+                  e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc, BLOCK_N, ROWS, DK1, BLOCK_DV, HP, PREFETCH, STEP, 2)
+    else:
+        _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
+              sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+              e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc, BLOCK_N, ROWS, DK1, BLOCK_DV, HP, PREFETCH, STEP, 0)
+
+
+@triton.jit
+def _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
+          sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+          e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc,
+          BLOCK_N: tl.constexpr, ROWS: tl.constexpr, DK1: tl.constexpr, BLOCK_DV: tl.constexpr,
+          HP: tl.constexpr, PREFETCH: tl.constexpr, STEP: tl.constexpr, PART: tl.constexpr):
+    """A chunk's walk and store, for ``PART`` (``_step``)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    n_ok = (k0 + offs_n) < T
+    offs_d1 = tl.arange(0, DK1)
+    offs_dv = tl.arange(0, BLOCK_DV)
     r = tl.arange(0, ROWS)
     if HP > 0:
         p_lo = e0
@@ -132,7 +169,7 @@ def dkdv_variant_kernel(
             q1, do, lse2, delta = _rows(Q, DO, LSE, DELTA, tok, head, ok, b, g, S, G, h, Dk, Dv,
                                         sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
                                         sl_b, sl_s, sl_g, sl_h, DK1, BLOCK_DV)
-            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc)
+            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART)
     elif PREFETCH == 1:
         ent, head, ok = _pairs(p_lo, p_hi, r, h, HP)
         tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)
@@ -144,7 +181,7 @@ def dkdv_variant_kernel(
             ent_n, head_n, ok_n = _pairs(p0 + STEP, p_hi, r, h, HP)
             tok_n = tl.load(ENTRIES + ent_n * 2, mask=ok_n, other=0)
             bnd_n = tl.load(ENTRIES + ent_n * 2 + 1, mask=ok_n, other=0)
-            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc)
+            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART)
             tok = tok_n
             bnd = bnd_n
             head = head_n
@@ -168,7 +205,7 @@ def dkdv_variant_kernel(
             ent_2, head_2, ok_2 = _pairs(p0 + 2 * STEP, p_hi, r, h, HP)
             tok_2 = tl.load(ENTRIES + ent_2 * 2, mask=ok_2, other=0)
             bnd_2 = tl.load(ENTRIES + ent_2 * 2 + 1, mask=ok_2, other=0)
-            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc)
+            dk1, dv_acc = _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART)
             q1 = q1_n
             do = do_n
             lse2 = lse2_n
@@ -180,35 +217,44 @@ def dkdv_variant_kernel(
             ok_n = ok_2
     if slot < 0:
         t_idx = bg * T + k0 + offs_n
-        tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], (dk1 * scale).to(DK.dtype.element_ty),
-                 mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
-        tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv_acc.to(DV.dtype.element_ty),
-                 mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
+        if PART != 1:
+            tl.store(DK + t_idx[:, None] * Dk + offs_d1[None, :], (dk1 * scale).to(DK.dtype.element_ty),
+                     mask=n_ok[:, None] & (offs_d1[None, :] < Dk))
+        if PART != 2:
+            tl.store(DV + t_idx[:, None] * Dv + offs_dv[None, :], dv_acc.to(DV.dtype.element_ty),
+                     mask=n_ok[:, None] & (offs_dv[None, :] < Dv))
     else:
         width = DK1 + BLOCK_DV
         ws = WS + slot * (BLOCK_N * width) + offs_n[:, None] * width
-        tl.store(ws + offs_d1[None, :], dk1 * scale)
-        tl.store(ws + DK1 + offs_dv[None, :], dv_acc)
+        if PART != 1:
+            tl.store(ws + offs_d1[None, :], dk1 * scale)
+        if PART != 2:
+            tl.store(ws + DK1 + offs_dv[None, :], dv_acc)
 
 
-# (name, HP from h?, PREFETCH, ROWS, warps, stages)
+# (name, HP from h?, PREFETCH, ROWS, warps, stages, SPLIT)
 VARIANTS = [
-    ("shipped-walk", False, 0, 32, 4, 2),
-    ("hp", True, 0, 32, 4, 2),
-    ("hp-pf1", True, 1, 32, 4, 2),
-    ("hp-pf1-s3", True, 1, 32, 4, 3),
-    ("hp-pf2", True, 2, 32, 4, 2),
-    ("hp-pf2-s1", True, 2, 32, 4, 1),
-    ("hp-r16", True, 0, 16, 4, 2),
-    ("hp-r16-s3", True, 0, 16, 4, 3),
-    ("hp-r16-s4", True, 0, 16, 4, 4),
-    ("hp-pf1-r16", True, 1, 16, 4, 2),
-    ("hp-pf1-r16-s3", True, 1, 16, 4, 3),
-    ("hp-pf1-r16-s4", True, 1, 16, 4, 4),
-    ("hp-pf2-r16", True, 2, 16, 4, 2),
-    ("hp-pf2-r16-s1", True, 2, 16, 4, 1),
-    ("hp-r64", True, 0, 64, 4, 2),
-    ("hp-pf1-r64", True, 1, 64, 4, 2),
+    ("shipped-walk", False, 0, 32, 4, 2, False),
+    ("hp", True, 0, 32, 4, 2, False),
+    ("hp-pf1", True, 1, 32, 4, 2, False),
+    ("hp-pf1-s3", True, 1, 32, 4, 3, False),
+    ("hp-pf2", True, 2, 32, 4, 2, False),
+    ("hp-pf2-s1", True, 2, 32, 4, 1, False),
+    ("hp-r16", True, 0, 16, 4, 2, False),
+    ("hp-r16-s3", True, 0, 16, 4, 3, False),
+    ("hp-r16-s4", True, 0, 16, 4, 4, False),
+    ("hp-pf1-r16", True, 1, 16, 4, 2, False),
+    ("hp-pf1-r16-s3", True, 1, 16, 4, 3, False),
+    ("hp-pf1-r16-s4", True, 1, 16, 4, 4, False),
+    ("hp-pf2-r16", True, 2, 16, 4, 2, False),
+    ("hp-pf2-r16-s1", True, 2, 16, 4, 1, False),
+    ("hp-r64", True, 0, 64, 4, 2, False),
+    ("hp-pf1-r64", True, 1, 64, 4, 2, False),
+    ("hp-pf1-s3-split", True, 1, 32, 4, 3, True),
+    ("hp-pf1-s2-split", True, 1, 32, 4, 2, True),
+    ("hp-pf1-r64-s3-split", True, 1, 64, 4, 3, True),
+    ("hp-pf1-r64-s3-split-w8", True, 1, 64, 8, 3, True),
+    ("hp-pf1-r16-s4-split", True, 1, 16, 4, 4, True),
 ]
 
 KERNEL_TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "DO": "*bf16", "LSE": "*fp32", "DELTA": "*fp32",
@@ -221,11 +267,11 @@ DIV16 = ("Dk", "Dv", "sq_b", "sq_s", "sq_g", "sq_h", "sk_b", "sk_g", "sk_t", "sv
 AOT_CHILD = r'''
 import json, sys
 from nsa_triton_sel.compat.smoke import aot
-name, hp, pf, rows, warps, stages, types, ones, div16, arch = json.loads(sys.argv[1])
+name, hp, pf, rows, warps, stages, split, types, ones, div16, arch = json.loads(sys.argv[1])
 triton, ASTSource, GPUTarget, family = aot.triton_api()
 fn = aot._load_kernel("bench.probes.dkdv_variants:dkdv_variant_kernel")
 ce = {"BLOCK_N": 64, "ROWS": rows, "DK1": 128, "BLOCK_DV": 128, "HP": 16 if hp else 0, "PREFETCH": pf,
-      "STEP": rows // 16 if hp else rows}
+      "STEP": rows // 16 if hp else rows, "SPLIT": split}
 sig = {n: types.get(n, "i32") for n in fn.arg_names if n not in ce}
 for n in ones:
     sig.pop(n)
@@ -243,8 +289,8 @@ print(json.dumps({"name": name, **{k: met.get(k) for k in ("registers", "spills"
 def aot_report(python: str, arch: int = 90) -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     env.pop("TRITON_INTERPRET", None)
-    for name, hp, pf, rows, warps, stages in VARIANTS:
-        job = json.dumps([name, hp, pf, rows, warps, stages, KERNEL_TYPES, ONES, DIV16, arch])
+    for name, hp, pf, rows, warps, stages, split in VARIANTS:
+        job = json.dumps([name, hp, pf, rows, warps, stages, split, KERNEL_TYPES, ONES, DIV16, arch])
         res = subprocess.run([python, "-c", AOT_CHILD, job], capture_output=True, text=True, env=env)
         if res.returncode:
             print(f"{name:16s} FAILED {(res.stderr.strip().splitlines() or ['?'])[-1][:300]}")
@@ -255,7 +301,7 @@ def aot_report(python: str, arch: int = 90) -> int:
     return 0
 
 
-def launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, *, hp, pf, rows, warps, stages):
+def launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, *, hp, pf, rows, warps, stages, split):
     """The variant over ``readers`` (the shipped reduction adds split tiles' slots)."""
     import torch
 
@@ -267,12 +313,12 @@ def launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, *, hp,
     width = meta.DK1 + meta.BLOCK_DV
     ws = torch.empty((max(readers.slots, 1), meta.KV_BLOCK_N, width), dtype=torch.float32, device=q.device)
     HP = next_pow2(h) if hp and next_pow2(h) <= rows else 0
-    dkdv_variant_kernel[(readers.chunks.shape[0],)](
+    dkdv_variant_kernel[(readers.chunks.shape[0], 2 if split else 1)](
         q, k, v, go, lse, delta, dk, dv, ws, readers.entries, readers.chunks,
         S, G, h, Dk, Dv, T, readers.n_tiles, scale * 1.4426950408889634, scale,
         *q.stride(), *k.stride(), *v.stride(), *go.stride(), *lse.stride(),
         BLOCK_N=meta.KV_BLOCK_N, ROWS=rows, DK1=meta.DK1, BLOCK_DV=meta.BLOCK_DV, HP=HP, PREFETCH=pf, STEP=rows // HP if HP else rows,
-        num_warps=warps, num_stages=stages)
+        SPLIT=split, num_warps=warps, num_stages=stages)
     if readers.slots:
         bwd_kernels.sel_bwd_reduce_kernel[(readers.tile_slots.shape[0],)](
             ws, readers.tile_slots, dk, dv, G, T, readers.n_tiles, Dk, Dv, *dk.stride()[:3], *dv.stride()[:3],
@@ -302,11 +348,11 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
     row("shipped", lambda: x.dkdv(dk0, dv0),
         {"rows": meta.ROWS, "warps": meta.kv_warps, "stages": meta.kv_stages, "chunk": readers.chunk})
     row("gather-ceiling", lambda: x.gather(sink), {})
-    for name, hp, pf, r, w, s in VARIANTS:
+    for name, hp, pf, r, w, s, split in VARIANTS:
         if names and name not in names:
             continue
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        kw = dict(hp=hp, pf=pf, rows=r, warps=w, stages=s)
+        kw = dict(hp=hp, pf=pf, rows=r, warps=w, stages=s, split=split)
         try:
             launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, **kw)
         except Exception as exc:  # a variant that does not compile is a finding, not the end of the run
