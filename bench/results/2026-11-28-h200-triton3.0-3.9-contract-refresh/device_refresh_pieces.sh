@@ -2,7 +2,9 @@
 # Each call carries one 27-MiB piece of the parts' concatenated stream (.carry/qNN: the 35-MiB tree leaves no
 # room for a whole 30-MiB part) and .carry/mini (packaging); the pieces are appended in order to
 # .carry/acc/stream (ignored, kept while the machine is warm) and every original part whose bytes are all there
-# is cut out into .carry/in for bench/device/device_refresh.sh feed.  `bash dev_refresh.sh collect [S]` collects.
+# is cut out into .carry/in for bench/device/device_refresh.sh feed.  From the repository root:
+#   COMMIT=<sha> bash device_refresh_pieces.sh               (one call per piece)
+#   COMMIT=<sha> bash device_refresh_pieces.sh collect [S]   (then: wait up to S seconds and collect)
 set -u
 python3 -c "import packaging" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/mini/*.whl
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
