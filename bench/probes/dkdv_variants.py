@@ -436,6 +436,26 @@ ONES = ("sq_d", "sk_d", "sv_d", "sdo_d", "sl_h")
 DIV16 = ("Dk", "Dv", "sq_b", "sq_s", "sq_g", "sq_h", "sk_b", "sk_g", "sk_t", "sv_b", "sv_g", "sv_t",
          "sdo_b", "sdo_s", "sdo_g", "sdo_h", "sdo_d", "sl_b", "sl_s")
 
+def sass_loop_instructions(cubin: bytes):
+    """The SASS instructions of a cubin's longest loop (the walk), from Triton's own dump (cuobjdump + nvdisasm);
+    None where the tools are missing or no backward branch is found."""
+    import re
+
+    try:
+        from triton.tools.disasm import get_sass
+
+        lines = get_sass(cubin).splitlines()
+    except Exception:
+        return None
+    label = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"\s*(\w+):\s*$", l))}
+    spans = [(label[m.group(1)], i) for i, l in enumerate(lines)
+             if (m := re.search(r"\bBRA\s+`?\(?\.?(\w+)", l)) and label.get(m.group(1), i + 1) < i]
+    if not spans:
+        return None
+    a, b = max(spans, key=lambda x: x[1] - x[0])
+    return sum(1 for l in lines[a:b + 1] if re.search(r"\t(?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*", l))
+
+
 AOT_CHILD = r'''
 import json, sys
 from nsa_triton_sel.compat.smoke import aot
@@ -453,19 +473,8 @@ src = aot.make_source(ASTSource, family, fn, sig, ce, aligned=aligned)
 c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps, "num_stages": stages})
 met = aot.collect_metrics(c)
 ttgir = c.asm["ttgir"]
-loop = None
-try:  # the instructions of the longest loop (the walk), from Triton's own SASS dump (cuobjdump + nvdisasm)
-    import re
-    from triton.tools.disasm import get_sass
-    lines = get_sass(c.asm["cubin"]).splitlines()
-    label = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"\s*(\w+):\s*$", l))}
-    spans = [(label[m.group(1)], i) for i, l in enumerate(lines)
-             if (m := re.search(r"\bBRA\s+`?\(?\.?(\w+)", l)) and label.get(m.group(1), i + 1) < i]
-    if spans:
-        a, b = max(spans, key=lambda x: x[1] - x[0])
-        loop = sum(1 for l in lines[a:b + 1] if re.search(r"\t(?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*", l))
-except Exception:
-    pass
+from bench.probes.dkdv_variants import sass_loop_instructions
+loop = sass_loop_instructions(c.asm["cubin"])
 print(json.dumps({"name": name, **{k: met.get(k) for k in ("registers", "spills", "shared", "mma")},
                   "async_copies": ttgir.count("async_copy_global_to_local"), "loop_instructions": loop}))
 '''
@@ -563,8 +572,10 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_cli(argv, description: str, measure, aot_report) -> int:
+    """The command line shared by the dk/dv walk probes: ``measure(T, sel, rep_ms, names)`` over the grid on the GPU
+    (rows to ``--json``), or ``aot_report(python, names)`` with ``--aot`` (no GPU)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--T", default="8192,32768,65536")
     ap.add_argument("--sel", default="random,local")
     ap.add_argument("--only", default="", help="comma-separated variant names")
@@ -579,7 +590,7 @@ def main(argv=None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("dkdv_variants needs a CUDA device (or --aot)", file=sys.stderr)
+        print(f"{ap.prog} needs a CUDA device (or --aot)", file=sys.stderr)
         return 2
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}", flush=True)
     rows = []
@@ -589,6 +600,10 @@ def main(argv=None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def main(argv=None) -> int:
+    return run_cli(argv, __doc__.splitlines()[0], measure, aot_report)
 
 
 if __name__ == "__main__":
