@@ -26,7 +26,8 @@ device):
 - ``PREFETCH = 5`` (the scalar feed): a step's ``ROWS // HP`` entries loaded as scalars (not once per pair and
   layout), each pair's row offsets chosen from the entries' (int32), LSE and delta read from one interleaved
   float32 array (the probe builds it; the dq kernel, which writes delta, could write both);
-- ``LEAN``: bit 2, int32 row offsets (every gathered tensor under 2^31 elements); bit 4, no column mask (Dk and
+- ``LEAN``: bit 8, a chunk whose entries all read the whole tile walks without the key mask (checked once per
+  chunk before the walk: a second copy of the walk); bit 2, int32 row offsets (every gathered tensor under 2^31 elements); bit 4, no column mask (Dk and
   Dv powers of two);
 - ``SPLIT``: dv and dk in two programs of a chunk (grid ``(chunks, 2)``), one accumulator each, so a program
   holds fewer registers and more programs share an SM; the rows are gathered twice.
@@ -160,8 +161,13 @@ def _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART: 
     if ORDER == 1:
         if PART != 1:
             dpt0 = tl.dot(v, tl.trans(do))
-    inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])
-    pt = tl.where(inside, tl.exp2(tl.minimum(st * qk_scale - lse2[None, :], 0.0)), 0.0)
+    if (LEAN & 16) != 0:
+        # every pair of the chunk reads the whole tile: no key mask (a padding pair's q and dO rows are 0, so its
+        # P^T of 1 and its dS^T of 0 add nothing)
+        pt = tl.exp2(tl.minimum(st * qk_scale - lse2[None, :], 0.0))
+    else:
+        inside = (offs_n[:, None] >= lo[None, :]) & (offs_n[:, None] < hi[None, :])
+        pt = tl.where(inside, tl.exp2(tl.minimum(st * qk_scale - lse2[None, :], 0.0)), 0.0)
     if PART != 2:
         dv_acc += tl.dot(pt.to(do.dtype), do)
     if PART != 1:
@@ -169,9 +175,25 @@ def _step(k1, v, q1, do, lse2, delta, bnd, offs_n, qk_scale, dk1, dv_acc, PART: 
             dpt = dpt0
         else:
             dpt = tl.dot(v, tl.trans(do))
-        dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
+        if (LEAN & 16) != 0:
+            dst = (pt * (dpt - delta[None, :])).to(q1.dtype)
+        else:
+            dst = tl.where(inside, pt * (dpt - delta[None, :]), 0.0).to(q1.dtype)
         dk1 += tl.dot(dst, q1)
     return dk1, dv_acc
+
+
+@triton.jit
+def _chunk_whole(ENTRIES, e0, e1, BLOCK_N: tl.constexpr):
+    """Whether every entry of ``[e0, e1)`` reads the whole tile (bounds ``0 | BLOCK_N << 16``): one pass over the
+    chunk's key bounds before the walk, so the walk's loop carries no branch (a branch in it stops Triton 3.6's
+    pipelining)."""
+    whole = 1
+    for e in range(e0, e1, 256):
+        offs = e + tl.arange(0, 256)
+        bnd = tl.load(ENTRIES + offs * 2 + 1, mask=offs < e1, other=BLOCK_N << 16)
+        whole = tl.minimum(whole, tl.min((bnd == (BLOCK_N << 16)).to(tl.int32), 0))
+    return whole > 0
 
 
 @triton.jit
@@ -223,6 +245,11 @@ def dkdv_variant_kernel(
                   sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
                   e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc, BLOCK_N, ROWS, DK1, BLOCK_DV, HP, PREFETCH, STEP,
                   2, ORDER, LEAN)
+    elif (LEAN & 8) != 0 and _chunk_whole(ENTRIES, e0, e1, BLOCK_N):
+        _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
+              sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+              e0, e1, slot, bg, b, g, k0, k1, v, dk1, dv_acc, BLOCK_N, ROWS, DK1, BLOCK_DV, HP, PREFETCH, STEP,
+              0, ORDER, LEAN | 16)
     else:
         _walk(Q, K, V, DO, LSE, DELTA, DK, DV, WS, ENTRIES, S, G, h, Dk, Dv, T, qk_scale, scale,
               sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
@@ -418,6 +445,15 @@ VARIANTS = [
     ("feed-s3-o1", True, 5, 32, 4, 3, False, 1, 6),
     ("feed-s4-o1", True, 5, 32, 4, 4, False, 1, 6),
     ("feed-s2-o1", True, 5, 32, 4, 2, False, 1, 6),
+    # LEAN bit 8: a chunk whose entries all read the whole tile walks without the key mask (chosen once per chunk,
+    # before the loop; the second walk takes its own shared memory).  A step's own check, a branch around the
+    # softmax alone inside the loop, makes Triton 3.6's pipeliner fail (TritonGPUPipeline: PassManager::run failed).
+    ("hp-pf1-s3-w", True, 1, 32, 4, 3, False, 0, 8),
+    ("lean14-s3-o1", True, 1, 32, 4, 3, False, 1, 14),
+    ("feed-s4-o1-w", True, 5, 32, 4, 4, False, 1, 14),
+    ("feed-s3-o1-w", True, 5, 32, 4, 3, False, 1, 14),
+    ("feed-s2-o1-w", True, 5, 32, 4, 2, False, 1, 14),
+    ("lean14-s2-o1", True, 1, 32, 4, 2, False, 1, 14),
 ]
 
 def chosen(names: list[str]) -> list[tuple]:
