@@ -41,7 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, mbarrier, \
     warpgroup_mma, warpgroup_mma_wait
 
-from bench.probes.dkdv_variants import run_cli
+from bench.probes.dkdv_variants import against, run_cli, timed_against_shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG2E = 1.4426950408889634
@@ -574,25 +574,11 @@ def launch(x, dk, dv, rows, nb, overlap, mode, pw=0, pregs=0, maxnreg=0):
 
 def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
     import torch
-    import triton.testing as tt
 
     from bench.probes.dkdv_ceiling import dkdv_inputs
 
     x = dkdv_inputs(T, sel)
-    nbytes = x.nbytes
-    dk0, dv0 = torch.empty_like(x.k), torch.empty_like(x.v)
-    x.dkdv(dk0, dv0)
-    sink = torch.empty(x.readers.chunks.shape[0], dtype=torch.float32, device=x.q.device)
-    out = []
-
-    def row(name, fn, extra):
-        ms = tt.do_bench(fn, rep=rep_ms, return_mode="median")
-        out.append({"T": T, "sel": sel, "name": name, "ms": ms, "gbs": nbytes / ms / 1e6, **extra})
-        print(f"{T:>6} {sel:>7} {name:>16} {ms:8.3f} ms {nbytes / ms / 1e6:6.0f} GB/s "
-              + " ".join(f"{a}={b}" for a, b in extra.items()), flush=True)
-
-    row("shipped", lambda: x.dkdv(dk0, dv0), {})
-    row("gather-ceiling", lambda: x.gather(sink), {})
+    dk0, dv0, out, row = timed_against_shipped(x, T, sel, rep_ms, 16, {})
     for name, rows, nb, overlap, mode, pw, pregs, maxnreg in chosen(names):
         dk, dv = torch.empty_like(x.k), torch.empty_like(x.v)
         try:
@@ -601,14 +587,12 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
         except Exception as exc:
             print(f"{T:>6} {sel:>7} {name:>16} FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             continue
-        err = max(float((dk.float() - dk0.float()).abs().max() / dk0.float().abs().max()),
-                  float((dv.float() - dv0.float()).abs().max() / dv0.float().abs().max()))
-        same = bool(torch.equal(dk, dk0) and torch.equal(dv, dv0))
+        same, err = against(dk, dv, dk0, dv0)
         dk2, dv2 = torch.empty_like(dk), torch.empty_like(dv)
         launch(x, dk2, dv2, rows, nb, overlap, mode, pw, pregs, maxnreg)
         again = bool(torch.equal(dk, dk2) and torch.equal(dv, dv2))
         row(name, lambda: launch(x, dk, dv, rows, nb, overlap, mode, pw, pregs, maxnreg),
-            {"rows": rows, "nb": nb, "bitwise": same, "repeatable": again, "rel_err": f"{err:.1e}"})
+            {"rows": rows, "nb": nb, "bitwise": same, "repeatable": again, "rel_err": err})
     torch.cuda.empty_cache()
     return out
 

@@ -567,29 +567,48 @@ def launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, *, hp,
     return compiled
 
 
-def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
+def timed_against_shipped(x, T: int, sel: str, rep_ms: int, width: int, shipped_extra: dict):
+    """The shipped kernel's dk and dv on ``x`` (what every variant is compared with), the rows, and ``row(name, fn,
+    extra)``: ``fn`` timed (median of ``triton.testing.do_bench``), its rate over ``x.nbytes``, printed and kept.
+    The first two rows are the shipped kernel and the gather-copy ceiling."""
     import torch
     import triton.testing as tt
+
+    dk0, dv0 = torch.empty_like(x.k), torch.empty_like(x.v)
+    x.dkdv(dk0, dv0)
+    sink = torch.empty(x.readers.chunks.shape[0], dtype=torch.float32, device=x.q.device)
+    rows = []
+
+    def row(name, fn, extra):
+        ms = tt.do_bench(fn, rep=rep_ms, return_mode="median")
+        rows.append({"T": T, "sel": sel, "name": name, "ms": ms, "gbs": x.nbytes / ms / 1e6, **extra})
+        print(f"{T:>6} {sel:>7} {name:>{width}} {ms:8.3f} ms {x.nbytes / ms / 1e6:6.0f} GB/s "
+              + " ".join(f"{a}={b}" for a, b in extra.items()), flush=True)
+
+    row("shipped", lambda: x.dkdv(dk0, dv0), shipped_extra)
+    row("gather-ceiling", lambda: x.gather(sink), {})
+    return dk0, dv0, rows, row
+
+
+def against(dk, dv, dk0, dv0) -> tuple[bool, str]:
+    """Whether a variant's dk and dv equal the shipped kernel's bit for bit, and the larger relative difference."""
+    import torch
+
+    err = max(float((dk.float() - dk0.float()).abs().max() / dk0.float().abs().max()),
+              float((dv.float() - dv0.float()).abs().max() / dv0.float().abs().max()))
+    return bool(torch.equal(dk, dk0) and torch.equal(dv, dv0)), f"{err:.1e}"
+
+
+def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
+    import torch
 
     from bench.probes.dkdv_ceiling import dkdv_inputs
 
     x = dkdv_inputs(T, sel)
     q, k, v, go, lse, delta, meta, readers, scale = x.q, x.k, x.v, x.go, x.lse, x.delta, x.meta, x.readers, x.scale
-    nbytes = x.nbytes
-    dk0, dv0 = torch.empty_like(k), torch.empty_like(v)
-    x.dkdv(dk0, dv0)
-    sink = torch.empty(readers.chunks.shape[0], dtype=torch.float32, device=q.device)
-    rows = []
-
-    def row(name, fn, extra):
-        ms = tt.do_bench(fn, rep=rep_ms, return_mode="median")
-        rows.append({"T": T, "sel": sel, "name": name, "ms": ms, "gbs": nbytes / ms / 1e6, **extra})
-        print(f"{T:>6} {sel:>7} {name:>26} {ms:8.3f} ms {nbytes / ms / 1e6:6.0f} GB/s "
-              + " ".join(f"{a}={b}" for a, b in extra.items()), flush=True)
-
-    row("shipped", lambda: x.dkdv(dk0, dv0),
-        {"rows": meta.ROWS, "warps": meta.kv_warps, "stages": meta.kv_stages, "chunk": readers.chunk})
-    row("gather-ceiling", lambda: x.gather(sink), {})
+    dk0, dv0, rows, row = timed_against_shipped(
+        x, T, sel, rep_ms, 26, {"rows": meta.ROWS, "warps": meta.kv_warps, "stages": meta.kv_stages,
+                                "chunk": readers.chunk})
     for name, hp, pf, r, w, s, split, order, lean in chosen(names):
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         kw = dict(hp=hp, pf=pf, rows=r, warps=w, stages=s, split=split, order=order, lean=lean)
@@ -598,12 +617,10 @@ def measure(T: int, sel: str, rep_ms: int, names: list[str]) -> list[dict]:
         except Exception as exc:  # a variant that does not compile is a finding, not the end of the run
             print(f"{T:>6} {sel:>7} {name:>26} FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
             continue
-        err = max(float((dk.float() - dk0.float()).abs().max() / dk0.float().abs().max()),
-                  float((dv.float() - dv0.float()).abs().max() / dv0.float().abs().max()))
-        same = bool(torch.equal(dk, dk0) and torch.equal(dv, dv0))
+        same, err = against(dk, dv, dk0, dv0)
         row(name, lambda: launch_variant(q, k, v, lse, go, delta, dk, dv, readers, meta, scale, **kw),
             {"rows": r, "warps": w, "stages": s, "regs": getattr(compiled, "n_regs", None),
-             "spills": getattr(compiled, "n_spills", None), "bitwise": same, "rel_err": f"{err:.1e}"})
+             "spills": getattr(compiled, "n_spills", None), "bitwise": same, "rel_err": err})
     torch.cuda.empty_cache()
     return rows
 
