@@ -45,6 +45,10 @@ from bench.probes.dkdv_variants import against, run_cli, timed_against_shipped
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG2E = 1.4426950408889634
+# A CTA-wide barrier: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` from 3.7.
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+# A cp.async copy into shared memory: ``async_copy_global_to_shared`` up to Triton 3.8, ``async_load`` from 3.9.
+_async_gather = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -61,8 +65,8 @@ def _gather_step(Q, DO, q_slot, do_slot, tok, ok, b, g, sq_b, sq_s, sq_g, sq_h, 
         q_off = b * sq_b + tok.to(gl.int64) * sq_s + g * sq_g + head.to(gl.int64) * sq_h
         do_off = b * sdo_b + tok.to(gl.int64) * sdo_s + g * sdo_g + head.to(gl.int64) * sdo_h
     m = gl.expand_dims(ok, 1) & gl.expand_dims(offs_d < D, 0)
-    async_copy.async_copy_global_to_shared(q_slot, Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0), mask=m)
-    async_copy.async_copy_global_to_shared(do_slot, DO + gl.expand_dims(do_off, 1) + gl.expand_dims(offs_d, 0),
+    _async_gather(q_slot, Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0), mask=m)
+    _async_gather(do_slot, DO + gl.expand_dims(do_off, 1) + gl.expand_dims(offs_d, 0),
                                            mask=m)
     async_copy.commit_group()
 
@@ -233,7 +237,7 @@ def dkdv_gluon_kernel(
 
         # -- step 0's scores and softmax --
         async_copy.wait_group(NB - 2)
-        gl.thread_barrier()
+        _cta_barrier()
         fence_async_shared()
         st = warpgroup_mma(k_sh, q_sh.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v_sh, do_sh.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -250,7 +254,7 @@ def dkdv_gluon_kernel(
                                           sl_b, sl_s, sl_g, sl_h, ROWS, HP, vec)
             # -- step i+1's rows are in; its score MMAs go first, then step i's dv/dk MMAs --
             async_copy.wait_group(NB - 3)
-            gl.thread_barrier()
+            _cta_barrier()
             fence_async_shared()
             st = warpgroup_mma(k_sh, q_sh.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
             dpt = warpgroup_mma(v_sh, do_sh.index(nxt).permute((1, 0)), zero_s, use_acc=False, is_async=True)
@@ -274,7 +278,7 @@ def dkdv_gluon_kernel(
             else:
                 p = gl.convert_layout(st.to(gl.bfloat16), a_op)
                 ds = gl.convert_layout(dpt.to(gl.bfloat16), a_op)
-            gl.thread_barrier()
+            _cta_barrier()
             lse_sh.index(i % 2).store(lse2)
             delta_sh.index(i % 2).store(delta)
             bnd_sh.index(i % 2).store(bnd)
@@ -308,18 +312,18 @@ def _ws_producer(Q, DO, LSE, DELTA, ENTRIES, q_sh, do_sh, lse_sh, delta_sh, bnd_
         q_off = b * sq_b + tok.to(gl.int64) * sq_s + g * sq_g + head.to(gl.int64) * sq_h
         do_off = b * sdo_b + tok.to(gl.int64) * sdo_s + g * sdo_g + head.to(gl.int64) * sdo_h
         m = gl.expand_dims(ok, 1) & gl.expand_dims(offs_d < D, 0)
-        async_copy.async_copy_global_to_shared(q_sh.index(s), Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0),
+        _async_gather(q_sh.index(s), Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0),
                                                mask=m)
-        async_copy.async_copy_global_to_shared(do_sh.index(s),
+        _async_gather(do_sh.index(s),
                                                DO + gl.expand_dims(do_off, 1) + gl.expand_dims(offs_d, 0), mask=m)
         ent_v = e0 + j * STEP + rv // HP
         head_v = rv % HP
         ok_v = (ent_v < e1) & (head_v < h)
         tok_v = gl.load(ENTRIES + ent_v * 2, mask=ok_v, other=0)
         l_off = b * sl_b + tok_v.to(gl.int64) * sl_s + g * sl_g + head_v.to(gl.int64) * sl_h
-        async_copy.async_copy_global_to_shared(lse_sh.index(s), LSE + l_off, mask=ok_v)
-        async_copy.async_copy_global_to_shared(delta_sh.index(s), DELTA + l_off, mask=ok_v)
-        async_copy.async_copy_global_to_shared(bnd_sh.index(s), ENTRIES + ent_v * 2 + 1, mask=ok_v)
+        _async_gather(lse_sh.index(s), LSE + l_off, mask=ok_v)
+        _async_gather(delta_sh.index(s), DELTA + l_off, mask=ok_v)
+        _async_gather(bnd_sh.index(s), ENTRIES + ent_v * 2 + 1, mask=ok_v)
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
@@ -371,7 +375,7 @@ def _ws_consumer(k_sh, v_sh, q_sh, do_sh, lse_sh, delta_sh, bnd_sh, ready, empty
         if C > 0:
             comb_sh.index(0).store(dk)
             comb_sh.index(1).store(dv)
-            gl.thread_barrier()
+            _cta_barrier()
             mbarrier.arrive(done)
         else:
             mbarrier.wait(done, 0)
