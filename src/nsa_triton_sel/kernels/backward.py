@@ -70,8 +70,8 @@ dots: ``BLOCK_H`` heads (:func:`sel_bwd_dq_kernel`) or ``TOK * HP`` (token, head
 import triton
 import triton.language as tl
 
-from .common import (LOG2E, _chunk_tile, _clamp_spans, _gather_rows, _group_heads, _key_value_rows, _load_q,
-                     _merge_rows, _prefix_sum, _tile_bounds, _token_rows)
+from .common import (LOG2E, _chunk_tile, _clamp_spans, _gather_rows, _group_heads, _key_value_rows,
+                     _load_q, _merge_rows, _partial_scale, _prefix_sum, _row_absmax, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -831,7 +831,29 @@ def sel_bwd_dq_keymajor_delta_kernel(
 
 
 @triton.jit
-def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, scale,
+def _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, scale, Dk, DK1: tl.constexpr, DK2: tl.constexpr,
+                      FINITE_ONLY: tl.constexpr):
+    """Store the partial dq ``scale * [dq1, dq2]`` (``dS K`` of a step's pairs, ``[ROWS, DK1]`` and ``[ROWS, DK2]``) at
+    their slots: float16 values divided by the row's largest magnitude (``_partial_scale`` over both slices; of the
+    finite values with ``FINITE_ONLY``) in ``DQP``, that magnitude times ``scale`` in ``DQP_SCALE``."""
+    amax = _row_absmax(dq1, FINITE_ONLY)  # [ROWS]
+    if DK2 > 0:
+        amax = tl.maximum(amax, _row_absmax(dq2, FINITE_ONLY))
+    sc = _partial_scale(amax)  # [ROWS]
+    inv = (1.0 / sc)[:, None]  # [ROWS, 1]
+    offs_d1 = tl.arange(0, DK1)  # [DK1]
+    tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], (dq1 * inv).to(DQP.dtype.element_ty),  # [ROWS, DK1]
+             mask=ok[:, None] & (offs_d1[None, :] < Dk))
+    if DK2 > 0:
+        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
+        tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], (dq2 * inv).to(DQP.dtype.element_ty),  # [ROWS, DK2]
+                 mask=ok[:, None] & (offs_d2[None, :] < Dk))
+    tl.store(DQP_SCALE + slot, sc * scale, mask=ok)
+
+
+@triton.jit
+def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale,
+                      scale,
                       k1, k2, v, bad,
                       sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
                       sd_b, sd_s, sd_g, sd_h,
@@ -839,8 +861,9 @@ def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, ent, head, ok, b,
                       DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
     """The partial dq of (entry, head) pairs ``[ROWS]`` against the program's key tile, ``scale * dS K`` over
     the keys ``[lo, hi)`` of the tile its entry reads, stored at the pair's slot ``origin * h + head`` of ``DQP``
-    (float32 ``[slots, h, Dk]``).  ``ISOLATE``: the tile holds a non-finite k or v value (loaded as 0); a pair
-    that reads its key gets NaN (as in exact arithmetic), the others stay finite."""
+    (``[slots, h, Dk]``, float16 scaled by ``DQP_SCALE``: ``_store_partial_dq``).  ``ISOLATE``: the tile holds a
+    non-finite k or v value (loaded as 0); a pair that reads its key gets NaN (as in exact arithmetic), the others
+    stay finite."""
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     tok, bnd = _readers(ENTRIES, ent, ok)  # [ROWS] x 2; bnd 0 on masked pairs: no key
     slot = tl.load(ORIGIN + ent, mask=ok, other=0) * h + head  # [ROWS] int64
@@ -863,32 +886,30 @@ def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, ent, head, ok, b,
     dp = tl.dot(do, tl.trans(v))  # [ROWS, BLOCK_N]: dO V^T
     # where, not p * ...: a key the pair does not read stays out of its dq
     ds = tl.where(inside, p * (dp - delta[:, None]), 0.0).to(k1.dtype)  # [ROWS, BLOCK_N]
-    dq1 = tl.dot(ds, k1) * scale  # [ROWS, DK1]
+    dq1 = tl.dot(ds, k1)  # [ROWS, DK1]
     if ISOLATE:
         reads_bad = tl.max((inside & bad[None, :]).to(tl.int32), 1) > 0  # [ROWS]
         dq1 = tl.where(reads_bad[:, None], float("nan"), dq1)
-    offs_d1 = tl.arange(0, DK1)  # [DK1]
-    tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], dq1, mask=ok[:, None] & (offs_d1[None, :] < Dk))
     if DK2 > 0:
-        dq2 = tl.dot(ds, k2) * scale  # [ROWS, DK2]
+        dq2 = tl.dot(ds, k2)  # [ROWS, DK2]
         if ISOLATE:
             dq2 = tl.where(reads_bad[:, None], float("nan"), dq2)
-        offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-        tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], dq2, mask=ok[:, None] & (offs_d2[None, :] < Dk))
+    else:
+        dq2 = dq1  # placeholder, never used
+    _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, scale, Dk, DK1, DK2, ISOLATE)
 
 
 @triton.jit
-def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale, scale,
+def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale, scale,
                     sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
                     sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
                     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HP: tl.constexpr, DK1: tl.constexpr,
                     DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv`` and store each pair's
-    partial dq against the tile, ``scale * dS K``, at its slot ``origin * h + head`` of ``DQP`` (float32 ``[slots,
-    h, Dk]``): one gather of q and dO and one P and dS per pair serve all three gradients.  ``ROWS`` pairs a step,
+    partial dq against the tile, ``scale * dS K``, at its slot ``origin * h + head`` of ``DQP`` (``_store_partial_dq``):
+    one gather of q and dO and one P and dS per pair serve all three gradients.  ``ROWS`` pairs a step,
     ``ROWS // HP`` whole entries; the next step's reader entries load while a step computes.  Only where every q,
     dO, k and v value the walk reads is finite (the caller checks)."""
-    offs_d1 = tl.arange(0, DK1)  # [DK1]
     r = tl.arange(0, ROWS)  # [ROWS]
     r_ent = r // HP  # [ROWS]
     head = r % HP  # [ROWS]
@@ -908,13 +929,12 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk
                                        BLOCK_N, DK2, False)
         # -- the pairs' partial dq against this tile, each in its own slot --
         ds = tl.trans(dst)  # [ROWS, BLOCK_N]
-        slot = origin * h + head  # [ROWS] int64
-        tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], tl.dot(ds, k1) * scale,  # [ROWS, DK1]
-                 mask=ok[:, None] & (offs_d1[None, :] < Dk))
+        dq1 = tl.dot(ds, k1)  # [ROWS, DK1]
         if DK2 > 0:
-            offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
-            tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], tl.dot(ds, k2) * scale,  # [ROWS, DK2]
-                     mask=ok[:, None] & (offs_d2[None, :] < Dk))
+            dq2 = tl.dot(ds, k2)  # [ROWS, DK2]
+        else:
+            dq2 = dq1  # placeholder, never used
+        _store_partial_dq(DQP, DQP_SCALE, origin * h + head, ok, dq1, dq2, scale, Dk, DK1, DK2, False)
         tok = tok_n
         bnd = bnd_n
         ok = ok_n
@@ -924,7 +944,7 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk
 
 @triton.jit
 def sel_bwd_keymajor_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, DQP, WS, ENTRIES, ORIGIN, CHUNKS, NONFINITE,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQP, DQP_SCALE, WS, ENTRIES, ORIGIN, CHUNKS, NONFINITE,
     G, h, Dk, Dv, T, NT, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -973,8 +993,8 @@ def sel_bwd_keymajor_kernel(
     dk1, dk2, dv = _tile_accumulators(BLOCK_N, DK1, DK2, BLOCK_DV)
 
     if (tl.load(NONFINITE) == 0) & (tl.max(bad.to(tl.int32), 0) == 0):
-        dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale,
-                                       scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
+        dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv,
+                                       qk_scale, scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
                                        sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
                                        BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32)
     else:
@@ -993,7 +1013,7 @@ def sel_bwd_keymajor_kernel(
         head = r % HP  # [ROWS]
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
-            _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
+            _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv,
                               qk_scale, scale, k1z, k2z, vz, bad, sq_b, sq_s, sq_g, sq_h, sq_d,
                               sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h,
                               BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
@@ -1005,7 +1025,7 @@ def sel_bwd_keymajor_kernel(
 
 @triton.jit
 def sel_bwd_dq_keymajor_merge_kernel(
-    DQP, SPANS, DQ,
+    DQP, DQP_SCALE, SPANS, DQ,
     S, G, h, Dk, n_spans, T, per_row, n_rows,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     sdq_b, sdq_s, sdq_g, sdq_h, sdq_d,
@@ -1015,7 +1035,8 @@ def sel_bwd_dq_keymajor_merge_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_DK: tl.constexpr,
 ):
-    """Sum the key-major partial dq of ``PAIRS // HP`` rows in slot order and store dq (q's dtype).
+    """Sum the key-major partial dq of ``PAIRS // HP`` rows (each one's float16 values times its ``DQP_SCALE``) in
+    slot order and store dq (q's dtype).
 
     A row's partials are counted from its spans as ``forward.sel_fwd_keymajor_merge_kernel`` counts them (the
     key tiles its clamped spans touch, at most ``per_row``), so the sum's order does not depend on which program
@@ -1031,7 +1052,8 @@ def sel_bwd_dq_keymajor_merge_kernel(
         live = ok & (k < total)  # [PAIRS]
         slot = (row * per_row + k) * h + head  # [PAIRS]
         acc += tl.load(DQP + slot[:, None] * Dk + offs_d[None, :],  # [PAIRS, BLOCK_DK]
-                       mask=live[:, None] & (offs_d[None, :] < Dk), other=0.0)
+                       mask=live[:, None] & (offs_d[None, :] < Dk), other=0.0).to(tl.float32) * \
+            tl.load(DQP_SCALE + slot, mask=live, other=1.0)[:, None]
     dq_off = b * sdq_b + s * sdq_s + g * sdq_g + head.to(tl.int64) * sdq_h  # [PAIRS]
     tl.store(DQ + dq_off[:, None] + offs_d[None, :] * sdq_d, acc.to(DQ.dtype.element_ty),  # [PAIRS, BLOCK_DK]
              mask=ok[:, None] & (offs_d[None, :] < Dk))

@@ -3,7 +3,7 @@
 Imports only ``triton`` (the compile-smoke harness loads the kernel modules without torch).
 Written once here so the two kernel modules cannot drift apart: the span walk (prefix sum,
 flattened tile bounds, span clamp), the row gather of q, the key tile of a reader-list chunk (the key-centric
-kernels), and the constants below.
+kernels), the scale of a key-major partial result, and the constants below.
 
 A global read inside ``@triton.jit`` code must be a ``tl.constexpr`` object (a plain Python
 int or float global is rejected by some Triton 3.x releases), and a helper imported from
@@ -172,3 +172,23 @@ def _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, s
     tiles = tl.where(end > start, (end - 1) // BLOCK_N - start // BLOCK_N + 1, 0)  # [PAIRS, BLOCK_S]
     total = tl.minimum(tl.sum(tiles, 1), per_row)  # [PAIRS]
     return row, head, ok, b, s, g, total
+
+
+@triton.jit
+def _row_absmax(x, FINITE_ONLY: tl.constexpr):
+    """The largest magnitude of each row of ``x [R, C]``; with ``FINITE_ONLY`` (a walk where a pair may have NaN
+    columns while its others stay finite), of its finite values (NaN and inf count as 0)."""
+    if FINITE_ONLY:
+        a = tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0)  # [R, C]
+    else:
+        a = tl.abs(x)  # [R, C]
+    return tl.max(a, 1)  # [R]
+
+
+@triton.jit
+def _partial_scale(absmax):
+    """The scale ``[R]`` of key-major partial results stored in float16, from each row's largest magnitude
+    (``_row_absmax``; 1 for a row of zeros): a row divided by it lies in [-1, 1] whatever the data's range (a bf16
+    value may pass float16's 65504) and keeps float16's 11 bits relative to its largest value; NaN and inf pass
+    through the division unchanged."""
+    return tl.where(absmax > 0.0, absmax, 1.0)

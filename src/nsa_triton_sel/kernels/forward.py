@@ -17,8 +17,8 @@ a constexpr ``SPAN_MODE`` says where a row's keys come from:
 :func:`sel_fwd_tok_kernel` handles several consecutive tokens per program (ranges only), for
 selections that neighbouring tokens share; :func:`merge_splits_kernel` merges decode splits.
 :func:`sel_fwd_keymajor_kernel` and :func:`sel_fwd_keymajor_merge_kernel` are the key-major forward of
-small groups (``plan/keymajor.py``: one program per chunk of a key tile's readers, float32 partial results
-merged per row by LSE in a fixed order).
+small groups (``plan/keymajor.py``: one program per chunk of a key tile's readers, scaled float16 partial
+results merged per row by LSE in a fixed order).
 
 Design (group-centric; this docstring is where the kernel design is written down):
 
@@ -62,8 +62,9 @@ heads (single-token kernel) or ``TOK * HP`` (token, head) rows (multi-token kern
 import triton
 import triton.language as tl
 
-from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _chunk_tile, _clamp_spans, _gather_rows, _group_heads,
-                     _load_q, _merge_rows, _prefix_sum, _tile_bounds, _token_rows)
+from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _chunk_tile, _clamp_spans, _gather_rows,
+                     _group_heads, _load_q, _merge_rows, _partial_scale, _prefix_sum, _row_absmax, _tile_bounds,
+                     _token_rows)
 
 
 @triton.jit
@@ -490,13 +491,15 @@ def sel_fwd_tok_kernel(
 
 
 @triton.jit
-def _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2, v, v_bad,
-                   sq_b, sq_s, sq_g, sq_h, sq_d,
+def _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2, v,
+                   v_bad, sq_b, sq_s, sq_g, sq_h, sq_d,
                    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
                    DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
     """The partial results of (entry, head) pairs ``[ROWS]`` against the program's key tile: each pair's
     softmax over the keys ``[lo, hi)`` of the tile its entry reads, normalised, stored at the pair's partial
-    slot ``origin * h + head`` (``OP`` float32, ``LP`` its log2 LSE, ``-inf`` with no key)."""
+    slot ``origin * h + head``: ``OP`` (float16) the result divided by its row's scale (``_partial_scale``),
+    ``OP_SCALE`` that scale, ``LP`` the log2 LSE (``-inf`` with no key).  ``ISOLATE``: the value tile holds a
+    non-finite value."""
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
     bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]; 0 on masked pairs: no key
@@ -526,17 +529,21 @@ def _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, q
         reads_bad = tl.dot(inside.to(tl.float16), v_bad.to(tl.float16))  # [ROWS, BLOCK_DV] counts
         o = tl.where(reads_bad > 0, float("nan"), o)
     empty = l == 0.0  # [ROWS]
-    o = o * (1.0 / tl.where(empty, 1.0, l))[:, None]  # [ROWS, BLOCK_DV]
-    lse2 = tl.where(empty, float("-inf"), m_safe + tl.log2(tl.where(empty, 1.0, l)))  # [ROWS]
+    l_safe = tl.where(empty, 1.0, l)  # [ROWS]
+    lse2 = tl.where(empty, float("-inf"), m_safe + tl.log2(l_safe))  # [ROWS]
+    # stored: o / max|o| in float16; the scale back to the normalised result o / l is max|o| / l (one multiply a
+    # value, the normalisation folded in)
+    amax = _partial_scale(_row_absmax(o, ISOLATE))  # [ROWS]
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
-    tl.store(OP + slot[:, None] * Dv + offs_dv[None, :], o.to(OP.dtype.element_ty),  # [ROWS, BLOCK_DV]
-             mask=ok[:, None] & (offs_dv[None, :] < Dv))
+    tl.store(OP + slot[:, None] * Dv + offs_dv[None, :],  # [ROWS, BLOCK_DV]
+             (o * (1.0 / amax)[:, None]).to(OP.dtype.element_ty), mask=ok[:, None] & (offs_dv[None, :] < Dv))
+    tl.store(OP_SCALE + slot, amax / l_safe, mask=ok)
     tl.store(LP + slot, lse2, mask=ok)
 
 
 @triton.jit
 def sel_fwd_keymajor_kernel(
-    Q, K, V, OP, LP, ENTRIES, ORIGIN, CHUNKS,
+    Q, K, V, OP, OP_SCALE, LP, ENTRIES, ORIGIN, CHUNKS,
     G, h, Dk, Dv, T, NT, qk_scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -557,8 +564,9 @@ def sel_fwd_keymajor_kernel(
     ``(b * S + s) * G + g``, ``k`` its k-th (span, tile) pair).  The K and V tile are loaded once; the chunk's
     (entry, head) pairs are walked ``ROWS`` at a time, ``ROWS // HP`` whole entries a step (``HP``: a power of
     two >= h), so a tile load serves every token that selected it however small h is.  Each pair's partial
-    result goes to its own slot of ``OP [slots, h, Dv]`` / ``LP [slots, h]``: no two programs write one place,
-    and :func:`sel_fwd_keymajor_merge_kernel` merges a row's partials in slot order (deterministic).
+    result goes to its own slot of ``OP [slots, h, Dv]`` (float16, scaled by ``OP_SCALE [slots, h]``) and ``LP
+    [slots, h]``: no two programs write one place, and :func:`sel_fwd_keymajor_merge_kernel` merges a row's
+    partials in slot order (deterministic).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)
     # -- which chunk of which key tile this program owns (a padding chunk returns at once) --
@@ -589,19 +597,19 @@ def sel_fwd_keymajor_kernel(
     if tl.max(tl.max(v_bad.to(tl.int32), 1), 0) == 0:
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
-            _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2,
-                           v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
+            _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1,
+                           kt2, v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
     else:
         v = tl.where(v_bad, 0.0, v).to(v.dtype)
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
-            _keymajor_step(Q, OP, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2,
-                           v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
+            _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1,
+                           kt2, v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
 
 
 @triton.jit
 def sel_fwd_keymajor_merge_kernel(
-    OP, LP, SPANS, O, LSE,
+    OP, OP_SCALE, LP, SPANS, O, LSE,
     S, G, h, Dv, n_spans, T, per_row, n_rows,
     sr_b, sr_s, sr_g, sr_n, sr_e,
     so_b, so_s, so_g, so_h, so_d,
@@ -617,8 +625,9 @@ def sel_fwd_keymajor_merge_kernel(
 
     A row's partials are its (span, key tile) pairs in the order ``sel_bwd_reader_keys_kernel`` numbers them
     (spans in slot order, tiles in key order, at most ``per_row``): this kernel counts them the same way from
-    the spans, and folds them in that order with an online LSE merge, so the result does not depend on which
-    program computed which partial.  A row without keys stores zeros and LSE = -inf.
+    the spans, and folds them (each one's float16 values times its ``OP_SCALE``) in that order with an online LSE
+    merge, so the result does not depend on which program computed which partial.  A row without keys stores
+    zeros and LSE = -inf.
     """
     # -- the (row, head) pairs of this program and how many partials each row has --
     row, head, ok, b, s, g, total = _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n,
@@ -634,6 +643,7 @@ def sel_fwd_keymajor_merge_kernel(
         lk = tl.load(LP + slot, mask=live, other=float("-inf"))  # [PAIRS]
         ok_ = tl.load(OP + slot[:, None] * Dv + offs_dv[None, :],  # [PAIRS, BLOCK_DV]
                       mask=live[:, None] & (offs_dv[None, :] < Dv), other=0.0).to(tl.float32)
+        ok_ = ok_ * tl.load(OP_SCALE + slot, mask=live, other=1.0)[:, None]
         m_new = tl.maximum(m, lk)  # [PAIRS]
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # [PAIRS]
         alpha = tl.exp2(m - m_safe)  # [PAIRS]

@@ -18,7 +18,7 @@ from .. import plan as P
 from .. import replay
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
-from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS
+from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS, PARTIAL_DTYPE
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
 from . import bind, forward as fwd_kernels, params
@@ -117,40 +117,42 @@ def run_tokens(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, wrap
 
 def run_keymajor(plan: P.Launch, q, k, v, o, lse, ranges, *, qk_scale: float, readers_out: list | None = None):
     """Launch the key-major forward as ``plan`` says on 5-D q/o and ranges clamped into ``[0, T]``: per pass over
-    ``meta.groups_per_pass`` KV heads (strided views, no copies), the reader list, one float32 partial result
-    per (row, key tile, head) and their merge; fills ``o`` and ``lse``.  Device work only (the reader list is
-    sized from the shapes), so it captures in a CUDA graph; not traceable by Inductor (the reader list sorts
-    with torch), so a traced launch never plans it.  ``readers_out``: each pass's reader list is appended (the
-    backward's passes read the same lists)."""
+    ``meta.groups_per_pass`` KV heads (strided views, no copies), the reader list, one scaled partial result
+    (``plan.keymajor.PARTIAL_DTYPE``) per (row, key tile, head) and their merge; fills ``o`` and ``lse``.  Device
+    work only (the reader list is sized from the shapes), so it captures in a CUDA graph; not traceable by Inductor
+    (the reader list sorts with torch), so a traced launch never plans it.  ``readers_out``: each pass's reader
+    list is appended (the backward's passes read the same lists)."""
     meta = plan.meta
     B, S, G, h, _ = q.shape
     gpp = meta.groups_per_pass
     slots = B * S * gpp * meta.per_row
-    op = torch.empty((slots, h, v.shape[3]), dtype=torch.float32, device=q.device)
+    op = torch.empty((slots, h, v.shape[3]), dtype=getattr(torch, PARTIAL_DTYPE), device=q.device)
+    op_scale = torch.empty((slots, h), dtype=torch.float32, device=q.device)
     lp = torch.empty((slots, h), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g1 = min(g0 + gpp, G)
         readers = _forward_keymajor_pass(plan, q[:, :, g0:g1], k[:, g0:g1], v[:, g0:g1], o[:, :, g0:g1],
-                                         lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op, lp,
-                                         qk_scale)
+                                         lse[:, :, g0:g1] if lse is not None else None, ranges[:, :, g0:g1], op,
+                                         op_scale, lp, qk_scale)
         if readers_out is not None:
             readers_out.append(readers)
 
 
-def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, lp, qk_scale: float) -> ReaderList:
+def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, op_scale, lp, qk_scale: float) -> ReaderList:
     meta = plan.meta
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     readers = keymajor_reader_list(ranges, T, meta)
     fn = fwd_kernels.sel_fwd_keymajor_kernel
-    args = params.packer(fn)(Q=q, K=k, V=v, OP=op, LP=lp, ENTRIES=readers.entries, ORIGIN=readers.origin,
-                             CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
-                             qk_scale=qk_scale, sq=q.stride(), sk=k.stride(), sv=v.stride())
+    args = params.packer(fn)(Q=q, K=k, V=v, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries,
+                             ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
+                             NT=readers.n_tiles, qk_scale=qk_scale, sq=q.stride(), sk=k.stride(), sv=v.stride())
     _go(fn, None, plan, (readers.chunks.shape[0],), args,
         lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs()))
     merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
-    args = params.packer(merge)(OP=op, LP=lp, SPANS=ranges, O=o, LSE=lse if lse is not None else o, S=S, G=G, h=h,
-                                Dv=Dv, n_spans=ranges.shape[3], T=T, per_row=meta.per_row, n_rows=B * S * G,
+    args = params.packer(merge)(OP=op, OP_SCALE=op_scale, LP=lp, SPANS=ranges, O=o,
+                                LSE=lse if lse is not None else o, S=S, G=G, h=h, Dv=Dv, n_spans=ranges.shape[3],
+                                T=T, per_row=meta.per_row, n_rows=B * S * G,
                                 sr=ranges.stride(), so=o.stride(), sl=lse.stride() if lse is not None else NO_STRIDES)
     _go(merge, None, plan, (P.cdiv(B * S * G, meta.merge_rows_per_program()),), args,
         lambda: dict(num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs()))
@@ -296,7 +298,7 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     pass over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list (the one the forward
     built, from ``readers``, or built again: its tile, bound and slots), cut into ``p.reader_chunk`` entries per
     program: ``sel_bwd_keymajor_kernel`` computes dk and dv and
-    one float32 partial dq per (row, key tile, head), split tiles are reduced as the dk/dv kernel's, and each row's
+    one scaled partial dq per (row, key tile, head), split tiles are reduced as the dk/dv kernel's, and each row's
     partials are summed in slot order."""
     B, S, G, h, Dk = q.shape
     meta = p.forward.meta
@@ -308,15 +310,16 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
                            sdl=grad_lse.stride()),
         num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=p.delta_forward is not None))
     gpp = p.dq_groups_per_pass
-    dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=torch.float32, device=q.device)
+    dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=getattr(torch, PARTIAL_DTYPE), device=q.device)
+    dqp_scale = torch.empty((B * S * gpp * meta.per_row, h), dtype=torch.float32, device=q.device)
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
         _backward_keymajor_pass(p, q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g], grad_out[:, :, g],
-                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, sc,
+                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, dqp_scale, sc,
                                 readers.pop(0) if readers else None)
 
 
-def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, nonfinite, dq, dk, dv, dqp,
+def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, nonfinite, dq, dk, dv, dqp, dqp_scale,
                             sc: float, forward_readers: ReaderList | None):
     """One pass of the key-major backward over the KV heads of its views.  Its reader list and workspace are
     freed on return, before the next pass (with the partials, they set the backward's peak)."""
@@ -331,18 +334,20 @@ def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, no
                      device=q.device)
     fn = bwd_kernels.sel_bwd_keymajor_kernel
     fn[(readers.chunks.shape[0],)](
-        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, DQP=dqp, WS=ws,
-                           ENTRIES=readers.entries, ORIGIN=readers.origin, CHUNKS=readers.chunks, NONFINITE=nonfinite,
-                           G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc,
-                           sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(),
-                           sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, DQP=dqp,
+                           DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin,
+                           CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
+                           NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(),
+                           sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride(),
+                           sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
         num_warps=meta.bwd_warps, num_stages=meta.bwd_stages, **meta.bwd_constexprs())
     if readers.slots:
         _reduce_split_tiles(ws, readers, dk, dv, p.backward)
     merge = bwd_kernels.sel_bwd_dq_keymajor_merge_kernel
     merge[(P.cdiv(B * S * G, meta.merge_rows_per_program()),)](
-        *params.packer(merge)(DQP=dqp, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk, n_spans=ranges.shape[3], T=T,
-                              per_row=meta.per_row, n_rows=B * S * G, sr=ranges.stride(), sdq=dq.stride()),
+        *params.packer(merge)(DQP=dqp, DQP_SCALE=dqp_scale, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk,
+                              n_spans=ranges.shape[3], T=T, per_row=meta.per_row, n_rows=B * S * G,
+                              sr=ranges.stride(), sdq=dq.stride()),
         num_warps=MERGE_WARPS, num_stages=1, **meta.dq_merge_constexprs(Dk))
 
 

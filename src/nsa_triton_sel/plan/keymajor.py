@@ -9,10 +9,16 @@ by LSE, in a fixed order.  Its reader list is the backward's (``kernels/readers.
 with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``,
 ``sel_fwd_keymajor_merge_kernel``).
 
-The cost: a workspace of one partial result per (row, key tile, head), ``Dv + 1`` float32 values (a partial
-output rounded to bf16 before the merge doubled the forward's error against the float64 oracle), and the
-reader list's sort.  Where the workspace of the whole call would pass :data:`WORKSPACE_BYTES`, the launcher
-runs it in passes over slices of the KV heads (``groups_per_pass``), each with its own reader list.
+The cost: a workspace of one partial result per (row, key tile, head), written once and read once, and the
+reader list's sort.  The partials are the path's main traffic (at 32K with 32 query heads, 4.3 GB of gathered q
+against 8.7 GB of float32 partial outputs each way), so they are stored in :data:`PARTIAL_DTYPE`, float16, each
+row divided by its largest finite magnitude, which is kept beside it as a float32 scale: the row then lies in
+[-1, 1] whatever the data's range and keeps float16's 11 bits relative to its largest value (bf16's 8 bits
+doubled the forward's error against the float64 oracle; scaled float16 leaves it where float32 partials had it).
+On an H200 at 32K, h = 8, this took the forward from 8.04 to 5.82 ms and the backward from 13.02 to 9.82
+(``bench/results/2026-11-28-h200-triton3.6-keymajor-partials/``).  Where the workspace of the whole call would
+pass :data:`WORKSPACE_BYTES`, the launcher runs it in passes over slices of the KV heads (``groups_per_pass``),
+each with its own reader list.
 :func:`key_major` says where the path runs: where it can (the group fits a step, the reader list has a bound from
 the shapes: block indices or a span length, unbounded ranges would make the workspace grow with T) and the
 planner's path table (``data/paths.json``, :func:`path_verdict`) measured it faster on this GPU for the
@@ -40,6 +46,10 @@ MIN_ROWS = 4096  # fewer (token, group) rows: not measured (the reader list's so
 MEASURED_MARGIN = 0.97
 DEFAULT_MARGIN = 0.8
 ALWAYS, UNSHARED, NEVER = "always", "unshared", "never"  # key_major's verdicts
+# The partial results' element type (a torch dtype's name), its bytes, and the bytes of a partial row's scale (float32).
+PARTIAL_DTYPE = "float16"
+PARTIAL_BYTES = 2
+PARTIAL_SCALE_BYTES = 4
 WORKSPACE_BYTES = 4 << 30  # the partial results' bytes per pass (H100, 32K: h = 1 in 3 passes 14.4 ms, one pass 13.9; h = 4 needs 1 GiB a KV head)
 ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the device's row cap
 PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
@@ -109,10 +119,12 @@ class KeyMajorMeta(_Constexprs):
 
 
 def workspace_bytes(rows: int, per_row: int, h: int, Dk: int, Dv: int) -> int:
-    """Bytes of one KV head's partial results over ``rows`` tokens: the forward's ``Dv`` float32 values and a
-    float32 LSE per (row, tile, head), or the backward's float32 partial dq (``Dk`` values), whichever is larger.
-    The two directions run the same passes, so the backward reads the forward's reader lists (one per pass)."""
-    return rows * per_row * h * max(Dv + 1, Dk) * 4
+    """Bytes of one KV head's partial results over ``rows`` tokens: per (row, tile, head) the forward's ``Dv``
+    values, their scale and a float32 LSE, or the backward's partial dq (``Dk`` values and their scale), whichever
+    is larger.  The two directions run the same passes, so the backward reads the forward's reader lists (one per
+    pass)."""
+    one = max(Dv * PARTIAL_BYTES + PARTIAL_SCALE_BYTES + 4, Dk * PARTIAL_BYTES + PARTIAL_SCALE_BYTES)
+    return rows * per_row * h * one
 
 
 def kv_heads_per_pass(one: int, G: int) -> int:

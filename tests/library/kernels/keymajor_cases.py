@@ -193,7 +193,8 @@ def check_backward_reads_forward_readers(device, dtype, monkeypatch):
     from nsa_triton_sel.kernels import launch
 
     km = importlib.import_module("nsa_triton_sel.plan.keymajor")
-    monkeypatch.setattr(km, "WORKSPACE_BYTES", 10_000)  # one KV head per pass (see the passes test)
+    # one KV head per pass (see the passes test)
+    monkeypatch.setattr(km, "WORKSPACE_BYTES", km.workspace_bytes(24, 3, 2, 16, 16))
     caches.clear()
     built = []
     real = launch.keymajor_reader_list
@@ -211,3 +212,30 @@ def check_backward_reads_forward_readers(device, dtype, monkeypatch):
     assert len(built) == 9, len(built)  # and three more for this forward, three for this backward
     for name, x, w in zip("qkv", xs, want):
         assert torch.equal(x.grad, w), f"d{name} differs from the backward that built its own reader lists"
+
+
+def check_values_past_float16(device):
+    """bf16 values past float16's range (v and the output gradient scaled by 2^20, so the partial outputs reach
+    about 4e6 and the partial dq about 1e12): the key-major partials are stored in float16 divided by their row's
+    largest magnitude, so the output and dq match the float64 oracle relative to their size (float16 partials
+    without the scale would overflow to inf)."""
+    from nsa_triton_sel import plan, reference, selection_attention
+
+    big = 2.0 ** 20
+    q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=9)
+    v = (v.float() * big).to(torch.bfloat16)
+    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
+                       span_len=16, packed=False)
+    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    xs = [x.to(device).requires_grad_() for x in (q, k, v)]
+    out = selection_attention(*xs, block_indices=blocks.to(device), block_size=16)
+    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(10)) * big
+    (out.float() * go.to(device)).sum().backward()
+    ys = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    want = reference.oracle(*ys, block_indices_to_ranges(blocks, 16, 80))
+    (want * go.double()).sum().backward()
+    for name, got, ref in (("out", out.detach(), want.detach()), ("dq", xs[0].grad, ys[0].grad)):
+        got = got.cpu().double()
+        assert torch.isfinite(got).all(), f"{name} is not finite"
+        err = float((got - ref).abs().max() / ref.abs().max())
+        assert err < 2e-2, f"{name}: error {err:.3e} of its largest value"

@@ -126,6 +126,10 @@ def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph
         assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"
 
 
+def test_keymajor_partials_keep_values_past_float16(keymajor_from_few_rows):
+    C.check_values_past_float16("cuda")
+
+
 def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_rows):
     C.check_inf_key_confined(DEV)
 

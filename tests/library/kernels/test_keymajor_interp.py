@@ -94,13 +94,17 @@ def test_keymajor_backward_in_passes_of_kv_heads(keymajor_from_few_rows, monkeyp
     from nsa_triton_sel import plan
 
     km = importlib.import_module("nsa_triton_sel.plan.keymajor")
-    # one KV head's partials: forward 24 rows x 3 tiles x 2 heads x 17 x 4 B = 9792, dq 9216
-    monkeypatch.setattr(km, "WORKSPACE_BYTES", 10_000)
+    # room for one KV head's partials (24 rows x 3 tiles x 2 heads, D = 16), not two
+    monkeypatch.setattr(km, "WORKSPACE_BYTES", km.workspace_bytes(24, 3, 2, 16, 16))
     caches.clear()
     q, k, v, blocks, _ = C.blocks_case(2, 12, 3, 2, 16, 60, 16, 3, torch.float16, "cpu", seed=7)
     p = plan.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=16, packed=False)
     assert (p.forward.kernel, p.forward.meta.groups_per_pass, p.dq_groups_per_pass) == ("keymajor", 1, 1)
     C.check_operator_gradients(2, 12, 3, 2, 16, 60, 16, 3, torch.float16, "cpu", seed=7)
+
+
+def test_keymajor_partials_keep_values_past_float16(keymajor_from_few_rows):
+    C.check_values_past_float16("cpu")
 
 
 def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_rows):
