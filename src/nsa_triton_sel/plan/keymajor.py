@@ -12,13 +12,12 @@ with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``
 The cost: a workspace of one partial result per (row, key tile, head), written once and read once, and the
 reader list's sort.  The partials are the path's main traffic (at 32K with 32 query heads, 4.3 GB of gathered q
 against 8.7 GB of float32 partial outputs each way), so they are stored in :data:`PARTIAL_DTYPE`, float16, each
-row divided by its largest finite magnitude, which is kept beside it as a float32 scale: the row then lies in
-[-1, 1] whatever the data's range and keeps float16's 11 bits relative to its largest value (bf16's 8 bits
-doubled the forward's error against the float64 oracle; scaled float16 leaves it where float32 partials had it).
-On an H200 at 32K, h = 8, this took the forward from 8.04 to 5.82 ms and the backward from 13.02 to 9.82
-(``bench/results/2026-11-28-h200-triton3.6-keymajor-partials/``).  Where the workspace of the whole call would
-pass :data:`WORKSPACE_BYTES`, the launcher runs it in passes over slices of the KV heads (``groups_per_pass``),
-each with its own reader list.
+row divided by its largest magnitude, which is kept beside it as a float32 scale: the row then lies in
+[-1, 1] whatever the data's range, and float16's 11 bits keep the error against the float64 oracle where float32
+partials had it (bfloat16's 8 bits raise the forward's); what each width costs and saves is measured in
+``bench/results/2026-11-28-h200-triton3.6-keymajor-partials/``.  Where the workspace of the whole call would pass
+:data:`WORKSPACE_BYTES`, the launcher runs it in passes over slices of the KV heads (``groups_per_pass``), each
+with its own reader list.
 :func:`key_major` says where the path runs: where it can (the group fits a step, the reader list has a bound from
 the shapes: block indices or a span length, unbounded ranges would make the workspace grow with T) and the
 planner's path table (``data/paths.json``, :func:`path_verdict`) measured it faster on this GPU for the
