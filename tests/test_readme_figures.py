@@ -27,6 +27,7 @@ FORWARD = f"{CONTENDERS}/perf_nsa.json"  # forward: ours against fla-core, Xunha
 PEERS_TRAIN = f"{CONTENDERS}/train_nsa.csv"  # forward + backward against fla-core and packed SDPA too
 TRAIN = "2026-11-28-h100-triton3.6-decode-pointers/train.csv"  # forward + backward against XunhaoLai, today's kernels
 TRAIN_H200 = "2026-11-28-h200-triton3.6-decode-direct-launch/calls-c-d/train.csv"  # the same on an H200
+SMALL_GROUPS = "2026-11-28-h200-triton3.6-keymajor-partials/call-4/small-groups.csv"  # h = 1-8, against FSA too
 TS = (8192, 32768, 65536)
 SELS = ("random", "local")
 
@@ -123,6 +124,21 @@ def _version(v: str) -> tuple:
     return tuple(int(x) for x in v.split("."))
 
 
+def test_small_groups_against_fsa_and_xunhaolai():
+    with open(RESULTS / SMALL_GROUPS, newline="") as f:
+        rows = {(int(r["T"]), int(r["h"]), r["contender"]): r for r in csv.DictReader(f) if r["status"] == "ok"}
+
+    def ratio(T, h, key, peers):
+        return min(float(rows[(T, h, p)][key]) for p in peers) / float(rows[(T, h, "ours-api")][key])
+
+    fwd, train = ([ratio(T, 1, k, ["fsa"]) for T in (32768, 65536)] for k in ("fwd_ms", "fwdbwd_ms"))
+    assert f"{span(fwd, 2)} faster than FSA in the forward and {span(train, 2)} in forward + backward" in README
+    for h, words in ((4, "with four"), (8, "with eight")):
+        f_, t_ = (ratio(32768, h, k, ["fsa", "xunhaolai"]) for k in ("fwd_ms", "fwdbwd_ms"))
+        assert f"{words}, {f_:.2f}x / {t_:.2f}x" in README, (h, f_, t_)
+    assert f"bench/results/{SMALL_GROUPS}" in README
+
+
 def test_the_compatibility_summary_is_matrix_mds():
     main, speed = matrix_tables()
     releases = [row[0] for row in main]
@@ -154,7 +170,7 @@ def test_the_compatibility_summary_is_matrix_mds():
     assert f"Triton 3.0-3.5 run the same kernels up to {old:.2f}x slower" in text
     assert f"3.6 and newer are within {new} %" in text
     old, new = old_new("H200")
-    assert f"on the H200, with the current kernels, up to {old:.2f}x slower and within {new} %" in text
+    assert f"on the H200, with the same kernels, up to {old:.2f}x slower and within {new} %" in text
 
 
 def test_the_refresh_the_readme_names_took_what_it_says():
