@@ -38,6 +38,17 @@ def plan_with(q, k, v, blocks, path: str) -> P.Plan:
         return P.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False)
 
 
+def problem_and_plans(T: int, HQ: int, H: int, device: str = "cuda"):
+    """The NSA problem of ``H`` KV heads and ``HQ // H`` heads each (random blocks of 64) and the operator's plans
+    on it with the key-major path off and on: ``(h, q, k, v, blocks, ranges, scale, token_plan, key_plan)``."""
+    h = HQ // H
+    p = nsa_problem(T, G=H, h=h, device=device)
+    q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
+    ranges = block_indices_to_ranges(blocks, 64, T, validate=False)
+    return (h, q, k, v, blocks, ranges, resolve_scale(None, q.shape[-1]), plan_with(q, k, v, blocks, "token"),
+            plan_with(q, k, v, blocks, "key"))
+
+
 def kernel_times(fn, steps: int = 3) -> list[tuple[str, float]]:
     """``(kernel, ms per call)`` of ``fn``'s GPU work, largest first, from ``torch.profiler``."""
     fn()
@@ -97,12 +108,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|", flush=True)
     profiles = []
     for H in (int(x) for x in a.H.split(",")):
-        h = a.HQ // H
-        p = nsa_problem(a.T, G=H, h=h)
-        q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
-        sc = resolve_scale(None, q.shape[-1])
-        ranges = block_indices_to_ranges(blocks, 64, a.T, validate=False)
-        token, keyed = plan_with(q, k, v, blocks, "token"), plan_with(q, k, v, blocks, "key")
+        h, q, k, v, blocks, ranges, sc, token, keyed = problem_and_plans(a.T, a.HQ, H)
         if keyed.forward.kernel != "keymajor" or not keyed.dq_groups_per_pass:
             print(f"| {h} | the planner takes no key-major path here (forward {keyed.forward.kernel}) | | | |")
             continue
@@ -123,7 +129,7 @@ def main(argv=None) -> int:
         profiles.append((h, H, keyed.dq_groups_per_pass, kernel_times(lambda: backward(keyed))))
         if a.tune:
             tune(keyed, backward, bench, h, a.T)
-        del p, q, k, v, out, lse, go
+        del q, k, v, out, lse, go
         torch.cuda.empty_cache()
     for h, H, gpp, times in profiles:
         total = sum(ms for _, ms in times)

@@ -27,15 +27,13 @@ import json
 import torch
 import triton.testing as tt
 
-from bench.probes.keymajor_backward import kernel_times, plan_with
+from bench.probes.keymajor_backward import kernel_times, problem_and_plans
 from nsa_triton_sel import plan as P
-from nsa_triton_sel.contract import block_indices_to_ranges, resolve_scale
 from nsa_triton_sel.kernels import backward as bwd_kernels
 from nsa_triton_sel.kernels import forward as fwd_kernels
 from nsa_triton_sel.kernels import launch, params
 from nsa_triton_sel.kernels.readers import keymajor_reader_list
 from nsa_triton_sel.plan.keymajor import DELTA_ROWS, MERGE_WARPS
-from nsa_triton_sel.testing import nsa_problem
 
 WIDTHS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -167,12 +165,7 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name()}; T={a.T} HQ={a.HQ}; device copy {ceiling:.0f} GB/s", flush=True)
     results = []
     for H in (int(x) for x in a.H.split(",")):
-        h = a.HQ // H
-        p = nsa_problem(a.T, G=H, h=h)
-        q, k, v, blocks = p["q"], p["k"], p["v"], p["blocks"]
-        sc = resolve_scale(None, q.shape[-1])
-        ranges = block_indices_to_ranges(blocks, 64, a.T, validate=False)
-        token, keyed = plan_with(q, k, v, blocks, "token"), plan_with(q, k, v, blocks, "key")
+        h, q, k, v, blocks, ranges, sc, token, keyed = problem_and_plans(a.T, a.HQ, H)
         if keyed.forward.kernel != "keymajor" or not keyed.dq_groups_per_pass:
             print(f"h={h}: the planner has no key-major path here", flush=True)
             continue
@@ -230,7 +223,7 @@ def main(argv=None) -> int:
                 total = sum(times.values())
                 top = ", ".join(f"{n.split('(')[0][:40]} {ms:.2f}" for n, ms in list(times.items())[:6])
                 print(f"  {name} {label}: {total:.2f} ms of kernels: {top}", flush=True)
-        del p, q, k, v, out_t, lse_t, go
+        del q, k, v, out_t, lse_t, go
         torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "w") as f:
