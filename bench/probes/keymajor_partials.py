@@ -80,12 +80,13 @@ def backward_keymajor(plan: P.Plan, q, k, v, ranges, out, lse, go, sc: float, ws
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     grad_lse = torch.zeros((), dtype=torch.float32, device=q.device).expand(B, S, G, h)
     delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
+    do_l1_log2 = torch.empty_like(delta)
     nonfinite = torch.zeros((1,), dtype=torch.int32, device=q.device)
     n_rows = B * S * G * h
     fn = bwd_kernels.sel_bwd_dq_keymajor_delta_kernel
     fn[(P.cdiv(n_rows, DELTA_ROWS),)](
-        *params.packer(fn)(Q=q, O=out, DO=go, DLSE=grad_lse, DELTA=delta, NONFINITE=nonfinite, S=S, G=G, h=h,
-                           Dk=Dk, Dv=Dv, n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=go.stride(),
+        *params.packer(fn)(Q=q, O=out, DO=go, DLSE=grad_lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, NONFINITE=nonfinite,
+                           S=S, G=G, h=h, Dk=Dk, Dv=Dv, n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=go.stride(),
                            sdl=grad_lse.stride()),
         num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=False))
     gpp = plan.dq_groups_per_pass
@@ -94,8 +95,8 @@ def backward_keymajor(plan: P.Plan, q, k, v, ranges, out, lse, go, sc: float, ws
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
         launch._backward_keymajor_pass(plan, q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g],
-                                       go[:, :, g], delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp,
-                                       dqp_scale, sc, None)
+                                       go[:, :, g], delta[:, :, g], do_l1_log2[:, :, g], nonfinite, dq[:, :, g],
+                                       dk[:, g], dv[:, g], dqp, dqp_scale, sc, None)
     return dq, dk, dv, dqp, dqp_scale
 
 

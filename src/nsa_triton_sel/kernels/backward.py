@@ -71,7 +71,7 @@ import triton
 import triton.language as tl
 
 from .common import (LOG2E, _chunk_tile, _clamp_spans, _gather_rows, _group_heads, _key_value_rows,
-                     _load_q, _merge_rows, _partial_scale, _prefix_sum, _row_absmax, _tile_bounds, _token_rows)
+                     _load_q, _merge_rows, _partial_exponent, _prefix_sum, _tile_bounds, _token_rows)
 
 
 @triton.jit
@@ -793,7 +793,7 @@ def _nonfinite(x):
 
 @triton.jit
 def sel_bwd_dq_keymajor_delta_kernel(
-    Q, O, DO, DLSE, DELTA, NONFINITE,
+    Q, O, DO, DLSE, DELTA, DO_L1_LOG2, NONFINITE,
     S, G, h, Dk, Dv, n_rows,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     so_b, so_s, so_g, so_h, so_d,
@@ -807,8 +807,9 @@ def sel_bwd_dq_keymajor_delta_kernel(
 ):
     """delta of ``ROWS`` (token, group, head) rows for the key-major dq: ``rowsum(dO * O) - dlse`` in float32
     (with ``LOAD_DELTA``, ``rowsum(dO * O)`` was computed before from O recomputed in fp32), stored in ``DELTA``
-    (contiguous ``[B, S, G, h]``); raises ``NONFINITE`` when a row's q or dO is not finite (the token-major dq
-    kernels do both on the way)."""
+    (contiguous ``[B, S, G, h]``), and the log2 of ``rowsum(|dO|)`` in ``DO_L1_LOG2`` (laid out as ``DELTA``: the
+    partial dq's bound, ``_keymajor_pairs``); raises ``NONFINITE`` when a row's q or dO is not finite (the
+    token-major dq kernels do both on the way)."""
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # [ROWS] row ((b * S + s) * G + g) * h + head
     ok = r < n_rows  # [ROWS]
     head = r % h
@@ -825,22 +826,22 @@ def sel_bwd_dq_keymajor_delta_kernel(
         delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)  # [ROWS]
     delta -= tl.load(DLSE + b * sdl_b + s * sdl_s + g * sdl_g + head * sdl_h, mask=ok, other=0.0)
     tl.store(DELTA + r, delta, mask=ok)
+    # log2 of rowsum(|dO|) as log2(max) + log2(rowsum(|dO| / max)): no sum overflows, however large dO is
+    do_abs = tl.abs(do.to(tl.float32))  # [ROWS, BLOCK_DV]
+    do_max = tl.max(do_abs, 1)  # [ROWS]
+    do_rel = tl.sum(do_abs / tl.where(do_max > 0.0, do_max, 1.0)[:, None], 1)  # [ROWS]
+    tl.store(DO_L1_LOG2 + r, tl.log2(do_max) + tl.log2(do_rel), mask=ok)
     q1, q2 = _load_q(Q, b * sq_b + s * sq_s + g * sq_g + head * sq_h, ok, sq_d, Dk, DK1, DK2,
                      False)  # [ROWS, DK1], [ROWS, DK2]
     _flag_nonfinite(NONFINITE, q1, q2, do, DK2)
 
 
 @triton.jit
-def _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, scale, Dk, DK1: tl.constexpr, DK2: tl.constexpr,
-                      FINITE_ONLY: tl.constexpr):
+def _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, e, scale, Dk, DK1: tl.constexpr, DK2: tl.constexpr):
     """Store the partial dq ``scale * [dq1, dq2]`` (``dS K`` of a step's pairs, ``[ROWS, DK1]`` and ``[ROWS, DK2]``) at
-    their slots: float16 values divided by the row's largest magnitude (``_partial_scale`` over both slices; of the
-    finite values with ``FINITE_ONLY``) in ``DQP``, that magnitude times ``scale`` in ``DQP_SCALE``."""
-    amax = _row_absmax(dq1, FINITE_ONLY)  # [ROWS]
-    if DK2 > 0:
-        amax = tl.maximum(amax, _row_absmax(dq2, FINITE_ONLY))
-    sc = _partial_scale(amax)  # [ROWS]
-    inv = (1.0 / sc)[:, None]  # [ROWS, 1]
+    their slots: float16 values divided by ``2**e`` (``e [ROWS]``: ``_partial_exponent`` of a bound on the row) in
+    ``DQP``, ``scale * 2**e`` in ``DQP_SCALE``."""
+    inv = tl.exp2(-e)[:, None]  # [ROWS, 1]
     offs_d1 = tl.arange(0, DK1)  # [DK1]
     tl.store(DQP + slot[:, None] * Dk + offs_d1[None, :], (dq1 * inv).to(DQP.dtype.element_ty),  # [ROWS, DK1]
              mask=ok[:, None] & (offs_d1[None, :] < Dk))
@@ -848,7 +849,13 @@ def _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, scale, Dk, DK1: tl.con
         offs_d2 = DK1 + tl.arange(0, DK2)  # [DK2]
         tl.store(DQP + slot[:, None] * Dk + offs_d2[None, :], (dq2 * inv).to(DQP.dtype.element_ty),  # [ROWS, DK2]
                  mask=ok[:, None] & (offs_d2[None, :] < Dk))
-    tl.store(DQP_SCALE + slot, sc * scale, mask=ok)
+    tl.store(DQP_SCALE + slot, tl.exp2(e) * scale, mask=ok)
+
+
+@triton.jit
+def _row_finite_absmax(x):
+    """The largest finite magnitude of each row of ``x [R, C]`` (NaN and inf count as 0)."""
+    return tl.max(tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0), 1)  # [R]
 
 
 @triton.jit
@@ -861,9 +868,9 @@ def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, ent, h
                       DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
     """The partial dq of (entry, head) pairs ``[ROWS]`` against the program's key tile, ``scale * dS K`` over
     the keys ``[lo, hi)`` of the tile its entry reads, stored at the pair's slot ``origin * h + head`` of ``DQP``
-    (``[slots, h, Dk]``, float16 scaled by ``DQP_SCALE``: ``_store_partial_dq``).  ``ISOLATE``: the tile holds a
-    non-finite k or v value (loaded as 0); a pair that reads its key gets NaN (as in exact arithmetic), the others
-    stay finite."""
+    (``[slots, h, Dk]``, float16 scaled by ``DQP_SCALE``: ``_store_partial_dq``, each row's power from its largest
+    finite value).  ``ISOLATE``: the tile holds a non-finite k or v value (loaded as 0); a pair that reads its key
+    gets NaN (as in exact arithmetic), the others stay finite."""
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     tok, bnd = _readers(ENTRIES, ent, ok)  # [ROWS] x 2; bnd 0 on masked pairs: no key
     slot = tl.load(ORIGIN + ent, mask=ok, other=0) * h + head  # [ROWS] int64
@@ -894,22 +901,32 @@ def _dq_keymajor_step(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, ent, h
         dq2 = tl.dot(ds, k2)  # [ROWS, DK2]
         if ISOLATE:
             dq2 = tl.where(reads_bad[:, None], float("nan"), dq2)
+        amax = tl.maximum(_row_finite_absmax(dq1), _row_finite_absmax(dq2))  # [ROWS]
     else:
         dq2 = dq1  # placeholder, never used
-    _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, scale, Dk, DK1, DK2, ISOLATE)
+        amax = _row_finite_absmax(dq1)  # [ROWS]
+    _store_partial_dq(DQP, DQP_SCALE, slot, ok, dq1, dq2, _partial_exponent(tl.log2(amax)), scale, Dk, DK1, DK2)
 
 
 @triton.jit
-def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale, scale,
-                    sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
-                    sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
+def _keymajor_pairs(Q, DO, LSE, DELTA, DO_L1_LOG2, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv, qk_scale,
+                    scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h,
+                    sd_b, sd_s, sd_g, sd_h, k1, k2, v, log2_kmax, log2_vmax, dk1, dk2, dv,
                     BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HP: tl.constexpr, DK1: tl.constexpr,
                     DK2: tl.constexpr, BLOCK_DV: tl.constexpr, DOT_F32: tl.constexpr):
     """Fold the (entry, head) pairs of entries ``[e0, e1)`` into the tile's ``dk1, dk2, dv`` and store each pair's
     partial dq against the tile, ``scale * dS K``, at its slot ``origin * h + head`` of ``DQP`` (``_store_partial_dq``):
     one gather of q and dO and one P and dS per pair serve all three gradients.  ``ROWS`` pairs a step,
     ``ROWS // HP`` whole entries; the next step's reader entries load while a step computes.  Only where every q,
-    dO, k and v value the walk reads is finite (the caller checks)."""
+    dO, k and v value the walk reads is finite (the caller checks); ``log2_kmax``, ``log2_vmax``: log2 of the
+    tile's largest k and v magnitudes.
+
+    The partial dq are scaled by a bound known before the dot, not by their largest values (a row reduction of the
+    dq tile each step): every P <= 1, so with ``n`` keys read, ``|dS| <= n (|dO|_1 max|v| + |delta|)`` summed
+    over the keys and ``|dS K| <= max|k|`` times that, taken in log2 so that no product overflows.  One power
+    serves a step's pairs, the largest of their bounds: a power per pair would need the bound in the dq tile's
+    layout, where the compiler loads the pairs' ``dO_1`` and delta a second time; float16's range leaves room for
+    the spread of the pairs' bounds within a step."""
     r = tl.arange(0, ROWS)  # [ROWS]
     r_ent = r // HP  # [ROWS]
     head = r % HP  # [ROWS]
@@ -925,6 +942,12 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, 
         ok_n = (e + ROWS // HP + r_ent < e1) & (head < h)  # [ROWS]
         tok_n, bnd_n = _readers(ENTRIES, e + ROWS // HP + r_ent, ok_n)  # [ROWS] x 2
         origin_n = tl.load(ORIGIN + e + ROWS // HP + r_ent, mask=ok_n, other=0)  # [ROWS]
+        do_l1_log2 = tl.load(DO_L1_LOG2 + b * sd_b + tok.to(tl.int64) * sd_s + g * sd_g + head.to(tl.int64) * sd_h,
+                             mask=ok, other=0.0)  # [ROWS]
+        n_keys = ((bnd >> 16) - (bnd & 0xFFFF)).to(tl.float32)  # [ROWS]
+        # [ROWS]; the + 1: a + b <= 2 max(a, b)
+        log2_bound = (tl.log2(n_keys) + log2_kmax
+                      + tl.maximum(log2_vmax + do_l1_log2, tl.log2(tl.abs(delta))) + 1.0)
         dk1, dk2, dv, dst = _pair_step(q1, q2, do, lse2, delta, bnd, qk_scale, k1, k2, v, dk1, dk2, dv,
                                        BLOCK_N, DK2, False)
         # -- the pairs' partial dq against this tile, each in its own slot --
@@ -934,7 +957,9 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, 
             dq2 = tl.dot(ds, k2)  # [ROWS, DK2]
         else:
             dq2 = dq1  # placeholder, never used
-        _store_partial_dq(DQP, DQP_SCALE, origin * h + head, ok, dq1, dq2, scale, Dk, DK1, DK2, False)
+        e_step = _partial_exponent(tl.max(log2_bound, 0))  # one power for the step's pairs
+        _store_partial_dq(DQP, DQP_SCALE, origin * h + head, ok, dq1, dq2, tl.zeros((ROWS,), tl.float32) + e_step,
+                          scale, Dk, DK1, DK2)
         tok = tok_n
         bnd = bnd_n
         ok = ok_n
@@ -944,7 +969,7 @@ def _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, 
 
 @triton.jit
 def sel_bwd_keymajor_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, DQP, DQP_SCALE, WS, ENTRIES, ORIGIN, CHUNKS, NONFINITE,
+    Q, K, V, DO, LSE, DELTA, DO_L1_LOG2, DK, DV, DQP, DQP_SCALE, WS, ENTRIES, ORIGIN, CHUNKS, NONFINITE,
     G, h, Dk, Dv, T, NT, qk_scale, scale,
     sq_b, sq_s, sq_g, sq_h, sq_d,
     sk_b, sk_g, sk_t, sk_d,
@@ -969,9 +994,10 @@ def sel_bwd_keymajor_kernel(
     once for the tile's dk/dv (kept on chip, stored as :func:`sel_bwd_dkdv_kernel` stores them) and for each pair's
     partial dq (stored in its own slot of ``DQP``; :func:`sel_bwd_dq_keymajor_merge_kernel` sums a row's partials
     in slot order: deterministic, no atomics).  ``DELTA`` float32 ``[B, S, G, h]`` is ``rowsum(dO * O) - dlse``,
-    computed before.  Where a q or dO row of the call is not finite (``NONFINITE``) or the tile holds a non-finite
-    k or v value, the slow walk: dk/dv as the dk/dv kernel's isolating walk, then dq with the tile's non-finite
-    keys loaded as 0 and NaN given to the pairs that read them (each pair's dq as in exact arithmetic).
+    ``DO_L1_LOG2`` (laid out as ``DELTA``) the log2 of ``rowsum(|dO|)``, both computed before.  Where a q or dO
+    row of the call is not finite (``NONFINITE``) or the tile holds a non-finite k or v value, the slow walk:
+    dk/dv as the dk/dv kernel's isolating walk, then dq with the tile's non-finite keys loaded as 0 and NaN given
+    to the pairs that read them (each pair's dq as in exact arithmetic).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)
     scale = tl.cast(scale, tl.float32)
@@ -993,9 +1019,14 @@ def sel_bwd_keymajor_kernel(
     dk1, dk2, dv = _tile_accumulators(BLOCK_N, DK1, DK2, BLOCK_DV)
 
     if (tl.load(NONFINITE) == 0) & (tl.max(bad.to(tl.int32), 0) == 0):
-        dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g, h, Dk, Dv,
-                                       qk_scale, scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g, sdo_h, sdo_d,
-                                       sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v, dk1, dk2, dv,
+        k_max = tl.max(tl.max(tl.abs(k1.to(tl.float32)), 1), 0)
+        if DK2 > 0:
+            k_max = tl.maximum(k_max, tl.max(tl.max(tl.abs(k2.to(tl.float32)), 1), 0))
+        v_max = tl.max(tl.max(tl.abs(v.to(tl.float32)), 1), 0)
+        dk1, dk2, dv = _keymajor_pairs(Q, DO, LSE, DELTA, DO_L1_LOG2, DQP, DQP_SCALE, ENTRIES, ORIGIN, e0, e1, b, g,
+                                       h, Dk, Dv, qk_scale, scale, sq_b, sq_s, sq_g, sq_h, sq_d, sdo_b, sdo_s, sdo_g,
+                                       sdo_h, sdo_d, sl_b, sl_s, sl_g, sl_h, sd_b, sd_s, sd_g, sd_h, k1, k2, v,
+                                       tl.log2(k_max), tl.log2(v_max), dk1, dk2, dv,
                                        BLOCK_N, ROWS, HP, DK1, DK2, BLOCK_DV, DOT_F32)
     else:
         dk1, dk2, dv = _dkdv_pairs(Q, DO, LSE, DELTA, ENTRIES, e0, e1, b, g, h, Dk, Dv, qk_scale,

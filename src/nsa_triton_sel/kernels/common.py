@@ -175,20 +175,13 @@ def _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, s
 
 
 @triton.jit
-def _row_absmax(x, FINITE_ONLY: tl.constexpr):
-    """The largest magnitude of each row of ``x [R, C]``; with ``FINITE_ONLY`` (a walk where a pair may have NaN
-    columns while its others stay finite), of its finite values (NaN and inf count as 0)."""
-    if FINITE_ONLY:
-        a = tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0)  # [R, C]
-    else:
-        a = tl.abs(x)  # [R, C]
-    return tl.max(a, 1)  # [R]
-
-
-@triton.jit
-def _partial_scale(absmax):
-    """The scale ``[R]`` of key-major partial results stored in float16, from each row's largest magnitude
-    (``_row_absmax``; 1 for a row of zeros): a row divided by it lies in [-1, 1] whatever the data's range (a bf16
-    value may pass float16's 65504) and keeps float16's 11 bits relative to its largest value; NaN and inf pass
-    through the division unchanged."""
-    return tl.where(absmax > 0.0, absmax, 1.0)
+def _partial_exponent(log2_bound):
+    """The power of two ``e`` (float32, any shape) by which a key-major partial result is divided before it is
+    stored in float16, from ``log2_bound``, the log2 of a bound on the result's magnitude: the stored values then
+    lie within 2**15 (float16's finite range ends at 65504, so the bound's own rounding has room), a bf16 value
+    past 65504 stays finite, and a value down to 2**-28 of the bound keeps float16's 11 bits, so a loose bound
+    costs no precision.  Clamped to [-126, 126], float32's normal powers (a zero bound, log2 -inf, gives -126; a
+    NaN one 126: its result is NaN anyway)."""
+    e = tl.ceil(log2_bound) - 15.0
+    e = tl.where(e < 126.0, e, 126.0)  # where, not minimum: NaN goes one way on every backend
+    return tl.where(e > -126.0, e, -126.0)

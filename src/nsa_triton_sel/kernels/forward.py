@@ -63,7 +63,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2, MODE_BLOCKS, MODE_DENSE, MODE_RANGES, _chunk_tile, _clamp_spans, _gather_rows,
-                     _group_heads, _load_q, _merge_rows, _partial_scale, _prefix_sum, _row_absmax, _tile_bounds,
+                     _group_heads, _load_q, _merge_rows, _partial_exponent, _prefix_sum, _tile_bounds,
                      _token_rows)
 
 
@@ -492,14 +492,14 @@ def sel_fwd_tok_kernel(
 
 @triton.jit
 def _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1, kt2, v,
-                   v_bad, sq_b, sq_s, sq_g, sq_h, sq_d,
+                   v_bad, e_tile, sq_b, sq_s, sq_g, sq_h, sq_d,
                    BLOCK_N: tl.constexpr, DK1: tl.constexpr, DK2: tl.constexpr, BLOCK_DV: tl.constexpr,
                    DOT_F32: tl.constexpr, ISOLATE: tl.constexpr):
     """The partial results of (entry, head) pairs ``[ROWS]`` against the program's key tile: each pair's
     softmax over the keys ``[lo, hi)`` of the tile its entry reads, normalised, stored at the pair's partial
-    slot ``origin * h + head``: ``OP`` (float16) the result divided by its row's scale (``_partial_scale``),
-    ``OP_SCALE`` that scale, ``LP`` the log2 LSE (``-inf`` with no key).  ``ISOLATE``: the value tile holds a
-    non-finite value."""
+    slot ``origin * h + head``: ``OP`` (float16) the result divided by ``2**e_tile`` (the tile's
+    ``_partial_exponent``), ``OP_SCALE`` that power, ``LP`` the log2 LSE (``-inf`` with no key).  ``ISOLATE``: the
+    value tile holds a non-finite value."""
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     tok = tl.load(ENTRIES + ent * 2, mask=ok, other=0)  # [ROWS]
     bnd = tl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)  # [ROWS]; 0 on masked pairs: no key
@@ -531,13 +531,13 @@ def _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, ent, head, ok, b, g, h,
     empty = l == 0.0  # [ROWS]
     l_safe = tl.where(empty, 1.0, l)  # [ROWS]
     lse2 = tl.where(empty, float("-inf"), m_safe + tl.log2(l_safe))  # [ROWS]
-    # stored: o / max|o| in float16; the scale back to the normalised result o / l is max|o| / l (one multiply a
-    # value, the normalisation folded in)
-    amax = _partial_scale(_row_absmax(o, ISOLATE))  # [ROWS]
+    # stored: the normalised result o / l divided by 2**e_tile in float16 (one multiply a value, the normalisation
+    # folded in); the merge multiplies it back
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     tl.store(OP + slot[:, None] * Dv + offs_dv[None, :],  # [ROWS, BLOCK_DV]
-             (o * (1.0 / amax)[:, None]).to(OP.dtype.element_ty), mask=ok[:, None] & (offs_dv[None, :] < Dv))
-    tl.store(OP_SCALE + slot, amax / l_safe, mask=ok)
+             (o * (tl.exp2(-e_tile) / l_safe)[:, None]).to(OP.dtype.element_ty),
+             mask=ok[:, None] & (offs_dv[None, :] < Dv))
+    tl.store(OP_SCALE + slot, tl.exp2(e_tile) + tl.zeros_like(l), mask=ok)
     tl.store(LP + slot, lse2, mask=ok)
 
 
@@ -589,6 +589,10 @@ def sel_fwd_keymajor_kernel(
     v = _gather_rows(V, v_off, n_ok, sv_d, Dv, 0, BLOCK_DV, DOT_F32)  # [BLOCK_N, BLOCK_DV]
     # [BLOCK_N, BLOCK_DV]: NaN fails the comparison too (where, not ~: Triton 3.0's interpreter cannot invert a mask)
     v_bad = tl.where(tl.abs(v.to(tl.float32)) < float("inf"), 0, 1) > 0
+    # A normalised partial result is a convex combination of the tile's value rows, so the tile's largest finite
+    # magnitude bounds every one: one scale for the whole chunk (the non-finite columns are NaN whatever it is).
+    v_max = tl.max(tl.max(tl.where(v_bad, 0.0, tl.abs(v.to(tl.float32))), 1), 0)
+    e_tile = _partial_exponent(tl.log2(v_max))
 
     # -- the chunk's (entry, head) pairs; the isolating step only where the value tile is not all finite --
     r = tl.arange(0, ROWS)  # [ROWS]
@@ -598,13 +602,15 @@ def sel_fwd_keymajor_kernel(
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
             _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1,
-                           kt2, v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, False)
+                           kt2, v, v_bad, e_tile, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+                           False)
     else:
         v = tl.where(v_bad, 0.0, v).to(v.dtype)
         for e in range(e0, e1, ROWS // HP):
             ok = (e + r_ent < e1) & (head < h)  # [ROWS]
             _keymajor_step(Q, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e + r_ent, head, ok, b, g, h, Dk, Dv, qk_scale, kt1,
-                           kt2, v, v_bad, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32, True)
+                           kt2, v, v_bad, e_tile, sq_b, sq_s, sq_g, sq_h, sq_d, BLOCK_N, DK1, DK2, BLOCK_DV, DOT_F32,
+                           True)
 
 
 @triton.jit

@@ -303,9 +303,11 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     B, S, G, h, Dk = q.shape
     meta = p.forward.meta
     n_rows = B * S * G * h
+    do_l1_log2 = torch.empty_like(delta)
     fn = bwd_kernels.sel_bwd_dq_keymajor_delta_kernel
     fn[(P.cdiv(n_rows, DELTA_ROWS),)](
-        *params.packer(fn)(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, NONFINITE=nonfinite, S=S, G=G, h=h,
+        *params.packer(fn)(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, DO_L1_LOG2=do_l1_log2,
+                           NONFINITE=nonfinite, S=S, G=G, h=h,
                            Dk=Dk, Dv=v.shape[3], n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=grad_out.stride(),
                            sdl=grad_lse.stride()),
         num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=p.delta_forward is not None))
@@ -315,12 +317,13 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     for g0 in range(0, G, gpp):
         g = slice(g0, min(g0 + gpp, G))
         _backward_keymajor_pass(p, q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g], grad_out[:, :, g],
-                                delta[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp, dqp_scale, sc,
+                                delta[:, :, g], do_l1_log2[:, :, g], nonfinite, dq[:, :, g], dk[:, g], dv[:, g], dqp,
+                                dqp_scale, sc,
                                 readers.pop(0) if readers else None)
 
 
-def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, nonfinite, dq, dk, dv, dqp, dqp_scale,
-                            sc: float, forward_readers: ReaderList | None):
+def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, do_l1_log2, nonfinite, dq, dk, dv, dqp,
+                            dqp_scale, sc: float, forward_readers: ReaderList | None):
     """One pass of the key-major backward over the KV heads of its views.  Its reader list and workspace are
     freed on return, before the next pass (with the partials, they set the backward's peak)."""
     B, S, G, h, Dk = q.shape
@@ -334,8 +337,8 @@ def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, no
                      device=q.device)
     fn = bwd_kernels.sel_bwd_keymajor_kernel
     fn[(readers.chunks.shape[0],)](
-        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, DQP=dqp,
-                           DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin,
+        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, DK=dk, DV=dv,
+                           DQP=dqp, DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin,
                            CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
                            NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(),
                            sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride(),

@@ -12,9 +12,12 @@ with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``
 The cost: a workspace of one partial result per (row, key tile, head), written once and read once, and the
 reader list's sort.  The partials are the path's main traffic (at 32K with 32 query heads, 4.3 GB of gathered q
 against 8.7 GB of float32 partial outputs each way), so they are stored in :data:`PARTIAL_DTYPE`, float16, each
-row divided by its largest magnitude, which is kept beside it as a float32 scale: the row then lies in
-[-1, 1] whatever the data's range, and float16's 11 bits keep the error against the float64 oracle where float32
-partials had it (bfloat16's 8 bits raise the forward's); what each width costs and saves is measured in
+divided by a power of two kept beside it as a float32 scale.  The power comes from a bound known before the
+result is computed, not from the result's largest value (a row reduction every step): the key tile's largest
+value for an output (a convex combination of the tile's value rows), a bound from the tile's largest k and v
+and the row's ``|dO|_1`` and delta for a dq.  A result then lies within float16's range whatever the data's, and
+float16's 11 bits keep the error against the float64 oracle where float32 partials had it (bfloat16's 8 bits
+raise the forward's); what each width costs and saves is measured in
 ``bench/results/2026-11-28-h200-triton3.6-keymajor-partials/``.  Where the workspace of the whole call would pass
 :data:`WORKSPACE_BYTES`, the launcher runs it in passes over slices of the KV heads (``groups_per_pass``), each
 with its own reader list.

@@ -216,9 +216,9 @@ def check_backward_reads_forward_readers(device, dtype, monkeypatch):
 
 def check_values_past_float16(device):
     """bf16 values past float16's range (v and the output gradient scaled by 2^20, so the partial outputs reach
-    about 4e6 and the partial dq about 1e12): the key-major partials are stored in float16 divided by their row's
-    largest magnitude, so the output and dq match the float64 oracle relative to their size (float16 partials
-    without the scale would overflow to inf)."""
+    about 4e6 and the partial dq about 1e12): the key-major partials are stored in float16 divided by a power of
+    two from a bound on their size, so the output and dq match the float64 oracle relative to their size (float16
+    partials without the scale would overflow to inf)."""
     from nsa_triton_sel import plan, reference, selection_attention
 
     big = 2.0 ** 20
@@ -239,3 +239,50 @@ def check_values_past_float16(device):
         assert torch.isfinite(got).all(), f"{name} is not finite"
         err = float((got - ref).abs().max() / ref.abs().max())
         assert err < 2e-2, f"{name}: error {err:.3e} of its largest value"
+
+
+def check_small_columns_beside_an_outlier(device):
+    """One value channel 2^22 times the others (an outlier channel, as large activations make them): the forward's
+    partials are scaled by their tile's largest value, not by each row's, so the other channels keep float16's
+    precision (scaled by the row's largest magnitude, they would fall 2^22 below it, among float16's subnormals)."""
+    from nsa_triton_sel import plan, reference, selection_attention
+
+    q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=13)
+    v = v.float()
+    v[..., 0] *= 2.0 ** 22
+    v = v.to(torch.bfloat16)
+    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
+                       span_len=16, packed=False)
+    assert p.forward.kernel == "keymajor", p.forward.kernel
+    out = selection_attention(q.to(device), k.to(device), v.to(device), block_indices=blocks.to(device),
+                              block_size=16).cpu().double()
+    want = reference.oracle(q.double(), k.double(), v.double(), block_indices_to_ranges(blocks, 16, 80))
+    for col, name in ((slice(0, 1), "the outlier channel"), (slice(1, None), "the other channels")):
+        err = float((out[..., col] - want[..., col]).abs().max() / want[..., col].abs().max())
+        assert err < 2e-2, f"{name}: error {err:.3e} of their largest value"
+
+
+def check_lse_gradient_past_float16(device):
+    """A loss that weighs the LSE by 2^20 (the output gradient left small): the partial dq's bound counts the LSE
+    gradient (through delta), so dq, about 1e7 here, stays finite in the float16 partials and matches the float64
+    oracle."""
+    from nsa_triton_sel import plan, reference, selection_attention
+
+    big = 2.0 ** 20
+    q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=15)
+    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
+                       span_len=16, packed=False)
+    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    gen = torch.Generator().manual_seed(16)
+    xs = [x.to(device).requires_grad_() for x in (q, k, v)]
+    out, lse = selection_attention(*xs, block_indices=blocks.to(device), block_size=16, return_lse=True)
+    go = torch.randn(out.shape, generator=gen)
+    gl = torch.randn(lse.shape, generator=gen) * big
+    ((out.float() * go.to(device)).sum() + (lse * gl.to(device)).sum()).backward()
+    ys = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    want, want_lse = reference.oracle(*ys, block_indices_to_ranges(blocks, 16, 80), return_lse=True)
+    ((want * go.double()).sum() + (want_lse * gl.double()).sum()).backward()
+    got, ref = xs[0].grad.cpu().double(), ys[0].grad
+    assert torch.isfinite(got).all(), "dq is not finite"
+    err = float((got - ref).abs().max() / ref.abs().max())
+    assert err < 2e-2, f"dq: error {err:.3e} of its largest value"

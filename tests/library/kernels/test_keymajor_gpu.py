@@ -130,6 +130,14 @@ def test_keymajor_partials_keep_values_past_float16(keymajor_from_few_rows):
     C.check_values_past_float16("cuda")
 
 
+def test_keymajor_partials_keep_small_columns_beside_an_outlier(keymajor_from_few_rows):
+    C.check_small_columns_beside_an_outlier("cuda")
+
+
+def test_keymajor_partial_dq_keeps_an_lse_gradient_past_float16(keymajor_from_few_rows):
+    C.check_lse_gradient_past_float16("cuda")
+
+
 def test_keymajor_backward_keeps_an_inf_key_to_its_readers(keymajor_from_few_rows):
     C.check_inf_key_confined(DEV)
 

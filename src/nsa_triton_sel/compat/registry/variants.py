@@ -226,7 +226,7 @@ FORWARD_MODULE = "nsa_triton_sel.kernels.forward"
 KEYMAJOR_TYPES = {
     "OP": "*fp16", "OP_SCALE": "*fp32", "LP": "*fp32", "LSE": "*fp32", "SPANS": "*i32", "ENTRIES": "*i32",
     "ORIGIN": "*i64", "CHUNKS": "*i64", "S": "i32", "G": "i32", "T": "i32", "NT": "i32", "DQP": "*fp16",
-    "DQP_SCALE": "*fp32", "DELTA": "*fp32",
+    "DQP_SCALE": "*fp32", "DELTA": "*fp32", "DO_L1_LOG2": "*fp32",
     "DLSE": "*fp32", "NONFINITE": "*i32", "WS": "*fp32",
 }
 
