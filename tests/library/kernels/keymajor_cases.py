@@ -110,16 +110,26 @@ def keymajor_from_few_rows(keymajor_here):
         yield
 
 
+def assert_keymajor(q, k, v, blocks, bs, pos=None, *, dq=True):
+    """The planner takes the key-major forward for this call (and the key-major dq, with ``dq``)."""
+    from nsa_triton_sel import plan
+
+    p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=bs, packed=False)
+    if dq:
+        assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    else:
+        assert p.forward.kernel == "keymajor", p.forward.kernel
+
+
 def check_operator_gradients(B, S, G, h, D, T, bs, n, dtype, device, seed, *, Dv=None, lse_grad=False,
                              positions=False, tol=2e-2):
     """The operator on block indices, where the planner takes the key-major forward and dq: its output and the
     gradients of q, k and v (through the LSE output too, with ``lse_grad``) against float64 autograd of the
     oracle, on the same random output gradients."""
-    from nsa_triton_sel import failures, plan, reference, selection_attention
+    from nsa_triton_sel import failures, reference, selection_attention
 
     q, k, v, blocks, pos = blocks_case(B, S, G, h, D, T, bs, n, dtype, device, seed, positions, Dv)
-    p = plan.plan_call(q, k, v, blocks, pos, per_head=False, tokens=0, span_len=bs, packed=False)
-    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    assert_keymajor(q, k, v, blocks, bs, pos)
     xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     res = selection_attention(*xs, block_indices=blocks, block_size=bs, positions=pos, return_lse=lse_grad)
     out, lse = res if lse_grad else (res, None)
@@ -219,14 +229,12 @@ def check_values_past_float16(device):
     about 4e6 and the partial dq about 1e12): the key-major partials are stored in float16 divided by a power of
     two from a bound on their size, so the output and dq match the float64 oracle relative to their size (float16
     partials without the scale would overflow to inf)."""
-    from nsa_triton_sel import plan, reference, selection_attention
+    from nsa_triton_sel import reference, selection_attention
 
     big = 2.0 ** 20
     q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=9)
     v = (v.float() * big).to(torch.bfloat16)
-    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
-                       span_len=16, packed=False)
-    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    assert_keymajor(*(x.to(device) for x in (q, k, v, blocks)), 16)
     xs = [x.to(device).requires_grad_() for x in (q, k, v)]
     out = selection_attention(*xs, block_indices=blocks.to(device), block_size=16)
     go = torch.randn(out.shape, generator=torch.Generator().manual_seed(10)) * big
@@ -245,15 +253,13 @@ def check_small_columns_beside_an_outlier(device):
     """One value channel 2^22 times the others (an outlier channel, as large activations make them): the forward's
     partials are scaled by their tile's largest value, not by each row's, so the other channels keep float16's
     precision (scaled by the row's largest magnitude, they would fall 2^22 below it, among float16's subnormals)."""
-    from nsa_triton_sel import plan, reference, selection_attention
+    from nsa_triton_sel import reference, selection_attention
 
     q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=13)
     v = v.float()
     v[..., 0] *= 2.0 ** 22
     v = v.to(torch.bfloat16)
-    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
-                       span_len=16, packed=False)
-    assert p.forward.kernel == "keymajor", p.forward.kernel
+    assert_keymajor(*(x.to(device) for x in (q, k, v, blocks)), 16, dq=False)
     out = selection_attention(q.to(device), k.to(device), v.to(device), block_indices=blocks.to(device),
                               block_size=16).cpu().double()
     want = reference.oracle(q.double(), k.double(), v.double(), block_indices_to_ranges(blocks, 16, 80))
@@ -266,13 +272,11 @@ def check_lse_gradient_past_float16(device):
     """A loss that weighs the LSE by 2^20 (the output gradient left small): the partial dq's bound counts the LSE
     gradient (through delta), so dq, about 1e7 here, stays finite in the float16 partials and matches the float64
     oracle."""
-    from nsa_triton_sel import plan, reference, selection_attention
+    from nsa_triton_sel import reference, selection_attention
 
     big = 2.0 ** 20
     q, k, v, blocks, _ = blocks_case(1, 24, 2, 2, 16, 80, 16, 3, torch.bfloat16, "cpu", seed=15)
-    p = plan.plan_call(q.to(device), k.to(device), v.to(device), blocks.to(device), None, per_head=False, tokens=0,
-                       span_len=16, packed=False)
-    assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0, (p.forward.kernel, p.dq_groups_per_pass)
+    assert_keymajor(*(x.to(device) for x in (q, k, v, blocks)), 16)
     gen = torch.Generator().manual_seed(16)
     xs = [x.to(device).requires_grad_() for x in (q, k, v)]
     out, lse = selection_attention(*xs, block_indices=blocks.to(device), block_size=16, return_lse=True)
