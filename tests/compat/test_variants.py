@@ -158,7 +158,10 @@ def test_the_keymajor_variants_are_skipped_exactly_where_a_window_steers_the_pla
                                      aligned=True, dev=dev, grad=True) == KM.ALWAYS
             assert takes == (arch not in w.arch and dev.max_rows == 64), (w.id, arch)
             for s in keymajor:
-                assert s.skipped(version, arch) == (arch in w.arch), (s.name, arch)
+                # elsewhere each forward configuration compiles at the stages the planner runs on that arch
+                other_stages = s.kernel.endswith(":sel_fwd_keymajor_kernel") and s.num_stages != KM.forward_stages(
+                    device.shared_limit(arch), "dk192" in s.name)
+                assert s.skipped(version, arch) == (arch in w.arch or other_stages), (s.name, arch)
 
 
 def test_under_a_row_cap_window_the_registry_compiles_what_the_capped_planner_launches():
@@ -189,3 +192,21 @@ def test_under_a_row_cap_window_the_registry_compiles_what_the_capped_planner_la
     dev = device.Device.target(90, "")
     per_head = plan.selection(1, 8192, 4, 64, 128, 128, 8192, 16, dev=dev, per_head=True)
     assert per_head.meta == plan.selection(1, 8192, 4, 16, 128, 128, 8192, 16, dev=dev).meta
+
+
+@pytest.mark.parametrize("arch", sorted(device.SHARED_PER_BLOCK))
+def test_the_registry_compiles_the_keymajor_forward_each_arch_launches(arch):
+    """The planner's key-major forward on each arch (its stages follow the shared memory a program may use there)
+    is a registry variant compiled on that arch, and no other stage count is compiled there."""
+    import importlib
+
+    keymajor_plan = importlib.import_module("nsa_triton_sel.plan.keymajor")  # the package exports a function of its name
+    dev = device.Device.target(arch, "3.6.0")
+    fwd = [s for s in SPECS if s.kernel.endswith(":sel_fwd_keymajor_kernel") and not s.skipped("3.6.0", arch)]
+    for Dk, h in ((128, 1), (128, 4), (128, 8), (192, 1)):
+        meta = plan.keymajor(1, 8192, 4, h, Dk, 128, 8192, 16, dev=dev, span_len=64, aligned=True).meta
+        hits = [s for s in fwd if dict(s.constexprs) == meta.kernel_constexprs() and s.dtype == "bf16"]
+        assert [(s.num_warps, s.num_stages) for s in hits] == [(meta.num_warps, meta.num_stages)], (arch, Dk, h)
+    deep = device.shared_limit(arch) >= keymajor_plan.DEEP_SHARED
+    assert {s.num_stages for s in fwd if "dk128" in s.name} == ({keymajor_plan.FWD_STAGES_DEEP} if deep
+                                                                 else {keymajor_plan.FWD_STAGES}), arch

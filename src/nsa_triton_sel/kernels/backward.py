@@ -1055,6 +1055,14 @@ def sel_bwd_keymajor_kernel(
 
 
 @triton.jit
+def _load_partial_dq(DQP, DQP_SCALE, slot, live, offs_d, Dk):
+    """One key-major partial dq of pairs ``[PAIRS]`` at ``slot``: its float16 values ``[PAIRS, BLOCK_DK]`` (zeros
+    where not ``live``) and their scale (1)."""
+    dq = tl.load(DQP + slot[:, None] * Dk + offs_d[None, :], mask=live[:, None] & (offs_d[None, :] < Dk), other=0.0)
+    return dq, tl.load(DQP_SCALE + slot, mask=live, other=1.0)
+
+
+@triton.jit
 def sel_bwd_dq_keymajor_merge_kernel(
     DQP, DQP_SCALE, SPANS, DQ,
     S, G, h, Dk, n_spans, T, per_row, n_rows,
@@ -1076,15 +1084,16 @@ def sel_bwd_dq_keymajor_merge_kernel(
     # -- the (row, head) pairs of this program and how many partials each row has --
     row, head, ok, b, s, g, total = _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n,
                                                 sr_e, BLOCK_N, PAIRS, HP, BLOCK_S)
-    # -- the sum, in slot order --
+    # -- the sum, in slot order; the loads of partial k + 1 go out before partial k is added (two in flight per
+    # row, as in the forward merge) --
     offs_d = tl.arange(0, BLOCK_DK)  # [BLOCK_DK]
     acc = tl.zeros((PAIRS, BLOCK_DK), tl.float32)  # [PAIRS, BLOCK_DK]
+    dq_next, scale_next = _load_partial_dq(DQP, DQP_SCALE, row * per_row * h + head, ok & (0 < total), offs_d, Dk)
     for k in range(0, per_row):
-        live = ok & (k < total)  # [PAIRS]
-        slot = (row * per_row + k) * h + head  # [PAIRS]
-        acc += tl.load(DQP + slot[:, None] * Dk + offs_d[None, :],  # [PAIRS, BLOCK_DK]
-                       mask=live[:, None] & (offs_d[None, :] < Dk), other=0.0).to(tl.float32) * \
-            tl.load(DQP_SCALE + slot, mask=live, other=1.0)[:, None]
+        dq_k, scale = dq_next, scale_next  # [PAIRS, BLOCK_DK], [PAIRS]
+        dq_next, scale_next = _load_partial_dq(DQP, DQP_SCALE, (row * per_row + k + 1) * h + head,
+                                               ok & (k + 1 < total), offs_d, Dk)
+        acc += dq_k.to(tl.float32) * scale[:, None]
     dq_off = b * sdq_b + s * sdq_s + g * sdq_g + head.to(tl.int64) * sdq_h  # [PAIRS]
     tl.store(DQ + dq_off[:, None] + offs_d[None, :] * sdq_d, acc.to(DQ.dtype.element_ty),  # [PAIRS, BLOCK_DK]
              mask=ok[:, None] & (offs_d[None, :] < Dk))

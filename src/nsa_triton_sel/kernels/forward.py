@@ -614,6 +614,15 @@ def sel_fwd_keymajor_kernel(
 
 
 @triton.jit
+def _load_partial_out(OP, OP_SCALE, LP, slot, live, offs_dv, Dv):
+    """One key-major partial result of pairs ``[PAIRS]`` at ``slot``: its log2 LSE (``-inf`` where not ``live``),
+    its float16 values ``[PAIRS, BLOCK_DV]`` (zeros) and their scale (1)."""
+    lk = tl.load(LP + slot, mask=live, other=float("-inf"))
+    op = tl.load(OP + slot[:, None] * Dv + offs_dv[None, :], mask=live[:, None] & (offs_dv[None, :] < Dv), other=0.0)
+    return lk, op, tl.load(OP_SCALE + slot, mask=live, other=1.0)
+
+
+@triton.jit
 def sel_fwd_keymajor_merge_kernel(
     OP, OP_SCALE, LP, SPANS, O, LSE,
     S, G, h, Dv, n_spans, T, per_row, n_rows,
@@ -638,23 +647,24 @@ def sel_fwd_keymajor_merge_kernel(
     # -- the (row, head) pairs of this program and how many partials each row has --
     row, head, ok, b, s, g, total = _merge_rows(SPANS, S, G, h, n_spans, T, per_row, n_rows, sr_b, sr_s, sr_g, sr_n,
                                                 sr_e, BLOCK_N, PAIRS, HP, BLOCK_S)
-    # -- online LSE merge over the row's partials, in order --
+    # -- online LSE merge over the row's partials, in order.  The loads of partial k + 1 go out before the
+    # arithmetic of partial k, so each row has two in flight: a kernel's num_stages pipelines only loads that feed
+    # a dot, and tl.range's pipelining (through shared memory) made this loop several times slower --
     offs_dv = tl.arange(0, BLOCK_DV)  # [BLOCK_DV]
     m = tl.full((PAIRS,), float("-inf"), tl.float32)  # [PAIRS]
     l = tl.zeros((PAIRS,), tl.float32)  # [PAIRS]
     acc = tl.zeros((PAIRS, BLOCK_DV), tl.float32)  # [PAIRS, BLOCK_DV]
+    lk_next, op_next, scale_next = _load_partial_out(OP, OP_SCALE, LP, row * per_row * h + head, ok & (0 < total),
+                                                     offs_dv, Dv)
     for k in range(0, per_row):
-        live = ok & (k < total)  # [PAIRS]
-        slot = (row * per_row + k) * h + head  # [PAIRS]
-        lk = tl.load(LP + slot, mask=live, other=float("-inf"))  # [PAIRS]
-        ok_ = tl.load(OP + slot[:, None] * Dv + offs_dv[None, :],  # [PAIRS, BLOCK_DV]
-                      mask=live[:, None] & (offs_dv[None, :] < Dv), other=0.0).to(tl.float32)
-        ok_ = ok_ * tl.load(OP_SCALE + slot, mask=live, other=1.0)[:, None]
+        lk, op, scale = lk_next, op_next, scale_next  # [PAIRS], [PAIRS, BLOCK_DV], [PAIRS]
+        lk_next, op_next, scale_next = _load_partial_out(OP, OP_SCALE, LP, (row * per_row + k + 1) * h + head,
+                                                         ok & (k + 1 < total), offs_dv, Dv)
         m_new = tl.maximum(m, lk)  # [PAIRS]
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # [PAIRS]
         alpha = tl.exp2(m - m_safe)  # [PAIRS]
         w = tl.exp2(lk - m_safe)  # [PAIRS]
-        acc = acc * alpha[:, None] + ok_ * w[:, None]
+        acc = acc * alpha[:, None] + op.to(tl.float32) * (scale * w)[:, None]
         l = l * alpha + w
         m = m_new
     # -- normalise and store --

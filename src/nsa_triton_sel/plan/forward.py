@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .. import caches
-from ..device import ROWS, Device
+from ..device import ROWS, Device, shared_limit
 from . import tiles as M
 from .keymajor import WORKSPACE_BYTES, KeyMajorMeta, keymajor_meta
 
@@ -125,7 +125,8 @@ def keymajor(B: int, S: int, G: int, h: int, Dk: int, Dv: int, T: int, n: int, *
     opts = dict(tune)
     cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
     meta = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=aligned, B=B, S=S, G=G,
-                         sm_count=dev.sm_count, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap, **opts)
+                         sm_count=dev.sm_count, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap,
+                         shared=shared_limit(dev.arch), **opts)
     if meta.groups_per_pass == 0:
         raise ValueError(f"the key-major forward's workspace for one KV head passes {WORKSPACE_BYTES} bytes "
                          f"(S={S}, h={h}, Dv={Dv}, {meta.per_row} partials a row); use the token-major kernels")

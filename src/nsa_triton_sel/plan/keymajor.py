@@ -55,7 +55,16 @@ PARTIAL_SCALE_BYTES = 4
 WORKSPACE_BYTES = 4 << 30  # the partial results' bytes per pass (H100, 32K: h = 1 in 3 passes 14.4 ms, one pass 13.9; h = 4 needs 1 GiB a KV head)
 ROWS = 64  # (entry, head) pairs per MMA step (the dot's M), capped by the device's row cap
 PROGRAMS_PER_SM = 8  # chunks: about this many programs per SM (as the dk/dv kernel's)
-MERGE_PAIRS = 64  # (row, head) pairs per merge program
+# The forward kernel's pipeline: 3 stages stage the gathered q one step ahead (4 compile to the same pipeline);
+# 5 stage it two steps ahead, in 108 KB of shared memory at Dk = Dv = 128, which two programs of an SM can hold
+# only where a program may use DEEP_SHARED bytes (sm_90, sm_100).  H200, 32K, h = 8: forward 6.15 ms on 5 stages,
+# 6.33 on 3 (bench/results/2026-11-28-h200-triton3.6-keymajor-pipelining/).
+FWD_STAGES = 3
+FWD_STAGES_DEEP = 5
+DEEP_SHARED = 200 << 10
+# The merges: (row, head) pairs per program and warps.  Each row keeps two partials in flight (the next one's
+# loads go out before this one's arithmetic), and 32 pairs a program leave room for four programs an SM.
+MERGE_PAIRS = 32
 MERGE_WARPS = 4
 # The key-major backward kernel (dk, dv and the partial dq from one walk): pairs per step, warps, stages.  H200,
 # 32K, whole backward: h = 1 17.1 ms (8 warps, 2 stages: 20.6; 64 pairs, 8 warps: 22.4), h = 4 14.6 ms (17.3,
@@ -118,6 +127,12 @@ class KeyMajorMeta(_Constexprs):
 
     def merge_rows_per_program(self) -> int:
         return max(MERGE_PAIRS, self.HP) // self.HP
+
+
+def forward_stages(shared: int | None, wide: bool) -> int:
+    """The key-major forward kernel's stages on a device whose programs may use ``shared`` bytes of shared memory
+    (None: unknown), for head dims ``wide`` or not (Dk + Dv past 256, whose deeper pipeline is not measured)."""
+    return FWD_STAGES_DEEP if shared is not None and shared >= DEEP_SHARED and not wide else FWD_STAGES
 
 
 def workspace_bytes(rows: int, per_row: int, h: int, Dk: int, Dv: int) -> int:
@@ -226,11 +241,13 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
                   G: int, sm_count: int, has_lse: bool = True, dot_f32: bool = False, max_rows: int = 64,
                   block_n: int | None = None, pairs: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None, chunk: int | None = None,
-                  groups_per_pass: int | None = None) -> KeyMajorMeta:
+                  groups_per_pass: int | None = None, shared: int | None = None) -> KeyMajorMeta:
     """The key-major forward's configuration for ``q [B, S, G, h, Dk]`` with ``n_spans`` spans of at most
     ``span_len`` keys (0: unbounded; ``aligned``: block indices) over ``T`` keys; ``ValueError`` outside its
     range (more heads than pairs per step, tile sizes that are not powers of two).  ``groups_per_pass`` 0 means
-    that not even one KV head's workspace fits :data:`WORKSPACE_BYTES` (the planner then runs token-major)."""
+    that not even one KV head's workspace fits :data:`WORKSPACE_BYTES` (the planner then runs token-major).
+    ``shared``: the bytes of shared memory a program may use on the device (``device.shared_limit``; None:
+    unknown), which decides the forward kernel's stages (:data:`FWD_STAGES_DEEP` where it holds them)."""
     check_sizes(h, Dk, Dv, "the key-major forward")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
@@ -254,7 +271,7 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
     return KeyMajorMeta(
         BLOCK_N=bn, ROWS=rows_per_step, HP=hp, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32), HAS_LSE=bool(has_lse),
-        num_warps=num_warps or 4, num_stages=num_stages or 3, per_row=per_row,
+        num_warps=num_warps or 4, num_stages=num_stages or forward_stages(shared, wide), per_row=per_row,
         chunk=chunk or chunk_size(max(B * S * max(gpp, 1) * per_row, 1), PROGRAMS_PER_SM * sm_count,
                                   rows_per_step, hp),
         groups_per_pass=gpp,

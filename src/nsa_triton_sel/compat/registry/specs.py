@@ -34,6 +34,7 @@ FORWARD = "nsa_triton_sel.kernels.forward"
 SEL_FWD = f"{FORWARD}:sel_fwd_kernel"
 MERGE = f"{FORWARD}:merge_splits_kernel"
 SEL_TOK = f"{FORWARD}:sel_fwd_tok_kernel"
+ANY_RELEASE = ">=0"  # a version specifier every Triton release satisfies
 
 
 def _skips(rows: int, name: str = "") -> dict | None:
@@ -129,11 +130,18 @@ def backward_specs(full: bool = False) -> list[CompileSpec]:
 
 
 def _dict_specs(variants: list[dict]) -> list[CompileSpec]:
+    """Specs of variant dicts: ``rows`` (the widest dot M, for the row-cap windows' skips), and where the
+    planner launches a variant on some archs only, ``only_archs`` (compiled there alone) or ``skip_archs`` (not
+    compiled there), on every Triton release."""
     specs = []
     for d in variants:
         d = dict(d)
         rows = d.pop("rows")
-        specs.append(CompileSpec(**d, skip=_skips(rows, d["name"]), note=f"rows={rows}"))
+        skip = _skips(rows, d["name"]) or {}
+        if "skip_archs" in d:
+            skip[ANY_RELEASE] = tuple(sorted(set(skip.get(ANY_RELEASE, ())) | set(d.pop("skip_archs"))))
+        only = {ANY_RELEASE: tuple(d.pop("only_archs"))} if "only_archs" in d else None
+        specs.append(CompileSpec(**d, skip=skip or None, only=only, note=f"rows={rows}"))
     return specs
 
 

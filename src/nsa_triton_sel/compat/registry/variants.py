@@ -240,19 +240,27 @@ def keymajor_variants() -> list[dict]:
     and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration), its delta pass and
     its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
-    from ...plan.keymajor import MAX_H, keymajor_meta
+    from ...device import SHARED_PER_BLOCK
+    from ...plan.keymajor import DEEP_SHARED, MAX_H, keymajor_meta
     from ...plan.tiles import next_pow2
 
     groups = [1 << i for i in range(next_pow2(MAX_H).bit_length())]
+    deep_archs = tuple(sorted(a for a, b in SHARED_PER_BLOCK.items() if b >= DEEP_SHARED))
     out = []
     for dtype in ("fp16", "bf16"):
         for (Dk, Dv), h in [((128, 128), g) for g in groups if dtype == "bf16" or g in (1, 4)] + [((192, 128), 1)]:
-            m = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192, G=4,
-                              sm_count=132)
+            m, deep = (keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
+                                     G=4, sm_count=132, shared=shared) for shared in (None, DEEP_SHARED))
             tag = f"{dtype}/dk{Dk}-dv{Dv}/h{h}"
-            out.append({"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
-                        "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
-                        "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS})
+            fwd = {"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
+                   "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
+                   "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS}
+            if deep.num_stages == m.num_stages:
+                out.append(fwd)
+            else:  # the archs whose programs hold the deeper pipeline run it, the others the shallow one
+                out.append({**fwd, "skip_archs": deep_archs})
+                out.append({**fwd, "name": f"{fwd['name']}/stages{deep.num_stages}", "num_stages": deep.num_stages,
+                            "only_archs": deep_archs})
             out.append({"name": f"sel_bwd_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_keymajor_kernel",
                         "constexprs": m.bwd_constexprs(), "num_warps": m.bwd_warps, "num_stages": m.bwd_stages,
                         "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": max(m.bwd_rows, m.BLOCK_N)})
