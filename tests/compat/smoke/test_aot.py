@@ -129,3 +129,54 @@ def test_every_registered_spec_matches_its_kernel():
 
     for spec in SPECS:
         derive_signature(load_object(spec.kernel), spec.request(80))
+
+
+def test_launch_hints_are_the_values_the_gpu_suites_launches_had():
+    """The registry compiles this package's kernels with the value hints of a launch on contiguous tensors: every
+    hinted argument had that value in most of the launches the GPU suite captured (``tests/gpu_launches.py``),
+    and no argument the rule leaves unhinted was equal to 1 in all of them."""
+    from collections import Counter
+    from pathlib import Path
+
+    from nsa_triton_sel.compat.registry.capture import special_of
+    from nsa_triton_sel.compat.registry.compile_spec import ALIGNED_INTS, UNIT_STRIDES, load_object
+
+    captured = load_object(f"{Path(__file__).parents[2] / 'gpu_launches.py'}:SPECS")
+    seen, ones, aligned = Counter(), Counter(), Counter()
+    for spec in captured:
+        special = special_of(spec.note)
+        for name, t in spec.types.items():
+            if t.startswith("i32"):
+                seen[name] += 1
+                ones[name] += special.get(name) == "1"
+                aligned[name] += t.endswith(":16")
+    for name in UNIT_STRIDES:
+        assert ones[name] > seen[name] / 2, (name, ones[name], seen[name])
+    for name in ALIGNED_INTS & set(seen):
+        assert aligned[name] > seen[name] / 2, (name, aligned[name], seen[name])
+    assert not [n for n in seen if ones[n] == seen[n] and n not in UNIT_STRIDES]
+
+
+def test_launch_hints_apply_to_this_packages_kernels_only():
+    from nsa_triton_sel.compat.registry.compile_spec import launch_hints
+
+    types_ = {"Q": "*bf16", "LSE": "*fp32", "sq_d": "i32", "sq_h": "i32", "Dk": "i32", "T": "i32", "qk_scale": "fp32"}
+    hinted = launch_hints("nsa_triton_sel.kernels.forward:sel_fwd_kernel", types_)
+    assert hinted == {"Q": "*bf16:16", "LSE": "*fp32:16", "sq_d": "i32:1", "sq_h": "i32:16", "Dk": "i32:16",
+                      "T": "i32", "qk_scale": "fp32"}
+    assert launch_hints("my_pkg.kernels:attn", types_) == types_  # a team's kernel: its own names, no rule
+    captured = {**types_, "sq_h": "i32:16"}  # a captured spec says what its launch saw
+    assert launch_hints("nsa_triton_sel.kernels.forward:sel_fwd_kernel", captured) == captured
+
+
+def test_a_registry_compile_is_the_launchs_specialisation():
+    """Compiled with the hints (in a smoke child, as every verdict), the key-major delta pass has no spill, as
+    at a launch; without them it spilled thousands of bytes: code that never runs."""
+    pytest.importorskip("triton")
+    from nsa_triton_sel.compat.smoke import run as smoke
+
+    spec = next(s for s in SPECS if s.name == "sel_bwd_dq_keymajor_delta/fp16/dk128-dv128")
+    report = smoke.run_smoke([spec], archs=(90,), jobs=1, timeout=300, progress=False)
+    (r,) = report.results
+    assert r.verdict == "ok", r.message
+    assert r.metrics["spills"] == 0, r.metrics

@@ -193,6 +193,42 @@ def derive_signature(fn, req: Mapping) -> tuple[dict, dict]:
     return types, constexprs
 
 
+# ---------------------------------------------------------------- the values a launch specialises on
+#
+# A launch specialises every integer argument equal to 1 (a constexpr from Triton 3.3 on, ``equal_to_1`` before)
+# and marks every one divisible by 16; the compiled code then has vectorised loads and, for the key-major
+# backward, no spills.  A compile without those hints builds code that never runs (scalar loads, thousands of
+# spilled bytes) and takes several times longer.  This package's kernels are launched on contiguous tensors
+# whose head dims are multiples of 16 (the layouts ``tests/gpu_launches.py`` captured from the GPU suite), so
+# their registry specs compile with the hints such a launch gives; sizes (``T``, ``S``, ``h``, ...) stay
+# unhinted, the general case.  A captured spec (its types carry ``:16``) already says what its launch saw.
+
+PACKAGE_KERNELS = "nsa_triton_sel.kernels."  # the modules whose argument names follow the rule below
+# The innermost stride of q, k, v, o, do, dq (head dim), of the per-head float32 rows (LSE, delta: [B, S, G, h])
+# and of the ranges ([B, S, G, n, 2]).
+UNIT_STRIDES = frozenset({"sq_d", "sk_d", "sv_d", "so_d", "sdo_d", "sdq_d", "sl_h", "sd_h", "sr_e"})
+# Head dims, the selection block, and the outer strides of tensors whose innermost axis is a head dim.
+ALIGNED_INTS = frozenset({"Dk", "Dv", "block_size"} | {
+    f"s{t}_{axis}" for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for axis in ("b", "s", "g", "h", "t")})
+
+
+def launch_hints(kernel: str, types: Mapping[str, str]) -> dict[str, str]:
+    """``types`` with the value hints a launch of this package's kernel gives (``:16`` divisible by 16, ``:1``
+    equal to 1; pointers ``:16``, 16-byte aligned as a torch allocation is); other kernels' types, and a spec
+    whose types already carry hints, unchanged."""
+    if not str(kernel).startswith(PACKAGE_KERNELS) or any(t.endswith((":16", ":1")) for t in types.values()):
+        return dict(types)
+    out = {}
+    for name, t in types.items():
+        if t.startswith("*") or (t == "i32" and name in ALIGNED_INTS):
+            out[name] = t + ":16"
+        elif t == "i32" and name in UNIT_STRIDES:
+            out[name] = t + ":1"
+        else:
+            out[name] = t
+    return out
+
+
 # ---------------------------------------------------------------- loading specs and kernels
 
 def kernel_ref(obj) -> str:

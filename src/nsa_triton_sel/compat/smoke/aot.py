@@ -16,8 +16,10 @@ arguments in two families, told apart by introspection, never by version strings
   every argument in order, constexpr ones typed ``"constexpr"``; ``attrs`` maps
   ``(index,)`` to ``[["tt.divisibility", 16]]``.
 
-Pointer arguments are compiled as 16-byte aligned, which is what a torch allocation gives
-and what a real launch specialises on; integer arguments get no value hints.
+Arguments are compiled with the value hints a real launch specialises on: pointers 16-byte aligned (what
+a torch allocation gives), and, for this package's kernels, the integers a launch on contiguous tensors gives as
+divisible by 16 or equal to 1 (:func:`~nsa_triton_sel.compat.registry.compile_spec.launch_hints`); a type
+``"i32:1"`` is a constexpr 1 from 3.3 on and ``equal_to_1`` before.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 import traceback
 
 from ..core.env import imported_versions
-from ..registry.compile_spec import derive_signature, load_object
+from ..registry.compile_spec import derive_signature, launch_hints, load_object
 from ..core.verdicts import COMPILE_ERROR, OK, UNSUPPORTED  # the verdicts a child can reach (crash/timeout: parent)
 
 FAMILY_CONSTEXPRS, FAMILY_CONSTANTS = "constexprs", "constants"
@@ -66,15 +68,15 @@ def triton_api():
     return triton, ASTSource, GPUTarget, ast_family(ASTSource)
 
 
-def _old_attrs(aligned_idx: list[int]):
-    """3.0 - 3.2: the ``AttrsDescriptor`` that marks ``aligned_idx`` divisible by 16."""
+def _old_attrs(aligned_idx: list[int], one_idx: list[int] = ()):
+    """3.0 - 3.2: the ``AttrsDescriptor`` that marks ``aligned_idx`` divisible by 16 and ``one_idx`` equal to 1."""
     import triton.backends.compiler as backend_compiler
 
     if hasattr(backend_compiler, "AttrsDescriptor"):  # 3.2
-        return backend_compiler.AttrsDescriptor.from_hints({i: 16 for i in aligned_idx})
+        return backend_compiler.AttrsDescriptor.from_hints({**{i: 16 for i in aligned_idx}, **{i: 1 for i in one_idx}})
     from triton.compiler.compiler import AttrsDescriptor  # 3.0, 3.1
 
-    return AttrsDescriptor(divisible_by_16=set(aligned_idx), equal_to_1=set())
+    return AttrsDescriptor(divisible_by_16=set(aligned_idx), equal_to_1=set(one_idx))
 
 
 def make_source(ASTSource, family: str, fn, types: dict, constexprs: dict, aligned=None):
@@ -83,21 +85,25 @@ def make_source(ASTSource, family: str, fn, types: dict, constexprs: dict, align
     ``types`` maps every runtime argument to a type string, ``constexprs`` every constexpr
     one to its value; ``aligned`` names the arguments Triton marks divisible by 16 (a pointer's
     address, an integer's value).  By default: the types that end in ``:16`` (a captured spec
-    says it for each argument), or else every pointer.
+    says it for each argument), or else every pointer.  An integer typed ``"i32:1"`` is compiled as
+    a launch with the value 1 compiles it.
     """
     names = list(fn.arg_names)
+    ones = [n for n, t in types.items() if t.endswith(":1")]
     if aligned is None and any(t.endswith(":16") for t in types.values()):
         aligned = [n for n, t in types.items() if t.endswith(":16")]  # as a captured run saw them
     elif aligned is None:
         aligned = [n for n, t in types.items() if t.startswith("*")]
-    types = {n: t.removesuffix(":16") for n, t in types.items()}
+    types = {n: t.rpartition(":")[0] if t.endswith((":16", ":1")) else t for n, t in types.items()}
     aligned_idx = [names.index(n) for n in aligned]
     if family == FAMILY_CONSTEXPRS:
+        constexprs = {**constexprs, **{n: 1 for n in ones}}
         signature = {n: "constexpr" if n in constexprs else types[n] for n in names}
         attrs = {(i,): [["tt.divisibility", 16]] for i in aligned_idx}
         return ASTSource(fn, signature, constexprs=dict(constexprs), attrs=attrs)
     signature = {n: types[n] for n in names if n not in constexprs}
-    return ASTSource(fn, signature, constants=dict(constexprs), attrs=_old_attrs(aligned_idx))
+    return ASTSource(fn, signature, constants=dict(constexprs),
+                     attrs=_old_attrs(aligned_idx, [names.index(n) for n in ones]))
 
 
 def compile_request(req: dict) -> dict:
@@ -109,6 +115,7 @@ def compile_request(req: dict) -> dict:
         result.update(family=family, triton=triton.__version__)
         fn = _load_kernel(req["kernel"])
         types, constexprs = derive_signature(fn, req)
+        types = launch_hints(req["kernel"], types)
         result["signature"] = types
         src = make_source(ASTSource, family, fn, types, constexprs)
         target = GPUTarget("cuda", int(req["arch"]), int(req.get("warp_size", 32)))
