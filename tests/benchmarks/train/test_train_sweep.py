@@ -28,8 +28,8 @@ def test_the_sweep_times_every_phase_and_returns_keywords(monkeypatch):
         calls.append(1)
         return float(len(calls))
 
-    p = TC.make_problem(64, "random", device="cpu", dtype=torch.float16, h=2, d=16)
-    local = TC.make_problem(64, "local", device="cpu", dtype=torch.float16, h=2, d=16)
+    p = TC.make_problem(64, "random", device="cpu", dtype=torch.float16, h=2, d=16, groups=1)
+    local = TC.make_problem(64, "local", device="cpu", dtype=torch.float16, h=2, d=16, groups=1)
     lines = []
     tuned = train_sweep.sweep(p, bench, lines.append, local=local)
     text = "\n".join(lines)

@@ -289,7 +289,9 @@ def pytest_collection_finish(session):  # noqa: ARG001 - the test modules are im
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest's hook signature
     path = os.environ.get(ENV)
     if path:
-        worker = os.environ.get("PYTEST_XDIST_WORKER")  # set in an xdist worker: "gw0", "gw1", ...
+        # An xdist worker's config has its workerinput ("gw0", "gw1", ...); the PYTEST_XDIST_WORKER variable would
+        # also name a plain pytest that a worker's test starts, which inherits it.
+        worker = getattr(session.config, "workerinput", {}).get("workerid")
         with open(f"{path}.{worker}" if worker else path, "w") as f:
             json.dump({"imported": imported_versions(), "origins": imported_origins(),
                        "jit": _JIT.as_dict() if _JIT is not None else None}, f)
