@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device calls of this folder (one H200, Triton 3.6.0 installed): the GPU evidence of 3.6.0, 3.0.0, 3.8.0 and 3.9.0
-# on the current kernels (the three brought as bench/device/slim_triton.py parts, one per call in .carry/in), then
-# the GPU A/B against the landed main.  From the repository root:
+# Device calls of this folder (one H200, Triton 3.6.0 installed): the GPU evidence of Triton releases on the current
+# kernels, brought as bench/device/slim_triton.py parts (one per call in .carry/in), then the GPU A/B against the
+# landed main.  Machine 1: 3.6.0 (installed), 3.0.0, 3.8.0, 3.9.0 (the defaults); machine 2:
+# EXPECT=3.1.0,3.2.0,3.3.1,3.4.0,3.5.1,3.7.1 INSTALLED=0.  From the repository root:
 #   COMMIT=<sha> bash device.sh tools          (call 1, carrying .whl: the test tools into /tmp/site)
 #   COMMIT=<sha> bash device.sh feed           (one call per part: bench/device/device_refresh.sh feed)
 #   COMMIT=<sha> bash device.sh collect [S]    (wait up to S seconds for the refresh, copy its results to $OUT)
@@ -18,6 +19,7 @@ if [ "${1:-}" = ab ]; then
     export PYTHONPATH=$PWD/src:$PWD:/tmp/site
     exec bash bench/ab/gpu_check.sh "$OUT" ab "$2"
 fi
-export REFRESH_CARRY=.carry/in REFRESH_EXPECT=3.0.0,3.8.0,3.9.0 REFRESH_WAIT_S=600 REFRESH_DEADLINE_S=1140
+export REFRESH_CARRY=.carry/in REFRESH_EXPECT="${EXPECT:-3.0.0,3.8.0,3.9.0}" REFRESH_INSTALLED="${INSTALLED:-1}"
+export REFRESH_WAIT_S=600 REFRESH_DEADLINE_S="${DEADLINE_S:-1140}"
 export NSA_SEL_GIT_COMMIT="${COMMIT:-}"
 bash bench/device/device_refresh.sh "$@"
