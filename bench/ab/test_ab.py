@@ -222,7 +222,7 @@ def _fwd_rounds(benchmark, l2_flush, ps: list[dict], T: int):
     for _ in range(COPIES):  # every copy once before the timing
         fwd()
         turn.advance()
-    _gpu_rounds(benchmark, l2_flush, fwd, rounds=3 if DRY else (21 if T <= 8192 else 12), before=turn.advance)
+    _gpu_rounds(benchmark, l2_flush, fwd, rounds=2 if DRY else (21 if T <= 8192 else 12), before=turn.advance)
 
 
 @pytest.mark.parametrize("T", list(TS))
@@ -261,7 +261,7 @@ def _train_rounds(benchmark, l2_flush, ps: list[dict], T: int):
 
         benchmark.extra_info["extra_peak_mib"] = extra_peak_bytes(step) / 2**20
         next_round()
-    _gpu_rounds(benchmark, l2_flush, step, rounds=3 if DRY else (15 if T <= 8192 else 9), before=next_round)
+    _gpu_rounds(benchmark, l2_flush, step, rounds=2 if DRY else (15 if T <= 8192 else 9), before=next_round)
     for xs in leaves:
         for x in xs:
             x.requires_grad_(False)
@@ -275,7 +275,7 @@ def test_decode(benchmark, l2_flush):
     def step():
         sa(p["q"], p["k"], p["v"], p["ranges"], validate=False)
 
-    _gpu_rounds(benchmark, l2_flush, step, rounds=3 if DRY else 100, graph=True)
+    _gpu_rounds(benchmark, l2_flush, step, rounds=2 if DRY else 100, graph=True)
 
 
 @pytest.mark.parametrize("spans", ["ranges", "blocks"])
@@ -305,5 +305,5 @@ def test_host_decode(benchmark, spans):
         if not DRY:
             torch.cuda.synchronize()
 
-    benchmark.pedantic(calls, setup=idle, rounds=3 if DRY else 40, warmup_rounds=0 if DRY else 3, iterations=1)
+    benchmark.pedantic(calls, setup=idle, rounds=2 if DRY else 40, warmup_rounds=0 if DRY else 3, iterations=1)
     benchmark.extra_info["launches"] = launch_report()
