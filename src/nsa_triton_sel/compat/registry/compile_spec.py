@@ -198,7 +198,7 @@ def derive_signature(fn, req: Mapping) -> tuple[dict, dict]:
 # A launch specialises every integer argument equal to 1 (a constexpr from Triton 3.3 on, ``equal_to_1`` before)
 # and marks every one divisible by 16; the compiled code then has vectorised loads and, for the key-major
 # backward, no spills.  A compile without those hints builds code that never runs (scalar loads, thousands of
-# spilled bytes) and takes several times longer.  This package's kernels are launched on contiguous tensors
+# spilled bytes), some variants several times more slowly.  This package's kernels are launched on contiguous tensors
 # whose head dims are multiples of 16 (the layouts ``tests/gpu_launches.py`` captured from the GPU suite), so
 # their registry specs compile with the hints such a launch gives; sizes (``T``, ``S``, ``h``, ...) stay
 # unhinted, the general case.  A captured spec (its types carry ``:16``) already says what its launch saw.
