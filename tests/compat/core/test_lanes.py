@@ -233,13 +233,13 @@ def test_the_newest_lane_is_printed_from_the_table(capsys):
     assert capsys.readouterr().out == lane_table.load_table().lanes[0].name + "\n"
 
 
-def test_ci_reads_its_lanes_from_the_table():
-    """.ci/run names no lane: it runs the oldest and newest lanes of lanes.toml as the main job does (sm_90
-    on a GPU-less box), and the compat workflow runs every lane with every arch."""
+def test_ci_reads_its_lane_from_the_table():
+    """.ci/run names no lane: it runs the oldest lane of lanes.toml as the main job runs a lane (sm_90 on a GPU-less
+    box; the tests it runs first cover the newest Triton), and the compat workflow runs every lane with every arch."""
     from nsa_triton_sel.compat.core import project
 
     root = project.project_root()
     ci = (root / ".ci" / "run").read_text()
-    assert "lane_table --oldest" in ci and "lane_table --newest" in ci and "--all-archs" not in ci.split("nox -s")[1]
+    assert "lane_table --oldest" in ci and "--all-archs" not in ci.split("nox -s")[1]
     assert "NSA_SEL_ARCHS: all" in (root / ".github" / "workflows" / "compat.yml").read_text()
     assert not re.search(r"(compile|parity)-3\.\d", ci)
