@@ -2,7 +2,8 @@
 (``NSA_BENCH_DRYRUN=1``: tiny shapes, the interpreter, the host clock), run as their own pytest process
 because pytest-benchmark does not time under pytest-xdist.  What it checks is the plumbing a GPU run
 depends on (fixtures, hooks, the JSON with the environment and each row's derived figures), not numbers.
-Slow: about five minutes of one core."""
+One row of each kind (bench/ab/test_ab.py and bench/suites/test_bench_sel.py keep one length and one
+selection kind when dry): about two and a half minutes of one core."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITES = ["bench/suites/test_bench_sel.py", "bench/suites/test_auto_route.py", "bench/suites/test_crossover.py",
           "bench/ab/test_ab.py"]
 TIMED = {"bench/suites/test_bench_sel.py", "bench/ab/test_ab.py"}  # the files whose tests time rows
+ROW_KINDS = {f"bench/ab/test_ab.py::test_{k}" for k in ("fwd", "fwd_small", "train", "train_small", "decode",
+                                                        "host_decode")} | {
+    f"bench/suites/test_bench_sel.py::test_{k}" for k in ("packed", "nsa", "train")}
 
 
 def test_the_benchmark_suites_run_dry_on_the_cpu(tmp_path):
@@ -39,6 +43,8 @@ def test_the_benchmark_suites_run_dry_on_the_cpu(tmp_path):
     rows = data["benchmarks"]
     per_file = Counter(b["fullname"].split("::")[0] for b in rows)
     assert set(per_file) == TIMED, per_file
+    kinds = {b["fullname"].split("[")[0] for b in rows}  # every timed test function gave a row
+    assert kinds == ROW_KINDS, sorted(kinds ^ ROW_KINDS)
     for b in rows:
         assert b["stats"]["rounds"] >= 1 and b["stats"]["median"] > 0, b["fullname"]
     for b in (b for b in rows if b["fullname"].startswith("bench/suites/test_bench_sel.py")):
