@@ -1,7 +1,7 @@
 """A non-editable install works outside the checkout: the known-bad guard finds its packaged data and
 ``nsa-sel smoke --arch 90 --jobs 2`` runs with the project's own registry and the shipped canaries.
 
-Slow (a fresh venv, a wheel build, one smoke run of eight variants and the canaries).  torch is not
+Slow (a fresh venv, a wheel build, one smoke run of four variants and the canaries).  torch is not
 installed in that venv (the smoke and the guard never import it), so the test never downloads a
 multi-gigabyte build; ``import nsa_triton_sel`` with torch is checked by hand (the helper report quotes it).
 """
@@ -45,7 +45,7 @@ def test_wheel_install_runs_the_guard_and_the_smoke_outside_the_checkout(tmp_pat
     report = away / "smoke.json"
     # a slice of the installed registry, read by the installed package (the compile lanes compile all of it)
     specs = away / "registry_slice.py"
-    specs.write_text("from nsa_triton_sel.compat.registry.specs import SPECS as REGISTRY\nSPECS = list(REGISTRY)[:8]\n")
+    specs.write_text("from nsa_triton_sel.compat.registry.specs import SPECS as REGISTRY\nSPECS = list(REGISTRY)[:4]\n")
     res = subprocess.run([str(venv / "bin" / "nsa-sel"), "smoke", "--arch", "90", "--jobs", "2", "--canaries",
                           "--specs", f"{specs}:SPECS", "--no-progress", "--json", str(report),
                           "--expect-triton", triton.__version__],
@@ -54,6 +54,6 @@ def test_wheel_install_runs_the_guard_and_the_smoke_outside_the_checkout(tmp_pat
     assert "Traceback" not in res.stderr
     data = json.loads(report.read_text())
     assert data["imported_tritons"] == [triton.__version__]
-    assert len([r for r in data["results"] if not r["canary"]]) >= 6
+    assert len([r for r in data["results"] if not r["canary"]]) >= 3
     assert all(r["as_expected"] for r in data["results"] if r["canary"])
     assert "site-packages" in data["executable"] or str(venv) in data["executable"]
