@@ -77,6 +77,7 @@ def test_the_main_job_is_the_newest_lane_of_the_table():
     assert f"`nox -s compile-{n} -- --all-archs`" in README
 
 
+@pytest.mark.slow
 def test_the_main_jobs_counts_are_what_it_decides():
     main = compiles(machine.NO_GPU_ARCHS, NEWEST.triton)
     tests = interp_tests()

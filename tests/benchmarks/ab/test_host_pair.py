@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.ab import host_pair
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -30,6 +32,7 @@ def test_a_head_slower_in_every_pair_fails():
     assert bad and "**slower**" in lines[2] and "head / base 1.040 (median of 20 pairs)" in bad[0]
 
 
+@pytest.mark.slow
 def test_a_dry_run_pairs_two_trees_on_the_cpu(tmp_path):
     env = dict(os.environ, NSA_BENCH_DRYRUN="1", TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     res = subprocess.run([sys.executable, "-m", "bench.ab.host_pair", "--base-src", str(ROOT / "src"), "--base-name",

@@ -26,6 +26,7 @@ def _fake_triton(tmp_path: Path, version: str) -> Path:
     return tree
 
 
+@pytest.mark.slow
 def test_a_broken_release_does_not_lose_the_others_results(tmp_path):
     out = tmp_path / "out"
     # canary=160: each canary child gets limit/4; its torch import alone took past the default's 15 s on a busy

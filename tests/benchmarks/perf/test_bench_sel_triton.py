@@ -60,6 +60,7 @@ def test_csv_path_template():
     assert B.csv_path(None, "dense") is None
 
 
+@pytest.mark.slow
 def test_dry_run_sweep_writes_one_csv_per_mode(tmp_path):
     """The real sweep code on the CPU: interpreter kernels, oracle MAE, modelled clock."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")

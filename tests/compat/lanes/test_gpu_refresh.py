@@ -28,6 +28,7 @@ def _tree(trees: Path, version: str) -> None:
     (trees / f"triton-{version}.ready").write_text("{}\n")
 
 
+@pytest.mark.slow
 def test_a_release_that_arrives_later_joins_and_every_result_is_kept(tmp_path):
     trees, out = tmp_path / "trees", tmp_path / "out"
     trees.mkdir()

@@ -231,6 +231,7 @@ def test_fuzz_torch_paths(case):
     check(case)
 
 
+@pytest.mark.slow
 @pytest.mark.interp
 @pytest.mark.skipif(not INTERP, reason="the kernels under TRITON_INTERPRET=1 (a CUDA device is present)")
 @settings(max_examples=KERNEL_EXAMPLES, **FUZZ)

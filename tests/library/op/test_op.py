@@ -29,6 +29,7 @@ def decode_problem(dtype=torch.float16):
     return p, blocks, torch.tensor([[149], [90]])
 
 
+@pytest.mark.slow
 def test_opcheck_forward_and_backward():
     p = make_problem(B=1, S=3, G=2, h=3, Dk=32, Dv=16, T=90, n=3, seed=1)
     torch.library.opcheck(op.sel_fwd, (p.q, p.k, p.v, p.ranges, None, 0.25, 0, 0, False, 1, False))
@@ -82,6 +83,7 @@ def _compile_checked(fn, calls):
                 assert torch.equal(g, w)
 
 
+@pytest.mark.slow
 def test_compile_decode_and_prefill_without_graph_break_or_recompile():
     d, blocks, pos = decode_problem()
 
@@ -97,6 +99,7 @@ def test_compile_decode_and_prefill_without_graph_break_or_recompile():
     _compile_checked(prefill, [(torch.randn_like(p.q), p.k, p.v, p.ranges) for _ in range(3)])
 
 
+@pytest.mark.slow
 def test_compile_with_varying_lengths_recompiles_once():
     """A new sequence length makes Dynamo mark it dynamic once; no recompile per length after that
     (the route takes only the sizes that do not vary: B and S are left to the planner and the run time)."""

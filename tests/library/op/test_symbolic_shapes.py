@@ -17,6 +17,7 @@ import contract_cases as C
 
 pytestmark = [
     pytest.mark.interp,
+    pytest.mark.slow,
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU operator tests use the interpreter"),
     pytest.mark.usefixtures("every_row_through_triton"),
 ]
