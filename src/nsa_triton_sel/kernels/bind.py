@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from .. import caches
+from .params import packer
 
 ENABLED = True  # tests and benchmarks switch it off to compare with JITFunction.run
 MAX_SHAPES = 4096  # per kernel; past it the table is cleared (shapes churn, the binding no longer pays)
@@ -157,6 +158,7 @@ class Bound:
 
     def __init__(self, fn):
         self.fn = fn
+        self._pack = None
         self.name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", "kernel")
         self.shapes: dict = {}
         self.off: str | None = None  # why this kernel launches through JITFunction.run
@@ -168,6 +170,13 @@ class Bound:
         self._hooks = ()
         self._layout = None  # the type of each argument position ("t", "i", "f"), from the first call
         self._key_of = None  # (plan, device, args) -> key, generated for that layout
+
+    @property
+    def pack(self):
+        """``pack(**named) -> args``: the kernel's arguments in its order, from keywords (``params.packer``)."""
+        if self._pack is None:
+            self._pack = packer(self.fn)
+        return self._pack
 
     def __call__(self, plan, grid, args, kwargs):
         """Launch ``fn[grid](*args, **kwargs())``; ``plan`` fixes ``kwargs`` (a callable: built on a miss only).

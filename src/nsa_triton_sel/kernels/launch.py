@@ -64,6 +64,12 @@ def _go(fn, wrap, plan, grid, args, kwargs) -> None:
         rec.refuse(f"{b.name} is not bound yet", retry=True)
 
 
+def _launch(fn, grid, named: dict, **options) -> None:
+    """``fn[grid]`` with its arguments by name and its launch options (warps, stages, constexprs) through the
+    bound launcher: the options are the launch's plan (``bind.py`` keys a launch on them)."""
+    _go(fn, None, _tune(options), grid, bind.bound(fn).pack(**named), options.copy)
+
+
 def run(plan: P.Launch, q, k, v, o, lse, spans, pos=None, *, sizes, strides, qk_scale: float, block_size: int = 0,
         wrap=None):
     """Launch ``sel_fwd_kernel`` (and the split merge) as ``plan`` says; fills ``o`` and ``lse``.
@@ -285,11 +291,11 @@ def _launch_dq(q, k, v, ranges, out, lse, grad_out, grad_lse, dq, delta, nonfini
                  qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), so=out.stride(),
                  sdo=grad_out.stride(), sl=lse.stride(), sdl=grad_lse.stride(), sr=ranges.stride())
     if meta.TOK:
-        bwd_kernels.sel_bwd_dq_tok_kernel[(B * -(-S // meta.TOK), G)](
-            *params.packer(bwd_kernels.sel_bwd_dq_tok_kernel)(**named), num_warps=meta.tok_warps, num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
+        _launch(bwd_kernels.sel_bwd_dq_tok_kernel, (B * -(-S // meta.TOK), G), named, num_warps=meta.tok_warps,
+                num_stages=meta.tok_stages, **meta.dq_tok_constexprs())
         return
-    bwd_kernels.sel_bwd_dq_kernel[(B * S, G * -(-h // meta.BLOCK_H))](
-        *params.packer(bwd_kernels.sel_bwd_dq_kernel)(**named), num_warps=meta.dq_warps, num_stages=meta.dq_stages, **meta.dq_constexprs())
+    _launch(bwd_kernels.sel_bwd_dq_kernel, (B * S, G * -(-h // meta.BLOCK_H)), named, num_warps=meta.dq_warps,
+            num_stages=meta.dq_stages, **meta.dq_constexprs())
 
 
 def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse, dq, dk, dv, delta, nonfinite,
@@ -304,13 +310,11 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     meta = p.forward.meta
     n_rows = B * S * G * h
     do_l1_log2 = torch.empty_like(delta)
-    fn = bwd_kernels.sel_bwd_dq_keymajor_delta_kernel
-    fn[(P.cdiv(n_rows, DELTA_ROWS),)](
-        *params.packer(fn)(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, DO_L1_LOG2=do_l1_log2,
-                           NONFINITE=nonfinite, S=S, G=G, h=h,
-                           Dk=Dk, Dv=v.shape[3], n_rows=n_rows, sq=q.stride(), so=out.stride(), sdo=grad_out.stride(),
-                           sdl=grad_lse.stride()),
-        num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=p.delta_forward is not None))
+    _launch(bwd_kernels.sel_bwd_dq_keymajor_delta_kernel, (P.cdiv(n_rows, DELTA_ROWS),),
+            dict(Q=q, O=out, DO=grad_out, DLSE=grad_lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, NONFINITE=nonfinite,
+                 S=S, G=G, h=h, Dk=Dk, Dv=v.shape[3], n_rows=n_rows, sq=q.stride(), so=out.stride(),
+                 sdo=grad_out.stride(), sdl=grad_lse.stride()),
+            num_warps=MERGE_WARPS, num_stages=1, **meta.delta_constexprs(load_delta=p.delta_forward is not None))
     gpp = p.dq_groups_per_pass
     dqp = torch.empty((B * S * gpp * meta.per_row, h, Dk), dtype=getattr(torch, PARTIAL_DTYPE), device=q.device)
     dqp_scale = torch.empty((B * S * gpp * meta.per_row, h), dtype=torch.float32, device=q.device)
@@ -335,23 +339,19 @@ def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, do
         readers = keymajor_reader_list(ranges, T, meta, p.reader_chunk)
     ws = torch.empty((max(readers.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
                      device=q.device)
-    fn = bwd_kernels.sel_bwd_keymajor_kernel
-    fn[(readers.chunks.shape[0],)](
-        *params.packer(fn)(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, DK=dk, DV=dv,
-                           DQP=dqp, DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin,
-                           CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
-                           NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(),
-                           sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride(),
-                           sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
-        num_warps=meta.bwd_warps, num_stages=meta.bwd_stages, **meta.bwd_constexprs())
+    _launch(bwd_kernels.sel_bwd_keymajor_kernel, (readers.chunks.shape[0],),
+            dict(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, DK=dk, DV=dv, DQP=dqp,
+                 DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin, CHUNKS=readers.chunks,
+                 NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles, qk_scale=sc * LOG2E,
+                 scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(),
+                 sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+            num_warps=meta.bwd_warps, num_stages=meta.bwd_stages, **meta.bwd_constexprs())
     if readers.slots:
         _reduce_split_tiles(ws, readers, dk, dv, p.backward)
-    merge = bwd_kernels.sel_bwd_dq_keymajor_merge_kernel
-    merge[(P.cdiv(B * S * G, meta.merge_rows_per_program()),)](
-        *params.packer(merge)(DQP=dqp, DQP_SCALE=dqp_scale, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk,
-                              n_spans=ranges.shape[3], T=T, per_row=meta.per_row, n_rows=B * S * G,
-                              sr=ranges.stride(), sdq=dq.stride()),
-        num_warps=MERGE_WARPS, num_stages=1, **meta.dq_merge_constexprs(Dk))
+    _launch(bwd_kernels.sel_bwd_dq_keymajor_merge_kernel, (P.cdiv(B * S * G, meta.merge_rows_per_program()),),
+            dict(DQP=dqp, DQP_SCALE=dqp_scale, SPANS=ranges, DQ=dq, S=S, G=G, h=h, Dk=Dk, n_spans=ranges.shape[3],
+                 T=T, per_row=meta.per_row, n_rows=B * S * G, sr=ranges.stride(), sdq=dq.stride()),
+            num_warps=MERGE_WARPS, num_stages=1, **meta.dq_merge_constexprs(Dk))
 
 
 def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: ReaderList, meta: BackwardMeta,
@@ -360,24 +360,19 @@ def _launch_dkdv(q, k, v, lse, grad_out, delta, nonfinite, dk, dv, readers: Read
     T, Dv = k.shape[2], v.shape[3]
     width = meta.DK1 + meta.DK2 + meta.BLOCK_DV
     ws = torch.empty((max(readers.slots, 1), meta.KV_BLOCK_N, width), dtype=torch.float32, device=q.device)
-    bwd_kernels.sel_bwd_dkdv_kernel[(readers.chunks.shape[0],)](
-        *params.packer(bwd_kernels.sel_bwd_dkdv_kernel)(
-            Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, WS=ws, ENTRIES=readers.entries,
-            CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
-            qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(),
-            sl=lse.stride(), sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
-        num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs(),
-    )
+    _launch(bwd_kernels.sel_bwd_dkdv_kernel, (readers.chunks.shape[0],),
+            dict(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DK=dk, DV=dv, WS=ws, ENTRIES=readers.entries,
+                 CHUNKS=readers.chunks, NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
+                 qk_scale=sc * LOG2E, scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(),
+                 sl=lse.stride(), sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+            num_warps=meta.kv_warps, num_stages=meta.kv_stages, **meta.dkdv_constexprs())
     if readers.slots:
         _reduce_split_tiles(ws, readers, dk, dv, meta)
 
 
 def _reduce_split_tiles(ws, readers: ReaderList, dk, dv, meta: BackwardMeta):
     """Sum the workspace slots of the key tiles whose readers were split over several programs into dk, dv."""
-    fn = bwd_kernels.sel_bwd_reduce_kernel
-    fn[(readers.tile_slots.shape[0],)](
-        *params.packer(fn)(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, G=dk.shape[1], T=dk.shape[2],
-                           NT=readers.n_tiles, Dk=dk.shape[3], Dv=dv.shape[3], sdk=dk.stride()[:3],
-                           sdv=dv.stride()[:3]),
-        num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs(),
-    )
+    _launch(bwd_kernels.sel_bwd_reduce_kernel, (readers.tile_slots.shape[0],),
+            dict(WS=ws, TILE_SLOTS=readers.tile_slots, DK=dk, DV=dv, G=dk.shape[1], T=dk.shape[2], NT=readers.n_tiles,
+                 Dk=dk.shape[3], Dv=dv.shape[3], sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+            num_warps=REDUCE_WARPS, num_stages=1, **meta.reduce_constexprs())

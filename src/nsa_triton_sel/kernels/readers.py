@@ -27,8 +27,7 @@ import torch
 
 from ..plan.backward import READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, BackwardMeta
 from ..plan.keymajor import KeyMajorMeta
-from . import backward as bwd_kernels
-from .params import packer
+from . import backward as bwd_kernels, bind
 
 
 INT32_KEYS_BELOW = 2**31 - 1  # the padding key (the largest) must be below it for int32 keys
@@ -90,27 +89,32 @@ def _build(ranges, T: int, block_n: int, keys_constexprs: dict, per_row: int, ch
     key_dtype = torch.int32 if n_tiles * S < INT32_KEYS_BELOW else torch.int64
     keys = torch.empty(capacity, dtype=key_dtype, device=dev)
     slots = torch.empty(capacity, dtype=torch.int32, device=dev)
-    bwd_kernels.sel_bwd_reader_keys_kernel[(rows,)](
-        *packer(bwd_kernels.sel_bwd_reader_keys_kernel)(
-            SPANS=ranges, KEYS=keys, SLOTS=slots, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
-            sr=ranges.stride()), num_warps=READER_KEYS_WARPS,
-        num_stages=1, **keys_constexprs)
+    _launch(bwd_kernels.sel_bwd_reader_keys_kernel, (rows,),
+            dict(SPANS=ranges, KEYS=keys, SLOTS=slots, S=S, G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, per_row=per_row,
+                 sr=ranges.stride()),
+            num_warps=READER_KEYS_WARPS, num_stages=1, **keys_constexprs)
     # Stable: a (tile, token) key repeats for a row's spans in one tile, written in slot order, which the sort
     # keeps; so the order is the same on every run (the padding's order is never read).
     keys, where_from = torch.sort(keys, stable=True)
     entries = torch.empty((capacity, 2), dtype=torch.int32, device=dev)
-    bwd_kernels.sel_bwd_reader_entries_kernel[(-(-capacity // READER_BLOCK),)](
-        *packer(bwd_kernels.sel_bwd_reader_entries_kernel)(
-            SPANS=ranges, KEYS=keys, ORDER=where_from, SLOTS=slots, ENTRIES=entries, n_entries=capacity, S=S, G=G,
-            n=n, T=T, NT=nt, n_tiles=n_tiles, sr=ranges.stride()),
-        BLOCK_N=block_n, BLOCK=READER_BLOCK, num_warps=READER_ENTRIES_WARPS, num_stages=1)
+    _launch(bwd_kernels.sel_bwd_reader_entries_kernel, (-(-capacity // READER_BLOCK),),
+            dict(SPANS=ranges, KEYS=keys, ORDER=where_from, SLOTS=slots, ENTRIES=entries, n_entries=capacity, S=S,
+                 G=G, n=n, T=T, NT=nt, n_tiles=n_tiles, sr=ranges.stride()),
+            BLOCK_N=block_n, BLOCK=READER_BLOCK, num_warps=READER_ENTRIES_WARPS, num_stages=1)
     # Tile t's entries start at the first key of tile t (padding keys, tile n_tiles, mark the end).
-    first_keys = torch.arange(n_tiles + 1, device=dev, dtype=torch.int64) * S
-    offsets = torch.searchsorted(keys, first_keys.to(key_dtype))
+    offsets = torch.searchsorted(keys, torch.arange(n_tiles + 1, device=dev, dtype=key_dtype).mul_(S))
     chunks, tile_slots, n_slots = _chunk_table(offsets, capacity, chunk)
     if not origin:
         return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk)
     return ReaderList(entries, chunks, tile_slots, n_slots, nt, chunk, where_from, offsets)
+
+
+def _launch(fn, grid, named: dict, **options) -> None:
+    """``fn[grid]`` through its bound launcher (``bind.py``: no per-call binding of the arguments, which costs a
+    training call more host time than the list's GPU work at short T), the options as the launch's plan.  Not
+    through ``launch._go``: no recorded (decode) call builds a reader list."""
+    b = bind.bound(fn)
+    b(tuple(sorted(options.items())), grid, b.pack(**named), options.copy)
 
 
 def _chunk_table(offsets, capacity: int, chunk: int):
@@ -124,27 +128,27 @@ def _chunk_table(offsets, capacity: int, chunk: int):
     chunk`` this bound is smaller where tiles are fewer than chunks, as at short T, where the workspace is
     the backward's largest temporary.)
     """
-    per_tile = offsets[1:] - offsets[:-1]
+    per_tile = offsets.diff()
     dev = per_tile.device
     n_tiles = per_tile.numel()
-    n_ch = torch.div(per_tile + chunk - 1, chunk, rounding_mode="floor").clamp_min(1)
+    # A launch per torch op: each costs the host about as much as the op's GPU work, so the table is built in few.
+    n_ch = torch.div(per_tile + (chunk - 1), chunk, rounding_mode="floor").clamp_min_(1)
     ch_end = torch.cumsum(n_ch, 0)
     bound = n_tiles + capacity // chunk
     p = torch.arange(bound, device=dev)
     tile = torch.searchsorted(ch_end, p, right=True)
     valid = tile < n_tiles
-    tile_c = tile.clamp_max(n_tiles - 1)
-    j = p - (ch_end - n_ch)[tile_c]
-    e0 = offsets[tile_c] + j * chunk
-    e1 = torch.minimum(e0 + chunk, offsets[tile_c + 1])
-    split = n_ch > 1
-    slots_per_tile = torch.where(split, n_ch, torch.zeros_like(n_ch))
-    first_slot = torch.cumsum(slots_per_tile, 0) - slots_per_tile
-    slot = torch.where(split[tile_c] & valid, first_slot[tile_c] + j, torch.full_like(j, -1))
-    chunks = torch.stack([torch.where(valid, tile_c, torch.full_like(tile_c, -1)),
-                          e0, torch.where(valid, e1, e0), slot], dim=-1)
+    tile_c = tile.clamp_max_(n_tiles - 1)
+    slots_per_tile = n_ch * (n_ch > 1)  # a tile of one chunk writes dk/dv itself: no slot
+    first_slot = torch.cumsum(slots_per_tile, 0).sub_(slots_per_tile)
+    # what each program needs of its tile, gathered in one index: chunk start, entries [o0, o1), slots
+    cs, o0, o1, fs, spt = torch.stack([ch_end - n_ch, offsets[:-1], offsets[1:], first_slot, slots_per_tile])[:, tile_c]
+    j = p - cs
+    e0 = torch.add(o0, j, alpha=chunk)
+    e1 = torch.where(valid, torch.minimum(e0 + chunk, o1), e0)
+    slot = torch.where(valid & (spt > 0), fs + j, -1)
+    chunks = torch.stack([torch.where(valid, tile_c, -1), e0, e1, slot], dim=-1)
     # Longest first (stable: equal chunks keep tile order, so neighbouring tiles run together).
-    size = chunks[:, 2] - chunks[:, 1]
-    chunks = chunks[torch.sort(-size, stable=True).indices].contiguous()
-    tile_slots = torch.stack([first_slot, slots_per_tile], dim=-1).contiguous()
+    chunks = chunks[torch.sort(e1 - e0, descending=True, stable=True).indices]
+    tile_slots = torch.stack([first_slot, slots_per_tile], dim=-1)
     return chunks, tile_slots, capacity // chunk + min(n_tiles, capacity // chunk)
