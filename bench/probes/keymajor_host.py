@@ -18,7 +18,8 @@ forward and for a forward + backward:
 Where ``host`` comes near ``gpu``, an eager call is bound by its host work.  ``--profile T:h`` then runs the
 key-major forward + backward of that cell under ``cProfile`` (the top functions by their own time), and
 ``--steps T:h`` times each step of the way down of that cell's training call on its own (host microseconds, the
-GPU held): the ranges, the reader lists and their parts, each launch, the whole forward and backward.
+GPU held): the ranges, the reader lists and their parts, each launch, the whole forward and backward; ``--ops T:h``
+lists the torch operators of that cell's training call on either path by their own host time (``torch.profiler``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,36 @@ def steps(p: TC.Problem, calls: int) -> None:
                 log(f"{'failed':>10}  {name}: {type(exc).__name__}: {str(exc)[:200]}")
 
 
+def ops(p: TC.Problem, top: int) -> None:
+    """The torch operators of one training call on each path, by their own host time (``torch.profiler``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from nsa_triton_sel.kernels import bind
+
+    KM = importlib.import_module("nsa_triton_sel.plan.keymajor")
+    for path in ("token", "key"):
+        with KM.forced(path):
+            c = TC.ours_api(p)
+
+            def train():
+                torch.autograd.backward(c.forward(), c.grad_out)
+                for x in c.leaves:
+                    x.grad = None
+            for _ in range(3):
+                train()
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(100 * timers._calibrate_sleep(torch.cuda._sleep)))
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    train()
+            torch.cuda.synchronize()
+            log(f"### torch operators of 5 training calls, {path}-major (T = {p.T}, h = {p.q.shape[3]})")
+            log(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
+            log(f"### how each kernel launched, {path}-major (kernels.bind.report(); leaving forced() clears it)")
+            for name, how in sorted(bind.report().items()):
+                log(f"{name}: {how}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probes.keymajor_host", description=__doc__.splitlines()[0])
     ap.add_argument("--T", default="2048,4096,8192,16384")
@@ -186,6 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="4096:8", help="T:h of the cell to cProfile ('' for none)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--steps", default="", help="T:h of the cell whose steps to time ('' for none)")
+    ap.add_argument("--ops", default="", help="T:h of the cell whose torch operators to list ('' for none)")
     ap.add_argument("--grid", action=argparse.BooleanOptionalAction, default=True, help="the cells' table")
     a = ap.parse_args(argv)
     from bench.common import accounting
@@ -215,6 +247,9 @@ def main(argv=None) -> int:
     if a.steps:
         T, h = map(int, a.steps.split(":"))
         steps(TC.make_problem(T, "random", h=h, groups=max(a.HQ // h, 1)), a.calls)
+    if a.ops:
+        T, h = map(int, a.ops.split(":"))
+        ops(TC.make_problem(T, "random", h=h, groups=max(a.HQ // h, 1)), a.top)
     if a.profile:
         T, h = map(int, a.profile.split(":"))
         profile_cell(TC.make_problem(T, "random", h=h, groups=max(a.HQ // h, 1)), a.top)
