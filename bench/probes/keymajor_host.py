@@ -29,12 +29,11 @@ import cProfile
 import importlib
 import io
 import pstats
-import sys
-import time
 
 import torch
 
 from bench.common import timers
+from bench.probes import host_steps
 from bench.train import train_contenders as TC
 from bench.train import train_nsa
 
@@ -46,16 +45,7 @@ def log(*a):
 def host_us(fn, calls: int, hold_ms: float = 45.0) -> float:
     """Host microseconds per call, best of 5 rounds of ``calls``, the GPU held through each round."""
     cycles = timers._calibrate_sleep(torch.cuda._sleep)
-    best = float("inf")
-    for _ in range(5):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(hold_ms * cycles))
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return best
+    return host_steps.best_us(fn, calls, 5, lambda: torch.cuda._sleep(int(hold_ms * cycles)))
 
 
 def launches(fn) -> int:
