@@ -118,6 +118,41 @@ def test_the_planner_runs_token_major_where_the_keymajor_forward_does_not_compil
     assert (p.forward.kernel == "keymajor") == by_key, (arch, release, p.forward.kernel)
 
 
+@pytest.mark.parametrize("arch", sorted(device.SHARED_PER_BLOCK))
+def test_the_dkdv_pipeline_fits_the_archs_shared_memory(arch):
+    """The dk/dv kernel's pairs and stages come from the arch's shared memory: the measured 32 pairs and 3 stages
+    where they fit (every backward head dim on the 163- and 227-KiB parts), else a shallower or narrower step
+    whose buffers do (Dk = Dv = 256 on a 99-KiB part would take 131 KiB: 16 pairs, 3 stages)."""
+    from nsa_triton_sel.plan.backward import KV_SHARED_SLACK, backward_meta, dkdv_shared_bytes
+
+    limit = device.SHARED_PER_BLOCK[arch]
+    for d in (d for d in M.HEAD_DIMS if d.backward):
+        m = backward_meta(h=16, Dk=d.Dk, Dv=d.Dv, shared=limit)
+        used = dkdv_shared_bytes(m.KV_BLOCK_N, m.ROWS, m.DK1 + m.DK2, m.BLOCK_DV, m.kv_stages)
+        assert used + KV_SHARED_SLACK <= limit, (arch, d, m.ROWS, m.kv_stages)
+        want = (16, 3) if (d.Dk, d.Dv) == (256, 256) and limit < 128 << 10 else (32, 3)
+        assert (m.ROWS, m.kv_stages) == want, (arch, d)
+    # the caller's own choices stand: a given pair count keeps it, with the stages that fit around it
+    assert (backward_meta(h=16, Dk=256, Dv=256, shared=limit, rows=32).kv_stages
+            == (1 if limit < 128 << 10 else 3))
+    assert backward_meta(h=16, Dk=256, Dv=256, shared=limit, rows=32, kv_stages=3).kv_stages == 3
+
+
+@pytest.mark.parametrize("arch, rows", [(89, 16), (120, 16), (90, 32), (80, 32)])
+def test_the_operator_plans_the_dkdv_kernel_for_the_devices_shared_memory(monkeypatch, arch, rows):
+    import torch
+
+    from nsa_triton_sel.plan import call
+
+    monkeypatch.setattr(call, "device_of", lambda d: device.Device.target(arch, "3.6.0", name="target"))
+    monkeypatch.setattr(call, "_SIGNATURES", {})
+    q = torch.empty(1, 256, 1, 16, 256, dtype=torch.bfloat16)
+    k = v = torch.empty(1, 1, 256, 256, dtype=torch.bfloat16)
+    blocks = torch.zeros(1, 256, 1, 4, dtype=torch.int32)
+    p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False, traced=False)
+    assert (p.backward.ROWS, p.backward.kv_stages) == (rows, 3)
+
+
 def _cells(sel, rows):
     """Path-table cells ``(T, h, fwd_token, fwd_key, train_token, train_key)``."""
     return [dict(sel=sel, T=T, h=h, fwd_token=ft, fwd_key=fk, train_token=tt, train_key=tk)

@@ -25,7 +25,7 @@ import torch
 
 from .. import plan as P
 from ..contract import clamp_ranges, resolve_scale
-from ..device import ROWS, device_of
+from ..device import ROWS, device_of, shared_limit
 from ..plan.backward import backward_meta
 from ..plan.tiles import LOG2E, MODE_BLOCKS, MODE_CU, MODE_DENSE, MODE_RANGES, tokens_per_program, tokens_problem
 from .launch import NO_STRIDES, _check_kernel_inputs, _interpreter_dot_f32, _outputs, _tune, backward, launch, run
@@ -178,6 +178,7 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, grad_l
     n = ranges.shape[3]
     dev = device_of(q.device)
     tune.setdefault("max_rows", dev.max_rows)
+    tune.setdefault("shared", shared_limit(dev.arch))
     meta = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=_interpreter_dot_f32(q.dtype, dev), **tune)
     per_row = P.entries_per_row(n, T, meta.KV_BLOCK_N, 0, aligned=False)
     delta_forward = None

@@ -27,7 +27,9 @@ multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned cho
   nothing but its own pipelining hides a step's load latency.  The walk is shaped for that
   (``kernels/backward.py``): a step's entries are loaded during the step before, so with 3 stages
   the pipeliner has the gathered q/dO rows of the next step in flight while a step computes, and
-  a pair's entry and head are a shift and a mask of the walk position (``KV_HP``).
+  a pair's entry and head are a shift and a mask of the walk position (``KV_HP``).  Those stages hold a
+  step's gathered rows each, so a program's shared memory bounds them: where the arch's does not hold them
+  (Dk = Dv = 256 on a 99-KiB part), a shallower pipeline or half the pairs a step (``KV_STEPS``).
 - multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
   forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
   accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
@@ -137,13 +139,37 @@ def _dq_launch(block_h: int, dk: int, block_dv: int) -> tuple[int, int, int]:
     return 32, 2, 3
 
 
-def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int, int, int]:
-    """(BLOCK_N, ROWS, warps, stages) of the dk/dv kernel: 8 warps once the two accumulators
-    pass 64 x 128 fp32 values (64 registers per thread for them alone at 4 warps)."""
+def dkdv_shared_bytes(block_n: int, rows: int, dk: int, block_dv: int, stages: int) -> int:
+    """The dk/dv kernel's operand buffers in shared memory: the program's K and V tile (``block_n`` keys, loaded
+    once) and, per pipeline stage, one step's gathered q and dO rows (``rows`` pairs), 2-byte elements.  The
+    compiled kernel holds 2.5-4.5 KiB more (layout conversions) on every arch up to 99 KiB (Triton 3.9, every
+    backward head dim: ``bench/results/2026-11-29-cpu-triton3.9-all-arch-sweep/``), hence :data:`KV_SHARED_SLACK`."""
+    return (stages * rows + block_n) * (dk + block_dv) * 2
+
+
+KV_SHARED_SLACK = 8 << 10
+# (ROWS, stages) of the dk/dv kernel, best first: the measured 32 pairs and 3 stages; where that does not fit the
+# arch's shared memory (Dk = Dv = 256 on a 99-KiB part: 131 KiB), first a shallower pipeline, then half the pairs
+# a step with the measured depth back.
+KV_STEPS = ((32, 3), (32, 2), (16, 3), (16, 2), (16, 1))
+
+
+def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int]:
+    """(BLOCK_N, warps) of the dk/dv kernel: 8 warps once the two accumulators pass 64 x 128 fp32 values (64
+    registers per thread for them alone at 4 warps); 4 warps measured best at D = 128 (module docstring)."""
     wide = dk + block_dv > 256
     bn = min(32 if wide else 64, max_rows)
-    warps = 8 if bn * (dk + block_dv) > 64 * 256 else 4
-    return bn, 32, warps, 3  # 32 pairs, 4 warps, 3 stages: measured best at D = 128 (module docstring)
+    return bn, 8 if bn * (dk + block_dv) > 64 * 256 else 4
+
+
+def _kv_steps(block_n: int, dk: int, block_dv: int, shared: int | None, rows: int | None,
+              stages: int | None) -> tuple[int, int]:
+    """(ROWS, stages) of the dk/dv kernel: the first :data:`KV_STEPS` entry, with a given ``rows`` or ``stages`` in
+    place of its own, whose buffers fit ``shared`` bytes (None: unknown, no bound); the first if none fits."""
+    steps = list(dict.fromkeys((rows or r, stages or s) for r, s in KV_STEPS))
+    fits = [(r, s) for r, s in steps
+            if shared is None or dkdv_shared_bytes(block_n, r, dk, block_dv, s) + KV_SHARED_SLACK <= shared]
+    return (fits or steps)[0]
 
 
 def backward_meta(
@@ -168,20 +194,23 @@ def backward_meta(
     tok_block_n: int | None = None,
     tok_warps: int | None = None,
     tok_stages: int | None = None,
+    shared: int | None = None,
 ) -> BackwardMeta:
     """The backward's launch configuration for these sizes; ``ValueError`` outside the supported range.
 
     ``max_rows`` caps the M dimension of every dot (``device.row_cap``: 32 on Triton 3.0 +
-    Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.
+    Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.  ``shared``: the bytes of shared
+    memory a program may use on the device (``device.shared_limit``; None: unknown, no bound), which sizes the
+    dk/dv kernel's pipeline (:func:`_kv_launch`).
     """
     check_sizes(h, Dk, Dv, "the backward kernels")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
     block_h = min(max_rows, max(MIN_DOT, next_pow2(h)))
     bn, dw, ds = _dq_launch(block_h, dk1 + dk2, block_dv)
-    kbn, kr, kw, ks = _kv_launch(dk1 + dk2, block_dv, max_rows)
+    kbn, kw = _kv_launch(dk1 + dk2, block_dv, max_rows)
     kbn = min(kv_block_n or kbn, max_rows)
-    kr = rows or kr
+    kr, ks = _kv_steps(kbn, dk1 + dk2, block_dv, shared, rows, kv_stages)
     for name, x in (("rows", kr), ("kv_block_n", kbn), ("dq_block_n", dq_block_n or bn)):
         if x < MIN_DOT or x & (x - 1):
             raise ValueError(f"{name}={x}: need a power of two >= {MIN_DOT}")
@@ -203,7 +232,7 @@ def backward_meta(
         BLOCK_H=block_h, DQ_BLOCK_N=dq_block_n or bn, DK1=dk1, DK2=dk2, BLOCK_DV=block_dv,
         BLOCK_S=max(2, next_pow2(n_spans)), DOT_F32=bool(dot_f32),
         dq_warps=dq_warps or dw, dq_stages=dq_stages or ds,
-        KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=kv_stages or ks, chunk=chunk,
+        KV_BLOCK_N=kbn, ROWS=kr, kv_warps=kv_warps or kw, kv_stages=ks, chunk=chunk,
         programs_per_sm=programs_per_sm or CHUNK_PROGRAMS_PER_SM, delta=delta or DELTA,
     )
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import caches
 from ..config import load_path_entries
-from ..device import Device, device_of
+from ..device import Device, device_of, shared_limit
 from . import tiles as M
 from .backward import BackwardMeta, backward_meta, dq_tokens_per_program, entries_per_row
 from . import keymajor as KM
@@ -126,7 +126,8 @@ def _build(sig: _Signature, tok: int, by_key: bool) -> Plan:
         fwd = selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=mode, has_pos=has_pos and mode == M.MODE_BLOCKS,
                         has_lse=True, per_head=per_head, tokens=tok, decode=decode, dot_f32=dot_f32)
     bwd = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=max(n, 1), dot_f32=dot_f32, max_rows=dev.max_rows,
-                        dq_tokens=(dq_tokens_per_program(h, dev.max_rows) or None) if tok > 1 else None)
+                        dq_tokens=(dq_tokens_per_program(h, dev.max_rows) or None) if tok > 1 else None,
+                        shared=shared_limit(dev.arch))
     B0, S0 = sig.args[0][:2]  # the backward runs on the call's own shape
     per_row = entries_per_row(n, T, bwd.KV_BLOCK_N, span_len, aligned=blocks and not packed)
     delta_forward = None

@@ -48,6 +48,21 @@ def test_head_dims_noncontiguous(dims, dtype):
     check(p, f"Dk={Dk} Dv={Dv} {dtype} strided")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_dkdv_step_planned_for_a_99_kib_part(dtype):
+    """Dk = Dv = 256 where a program may use 99 KiB of shared memory (sm_86/89, sm_120/121): the plan takes 16 pairs
+    a step at 3 stages there (32 pairs would need 131 KiB); the same launch, run on this GPU, against the oracle."""
+    from nsa_triton_sel.device import SHARED_PER_BLOCK
+    from nsa_triton_sel.plan.backward import backward_meta
+
+    small = SHARED_PER_BLOCK[89]
+    m = backward_meta(h=16, Dk=256, Dv=256, shared=small)
+    assert (m.ROWS, m.kv_stages) == (16, 3)
+    p = make_problem(B=1, S=16, G=2, h=16, Dk=256, Dv=256, T=700, n=5, dtype=dtype, seed=7, empty_frac=0.2,
+                     noncontiguous=True, device="cuda")
+    check(p, f"Dk=Dv=256 {dtype}, the 99-KiB plan", shared=small, chunk=5)
+
+
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_hot_keys(chunk):
     # NSA-like: every token reads block 0, its own block and random earlier ones (T = 512

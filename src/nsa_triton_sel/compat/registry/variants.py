@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import plan
-from ...device import ROWS, Device
+from ...device import ROWS, SHARED_PER_BLOCK, Device
 from ...plan import tiles as M
 from ...plan import tokens
 from ...plan.backward import (READER_BLOCK, READER_ENTRIES_WARPS, READER_KEYS_WARPS, REDUCE_WARPS, backward_meta,
@@ -149,11 +149,33 @@ SMOKE_SUBSET = frozenset({
     "sel_bwd_dq/fp16/dk128-dv128/h16", "sel_bwd_dq/bf16/dk192-dv128/h16", "sel_bwd_dq/fp16/dk128-dv128/h64",
     "sel_bwd_dq/fp16/dk128-dv128/h64+m32", "sel_bwd_dq/fp16/dk256-dv256/h16",
     "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
-    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_reduce/fp16/dk128-dv128",
+    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_dkdv/fp16/dk256-dv256/rows16-stages3", "sel_bwd_reduce/fp16/dk128-dv128",
     "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
     "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_dkdv/bf16/dk128-dv128/h64",
     "sel_bwd_reader_keys/n16/e16/bn64/i32", "sel_bwd_reader_entries/bn64/i32",
 })
+
+
+def _dkdv_per_shared(name: str, dtype: str, **sizes) -> list[dict]:
+    """The dk/dv kernel's variants of one call class: the plan sizes its pipeline from the arch's shared memory
+    (``device.SHARED_PER_BLOCK``), so each distinct plan is compiled on the archs that launch it: the plan of an
+    unbounded device everywhere else (``skip_archs``), each other one (named by its rows and stages) there alone
+    (``only_archs``)."""
+    base = backward_meta(n_spans=16, **sizes)
+    key = lambda m: (m.dkdv_constexprs(), m.kv_warps, m.kv_stages)  # noqa: E731
+    others: dict = {}
+    for arch, shared in sorted(SHARED_PER_BLOCK.items()):
+        m = backward_meta(n_spans=16, shared=shared, **sizes)
+        if key(m) != key(base):
+            others.setdefault(m.ROWS * 100 + m.kv_stages, (m, []))[1].append(arch)
+    out = [_variant("sel_bwd_dkdv_kernel", name, base.dkdv_constexprs(), base.kv_warps, base.kv_stages, dtype,
+                    base.KV_BLOCK_N)]
+    if others:
+        out[0]["skip_archs"] = tuple(a for _, archs in others.values() for a in archs)
+    for m, archs in others.values():
+        out.append({**_variant("sel_bwd_dkdv_kernel", f"{name}/rows{m.ROWS}-stages{m.kv_stages}", m.dkdv_constexprs(),
+                               m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N), "only_archs": tuple(archs)})
+    return out
 
 
 def backward_variants(full: bool = False) -> list[dict]:
@@ -187,14 +209,12 @@ def backward_variants(full: bool = False) -> list[dict]:
             for m, tag in ((wide, ""), (backward_meta(h=16, Dk=Dk, Dv=Dv, n_spans=16, max_rows=32), "+m32")):
                 if tag and m.KV_BLOCK_N == wide.KV_BLOCK_N:
                     continue
-                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}",
-                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
+                out += _dkdv_per_shared(f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}{tag}", dtype, h=16, Dk=Dk, Dv=Dv,
+                                        max_rows=32 if tag else 64)
                 out.append(_variant("sel_bwd_reduce_kernel", f"sel_bwd_reduce/{dtype}/dk{Dk}-dv{Dv}{tag}",
                                     m.reduce_constexprs(), REDUCE_WARPS, 1, dtype, 0))
             if (Dk, Dv) == (128, 128):  # more heads than pairs per step: the flat walk (KV_HP = 0)
-                m = backward_meta(h=64, Dk=Dk, Dv=Dv, n_spans=16)
-                out.append(_variant("sel_bwd_dkdv_kernel", f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}/h64",
-                                    m.dkdv_constexprs(), m.kv_warps, m.kv_stages, dtype, m.KV_BLOCK_N))
+                out += _dkdv_per_shared(f"sel_bwd_dkdv/{dtype}/dk{Dk}-dv{Dv}/h64", dtype, h=64, Dk=Dk, Dv=Dv)
     for dtype, h, Dk, Dv, cap in (("fp16", 16, 128, 128, 64), ("bf16", 16, 128, 128, 64), ("bf16", 16, 192, 128, 64),
                                   ("fp16", 4, 64, 64, 64), ("bf16", 16, 128, 128, 32)):
         m = backward_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, max_rows=cap, dq_tokens=dq_tokens_per_program(h, cap))
