@@ -118,28 +118,56 @@ def test_the_planner_runs_token_major_where_the_keymajor_forward_does_not_compil
     assert (p.forward.kernel == "keymajor") == by_key, (arch, release, p.forward.kernel)
 
 
+# (ROWS, stages) of the dk/dv kernel per arch's shared memory a program and backward head dim (Dk, Dv).
+DKDV_STEPS = {
+    # 227 KiB: 32 pairs x 3 stages hold two programs an SM up to Dk + Dv = 384; at 448-512 only x 2 does
+    232448: {(64, 64): (32, 3), (128, 128): (32, 3), (192, 128): (32, 3), (256, 256): (32, 2), (128, 64): (32, 3)},
+    # 163 KiB: x 3 holds one program from D = 128 up, x 2 two; at 256 neither holds two: the deepest that fits
+    166912: {(64, 64): (32, 3), (128, 128): (32, 2), (192, 128): (32, 2), (256, 256): (32, 3), (128, 64): (32, 3)},
+    # 99 KiB: 32 pairs do not fit at 256 (x 3 would take 131 KiB): 16 pairs at the measured depth
+    101376: {(64, 64): (32, 3), (128, 128): (32, 3), (192, 128): (32, 3), (256, 256): (16, 3), (128, 64): (32, 3)},
+}
+
+
 @pytest.mark.parametrize("arch", sorted(device.SHARED_PER_BLOCK))
-def test_the_dkdv_pipeline_fits_the_archs_shared_memory(arch):
-    """The dk/dv kernel's pairs and stages come from the arch's shared memory: the measured 32 pairs and 3 stages
-    where they fit (every backward head dim on the 163- and 227-KiB parts), else a shallower or narrower step
-    whose buffers do (Dk = Dv = 256 on a 99-KiB part would take 131 KiB: 16 pairs, 3 stages)."""
-    from nsa_triton_sel.plan.backward import KV_SHARED_SLACK, backward_meta, dkdv_shared_bytes
+def test_the_dkdv_step_fits_the_archs_shared_memory_and_keeps_two_programs_an_sm(arch):
+    """The dk/dv kernel's pairs a step and pipeline stages come from the arch's shared memory: the steps whose
+    buffers fit; of the 32-pair ones, the deepest pipeline that leaves room for two programs an SM (what the
+    registers allow), else the deepest that fits."""
+    from nsa_triton_sel.plan.backward import KV_PROGRAMS_PER_SM, KV_SHARED_SLACK, backward_meta, dkdv_shared_bytes
 
     limit = device.SHARED_PER_BLOCK[arch]
-    for d in (d for d in M.HEAD_DIMS if d.backward):
-        m = backward_meta(h=16, Dk=d.Dk, Dv=d.Dv, shared=limit)
-        used = dkdv_shared_bytes(m.KV_BLOCK_N, m.ROWS, m.DK1 + m.DK2, m.BLOCK_DV, m.kv_stages)
-        assert used + KV_SHARED_SLACK <= limit, (arch, d, m.ROWS, m.kv_stages)
-        want = (16, 3) if (d.Dk, d.Dv) == (256, 256) and limit < 128 << 10 else (32, 3)
-        assert (m.ROWS, m.kv_stages) == want, (arch, d)
-    # the caller's own choices stand: a given pair count keeps it, with the stages that fit around it
+    dims = [(d.Dk, d.Dv) for d in M.HEAD_DIMS if d.backward]
+    assert sorted(dims) == sorted(DKDV_STEPS[limit])
+    for Dk, Dv in dims:
+        m = backward_meta(h=16, Dk=Dk, Dv=Dv, shared=limit)
+        assert (m.ROWS, m.kv_stages) == DKDV_STEPS[limit][Dk, Dv], (arch, Dk, Dv)
+
+        def need(rows, stages, m=m):
+            return dkdv_shared_bytes(m.KV_BLOCK_N, rows, m.DK1 + m.DK2, m.BLOCK_DV, stages) + KV_SHARED_SLACK
+        assert need(m.ROWS, m.kv_stages) <= limit, (arch, Dk, Dv)
+        two = KV_PROGRAMS_PER_SM * need(m.ROWS, m.kv_stages) <= limit
+        deeper = [s for s in range(m.kv_stages + 1, 4) if need(m.ROWS, s) <= limit]
+        assert not any(KV_PROGRAMS_PER_SM * need(m.ROWS, s) <= limit for s in deeper), (arch, Dk, Dv)
+        assert two or not deeper, (arch, Dk, Dv)  # a shallower step only where it buys the second program
+    # the caller's own choices stand: a given pair count keeps it, with the stages the same rule gives around it
     assert (backward_meta(h=16, Dk=256, Dv=256, shared=limit, rows=32).kv_stages
-            == (1 if limit < 128 << 10 else 3))
+            == {232448: 2, 166912: 3, 101376: 1}[limit])
     assert backward_meta(h=16, Dk=256, Dv=256, shared=limit, rows=32, kv_stages=3).kv_stages == 3
+    m = backward_meta(h=16, Dk=256, Dv=256, shared=limit, rows=16, kv_stages=1)
+    assert (m.ROWS, m.kv_stages) == (16, 1)
 
 
-@pytest.mark.parametrize("arch, rows", [(89, 16), (120, 16), (90, 32), (80, 32)])
-def test_the_operator_plans_the_dkdv_kernel_for_the_devices_shared_memory(monkeypatch, arch, rows):
+def test_the_dkdv_step_without_a_known_shared_memory_is_the_measured_default():
+    from nsa_triton_sel.plan.backward import backward_meta
+
+    for d in (d for d in M.HEAD_DIMS if d.backward):
+        m = backward_meta(h=16, Dk=d.Dk, Dv=d.Dv)
+        assert (m.ROWS, m.kv_stages) == (32, 3), d
+
+
+@pytest.mark.parametrize("arch, step", [(89, (16, 3)), (120, (16, 3)), (90, (32, 2)), (80, (32, 3))])
+def test_the_operator_plans_the_dkdv_kernel_for_the_devices_shared_memory(monkeypatch, arch, step):
     import torch
 
     from nsa_triton_sel.plan import call
@@ -150,7 +178,7 @@ def test_the_operator_plans_the_dkdv_kernel_for_the_devices_shared_memory(monkey
     k = v = torch.empty(1, 1, 256, 256, dtype=torch.bfloat16)
     blocks = torch.zeros(1, 256, 1, 4, dtype=torch.int32)
     p = call.plan_call(q, k, v, blocks, None, per_head=False, tokens=0, span_len=64, packed=False, traced=False)
-    assert (p.backward.ROWS, p.backward.kv_stages) == (rows, 3)
+    assert (p.backward.ROWS, p.backward.kv_stages) == step
 
 
 def _cells(sel, rows):

@@ -4,6 +4,7 @@ launcher's own choices, and one compiles for real."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -70,9 +71,9 @@ def test_each_arch_compiles_the_dkdv_kernel_its_planner_launches(arch):
             if h == 64 and (d.Dk, d.Dv) != (128, 128):
                 continue  # the flat walk is compiled at one head dim
             assert (tuple(sorted(m.dkdv_constexprs().items())), m.kv_warps, m.kv_stages) in compiled, (arch, d, h, cap)
-    names = {d["name"] for d in on_arch}
-    assert ("sel_bwd_dkdv/fp16/dk256-dv256/rows16-stages3" in names) == (SHARED_PER_BLOCK[arch] < 128 << 10)
-    assert ("sel_bwd_dkdv/fp16/dk256-dv256" in names) == (SHARED_PER_BLOCK[arch] >= 128 << 10)
+    wide = {d["name"] for d in on_arch if d["name"].startswith("sel_bwd_dkdv/fp16/dk256-dv256")}
+    assert wide == {"sel_bwd_dkdv/fp16/dk256-dv256" + {232448: "/rows32-stages2", 166912: "",
+                                                        101376: "/rows16-stages3"}[SHARED_PER_BLOCK[arch]]}
 
 
 def test_the_dkdv_kernel_fits_a_99_kib_part_as_planned():
@@ -88,6 +89,29 @@ def test_the_dkdv_kernel_fits_a_99_kib_part_as_planned():
     ce = spec.constexprs
     planned = dkdv_shared_bytes(ce["BLOCK_N"], ce["ROWS"], ce["DK1"] + ce["DK2"], ce["BLOCK_DV"], spec.num_stages)
     assert planned <= result.metrics["shared"] <= planned + KV_SHARED_SLACK <= SHARED_PER_BLOCK[89]
+
+
+@pytest.mark.parametrize("name, arch", [("sel_bwd_dkdv/fp16/dk256-dv256/rows32-stages2", 90),
+                                        ("sel_bwd_dkdv/fp16/dk128-dv128/rows32-stages2", 80)])
+def test_the_two_stage_dkdv_step_leaves_room_for_two_programs_an_sm(name, arch):
+    """Where the plan gives up the third stage for a second program an SM, the compiled kernel's shared memory
+    (plus the 1 KiB each program reserves) does hold two in the SM's (a program's limit + 1 KiB), and the kernel
+    it replaces would not have."""
+    from nsa_triton_sel.compat import smoke
+    from nsa_triton_sel.plan.backward import KV_SHARED_SLACK, dkdv_shared_bytes
+
+    specs = {s.name: s for s in backward_specs(full=True)}
+    spec = specs[name]
+    three = dataclasses.replace(specs[name.rpartition("/")[0]], skip=None)  # the 3-stage step, there unplanned
+    assert (three.constexprs, three.num_stages) == (spec.constexprs, 3)
+    report = smoke.run_smoke([spec, three], archs=(arch,), jobs=1, timeout=300, progress=False)
+    two_stages, three_stages = report.results
+    assert two_stages.verdict == three_stages.verdict == "ok", (two_stages.message, three_stages.message)
+    ce, per_sm = spec.constexprs, SHARED_PER_BLOCK[arch] + 1024
+    planned = dkdv_shared_bytes(ce["BLOCK_N"], ce["ROWS"], ce["DK1"] + ce["DK2"], ce["BLOCK_DV"], spec.num_stages)
+    assert planned <= two_stages.metrics["shared"] <= planned + KV_SHARED_SLACK
+    assert 2 * (two_stages.metrics["shared"] + 1024) <= per_sm
+    assert 2 * (three_stages.metrics["shared"] + 1024) > per_sm
 
 
 def test_one_variant_compiles_for_sm80():

@@ -170,7 +170,8 @@ def sel_attn_backward(q, k, v, ranges, out, lse, grad_out, *, scale=None, grad_l
     ``grad_out`` is the gradient of ``out``, ``grad_lse`` (optional) that of ``lse``.  Deterministic (no
     atomics).  ``tune``: ``plan.backward.backward_meta``'s keywords (``dq_block_n``, ``dq_warps``,
     ``dq_stages``, ``kv_block_n``, ``rows``, ``kv_warps``, ``kv_stages``, ``chunk``, ``programs_per_sm``,
-    ``dq_tokens``, ``tok_block_n``, ``tok_warps``, ``tok_stages``, ``delta``).
+    ``dq_tokens``, ``tok_block_n``, ``tok_warps``, ``tok_stages``, ``delta``, and ``shared``: the bytes of shared
+    memory a program may use, which size the dk/dv step; default: this GPU's, ``device.shared_limit``).
     """
     _check_backward_inputs(q, k, v, ranges, out, lse, grad_out)
     B, S, G, h, Dk = q.shape

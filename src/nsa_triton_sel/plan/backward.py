@@ -29,7 +29,9 @@ multi-token dq 64-key tiles (against 32).  Wider head dims keep the reasoned cho
   the pipeliner has the gathered q/dO rows of the next step in flight while a step computes, and
   a pair's entry and head are a shift and a mask of the walk position (``KV_HP``).  Those stages hold a
   step's gathered rows each, so a program's shared memory bounds them: where the arch's does not hold them
-  (Dk = Dv = 256 on a 99-KiB part), a shallower pipeline or half the pairs a step (``KV_STEPS``).
+  (Dk = Dv = 256 on a 99-KiB part), a shallower pipeline or half the pairs a step (``KV_STEPS``); where the
+  third stage would leave an SM one program (Dk + Dv of 448 or 512 on sm_90/100/103), two stages
+  (``KV_PROGRAMS_PER_SM``).
 - multi-token dq kernel (``dq_tokens``, for selections that neighbouring tokens share, as the
   forward's multi-token kernel): M = 4 tokens x 16 heads = 64 rows carry a 64 x 128 fp32 dq
   accumulator plus q and dO operands, so 32-key tiles and 4 warps (253-255 registers, 0-8
@@ -152,6 +154,12 @@ KV_SHARED_SLACK = 8 << 10
 # arch's shared memory (Dk = Dv = 256 on a 99-KiB part: 131 KiB), first a shallower pipeline, then half the pairs
 # a step with the measured depth back.
 KV_STEPS = ((32, 3), (32, 2), (16, 3), (16, 2), (16, 1))
+# Programs of the dk/dv kernel an SM should hold at once: at 4 warps a program sits at 255 registers, so the
+# register file holds two; a pipeline stage that leaves shared memory for one costs more than it hides (H200,
+# Triton 3.6, Dk + Dv of 448 and 512 on 32-key tiles: 32 pairs x 2 stages 3-15 % faster on the whole backward
+# than x 3; where x 3 leaves room for two, x 3 stays 1-2 % ahead:
+# ``bench/results/2026-11-29-h200-triton3.0-3.9-dkdv-two-programs/``).
+KV_PROGRAMS_PER_SM = 2
 
 
 def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int]:
@@ -164,12 +172,25 @@ def _kv_launch(dk: int, block_dv: int, max_rows: int) -> tuple[int, int]:
 
 def _kv_steps(block_n: int, dk: int, block_dv: int, shared: int | None, rows: int | None,
               stages: int | None) -> tuple[int, int]:
-    """(ROWS, stages) of the dk/dv kernel: the first :data:`KV_STEPS` entry, with a given ``rows`` or ``stages`` in
-    place of its own, whose buffers fit ``shared`` bytes (None: unknown, no bound); the first if none fits."""
+    """(ROWS, stages) of the dk/dv kernel where a program may use ``shared`` bytes (None: unknown, no bound).
+
+    The :data:`KV_STEPS` entries (a given ``rows`` or ``stages`` in place of each one's own) whose buffers fit;
+    of those with the first one's pairs a step and a pipeline (two stages or more), the deepest that leaves room
+    for :data:`KV_PROGRAMS_PER_SM` programs (an SM holds 1 KiB more than a program may use, and each program
+    reserves 1 KiB of it: within :data:`KV_SHARED_SLACK`), else the first that fits; the first entry if none
+    fits or ``shared`` is unknown."""
     steps = list(dict.fromkeys((rows or r, stages or s) for r, s in KV_STEPS))
-    fits = [(r, s) for r, s in steps
-            if shared is None or dkdv_shared_bytes(block_n, r, dk, block_dv, s) + KV_SHARED_SLACK <= shared]
-    return (fits or steps)[0]
+    if shared is None:
+        return steps[0]
+
+    def need(step: tuple[int, int]) -> int:
+        return dkdv_shared_bytes(block_n, step[0], dk, block_dv, step[1]) + KV_SHARED_SLACK
+
+    fits = [step for step in steps if need(step) <= shared]
+    if not fits:
+        return steps[0]
+    return next((step for step in fits
+                 if step[0] == fits[0][0] and step[1] > 1 and KV_PROGRAMS_PER_SM * need(step) <= shared), fits[0])
 
 
 def backward_meta(
@@ -201,7 +222,7 @@ def backward_meta(
     ``max_rows`` caps the M dimension of every dot (``device.row_cap``: 32 on Triton 3.0 +
     Hopper), i.e. the dq kernel's head block and the dk/dv kernel's key tile.  ``shared``: the bytes of shared
     memory a program may use on the device (``device.shared_limit``; None: unknown, no bound), which sizes the
-    dk/dv kernel's pipeline (:func:`_kv_launch`).
+    dk/dv kernel's step (:func:`_kv_steps`).
     """
     check_sizes(h, Dk, Dv, "the backward kernels")
     dk1, dk2 = split_head_dim(Dk)

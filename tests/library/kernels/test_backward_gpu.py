@@ -49,18 +49,23 @@ def test_head_dims_noncontiguous(dims, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_dkdv_step_planned_for_a_99_kib_part(dtype):
-    """Dk = Dv = 256 where a program may use 99 KiB of shared memory (sm_86/89, sm_120/121): the plan takes 16 pairs
-    a step at 3 stages there (32 pairs would need 131 KiB); the same launch, run on this GPU, against the oracle."""
+@pytest.mark.parametrize("arch, dims, step", [(89, (256, 256), (16, 3)), (90, (256, 256), (32, 2)),
+                                              (80, (128, 128), (32, 2)), (80, (192, 128), (32, 2))])
+def test_the_dkdv_step_each_arch_plans(arch, dims, step, dtype):
+    """Each dk/dv step the plan takes on some arch other than its measured default (pairs a step x stages, from the
+    arch's shared memory a program): 16 x 3 at Dk = Dv = 256 on 99 KiB (32 pairs would need 131 KiB), 32 x 2 where
+    the third stage would leave an SM one program (256 on 227 KiB, 128 and 192 on 163 KiB); the same launch, run on
+    this GPU, against the oracle."""
     from nsa_triton_sel.device import SHARED_PER_BLOCK
     from nsa_triton_sel.plan.backward import backward_meta
 
-    small = SHARED_PER_BLOCK[89]
-    m = backward_meta(h=16, Dk=256, Dv=256, shared=small)
-    assert (m.ROWS, m.kv_stages) == (16, 3)
-    p = make_problem(B=1, S=16, G=2, h=16, Dk=256, Dv=256, T=700, n=5, dtype=dtype, seed=7, empty_frac=0.2,
+    Dk, Dv = dims
+    limit = SHARED_PER_BLOCK[arch]
+    m = backward_meta(h=16, Dk=Dk, Dv=Dv, shared=limit)
+    assert (m.ROWS, m.kv_stages) == step
+    p = make_problem(B=1, S=16, G=2, h=16, Dk=Dk, Dv=Dv, T=700, n=5, dtype=dtype, seed=7, empty_frac=0.2,
                      noncontiguous=True, device="cuda")
-    check(p, f"Dk=Dv=256 {dtype}, the 99-KiB plan", shared=small, chunk=5)
+    check(p, f"Dk={Dk} Dv={Dv} {dtype}, the sm_{arch} plan", shared=limit, chunk=5)
 
 
 @pytest.mark.parametrize("chunk", [None, 16])

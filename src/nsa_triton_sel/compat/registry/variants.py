@@ -149,7 +149,9 @@ SMOKE_SUBSET = frozenset({
     "sel_bwd_dq/fp16/dk128-dv128/h16", "sel_bwd_dq/bf16/dk192-dv128/h16", "sel_bwd_dq/fp16/dk128-dv128/h64",
     "sel_bwd_dq/fp16/dk128-dv128/h64+m32", "sel_bwd_dq/fp16/dk256-dv256/h16",
     "sel_bwd_dkdv/fp16/dk128-dv128", "sel_bwd_dkdv/bf16/dk128-dv128+m32", "sel_bwd_dkdv/bf16/dk192-dv128",
-    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_dkdv/fp16/dk256-dv256/rows16-stages3", "sel_bwd_reduce/fp16/dk128-dv128",
+    "sel_bwd_dkdv/fp16/dk256-dv256", "sel_bwd_dkdv/fp16/dk256-dv256/rows16-stages3",
+    "sel_bwd_dkdv/fp16/dk256-dv256/rows32-stages2", "sel_bwd_dkdv/fp16/dk128-dv128/rows32-stages2",
+    "sel_bwd_reduce/fp16/dk128-dv128",
     "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok4", "sel_bwd_dq_tok/bf16/dk128-dv128/h16/tok2+m32",
     "sel_bwd_dq/fp16/dk128-dv128/h16+load_delta", "sel_bwd_dkdv/bf16/dk128-dv128/h64",
     "sel_bwd_reader_keys/n16/e16/bn64/i32", "sel_bwd_reader_entries/bn64/i32",
@@ -167,7 +169,7 @@ def _dkdv_per_shared(name: str, dtype: str, **sizes) -> list[dict]:
     for arch, shared in sorted(SHARED_PER_BLOCK.items()):
         m = backward_meta(n_spans=16, shared=shared, **sizes)
         if key(m) != key(base):
-            others.setdefault(m.ROWS * 100 + m.kv_stages, (m, []))[1].append(arch)
+            others.setdefault((m.ROWS, m.kv_stages), (m, []))[1].append(arch)
     out = [_variant("sel_bwd_dkdv_kernel", name, base.dkdv_constexprs(), base.kv_warps, base.kv_stages, dtype,
                     base.KV_BLOCK_N)]
     if others:
@@ -181,7 +183,7 @@ def _dkdv_per_shared(name: str, dtype: str, **sizes) -> list[dict]:
 def backward_variants(full: bool = False) -> list[dict]:
     """The configuration classes the backward launcher can pick, as compile-smoke specs.
 
-    ``full=False`` gives :data:`SMOKE_SUBSET` (16 variants), ``full=True`` every class (54).
+    ``full=False`` gives :data:`SMOKE_SUBSET` (19 variants), ``full=True`` every class (63).
 
     Each dict has the :class:`.compile_spec.CompileSpec` keys ``name``, ``kernel``, ``constexprs``,
     ``num_warps``, ``num_stages``, ``dtype``, ``types``, plus ``rows``, the widest dot M:
