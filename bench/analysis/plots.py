@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
-# The GPU refresh's bench runs: the GPU timings of all 13 releases from one 4 x H200 machine (kernels 36f1d821;
-# later refreshes ran the releases on several machines, whose timings do not compare)
-LANE_BENCH = RESULTS / "2026-11-29-h200-triton3.0-3.9-dkdv-shared-refresh" / "benchmarks"
+# The GPU refresh's bench runs: the GPU timings of all 13 releases on one H200, one release at a time (kernels
+# e41314fa; timings from several machines would not compare)
+LANE_BENCH = RESULTS / "2026-11-29-h200-triton3.0-3.9-bench-e41314fa" / "benchmarks"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 
