@@ -97,6 +97,9 @@ def test_training_against_xunhaolai_and_its_memory():
                for t in TS for s in SELS), "the README says ours takes less extra memory than XunhaoLai at every T"
     ours, theirs = (" / ".join(f"{g:.2f}" for g in mem[c]) for c in ("ours-api", "xunhaolai"))
     assert f"less extra memory at every T ({ours} against {theirs} GiB at 8K / 32K / 64K)" in README
+    h200 = train_rows(TRAIN_H200)
+    r, loc = (span(speedups(h200, "xunhaolai", "fwdbwd_ms", sel), 2) for sel in SELS)
+    assert f"on an H200 with the current ones {r} and {loc}" in README
 
 
 def test_training_against_fla_and_packed_sdpa():
