@@ -38,9 +38,11 @@ from nsa_triton_sel.plan.keymajor import DELTA_ROWS, MERGE_WARPS
 WIDTHS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def forward_keymajor(plan: P.Plan, q, k, v, ranges, sc: float, ws_dtype, merge_stages: int = 1):
+def forward_keymajor(plan: P.Plan, q, k, v, ranges, sc: float, ws_dtype, merge_stages: int = 1, partial=None):
     """The key-major forward of ``plan`` (its passes over KV heads, reader list, partial kernel, merge) with the
-    partial outputs in ``ws_dtype`` and the merge pipelined over ``merge_stages``: ``(out, lse)``."""
+    partial outputs in ``ws_dtype`` and the merge pipelined over ``merge_stages``: ``(out, lse)``.  ``partial``
+    (None: the shipped kernel) launches another partial kernel: ``partial(qs, ks, vs, op, op_scale, lp, readers)``
+    on a pass's views."""
     meta = plan.forward.meta
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
@@ -55,12 +57,16 @@ def forward_keymajor(plan: P.Plan, q, k, v, ranges, sc: float, ws_dtype, merge_s
         qs, ks, vs, os_, ls, rs = q[:, :, g], k[:, g], v[:, g], out[:, :, g], lse[:, :, g], ranges[:, :, g]
         Gp = qs.shape[2]
         readers = keymajor_reader_list(rs, T, meta)
-        fn = fwd_kernels.sel_fwd_keymajor_kernel
-        fn[(readers.chunks.shape[0],)](
-            *params.packer(fn)(Q=qs, K=ks, V=vs, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries, ORIGIN=readers.origin,
-                               CHUNKS=readers.chunks, G=Gp, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles,
-                               qk_scale=sc * 1.4426950408889634, sq=qs.stride(), sk=ks.stride(), sv=vs.stride()),
-            num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs())
+        if partial is not None:
+            partial(qs, ks, vs, op, op_scale, lp, readers)
+        else:
+            fn = fwd_kernels.sel_fwd_keymajor_kernel
+            fn[(readers.chunks.shape[0],)](
+                *params.packer(fn)(Q=qs, K=ks, V=vs, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries,
+                                   ORIGIN=readers.origin, CHUNKS=readers.chunks, G=Gp, h=h, Dk=Dk, Dv=Dv, T=T,
+                                   NT=readers.n_tiles, qk_scale=sc * 1.4426950408889634, sq=qs.stride(),
+                                   sk=ks.stride(), sv=vs.stride()),
+                num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs())
         merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
         merge[(P.cdiv(B * S * Gp, meta.merge_rows_per_program()),)](
             *params.packer(merge)(OP=op, OP_SCALE=op_scale, LP=lp, SPANS=rs, O=os_, LSE=ls, S=S, G=Gp, h=h, Dv=Dv,
