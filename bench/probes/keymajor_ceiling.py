@@ -124,6 +124,12 @@ def merge_ceiling_kernel(OP, OP_SCALE, O, n_pairs, per_row, h, PAIRS: tl.constex
     tl.store(O + p[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16), mask=ok[:, None])
 
 
+def same_bits(x, y) -> bool:
+    """``x`` and ``y`` hold the same values, NaN where the other has NaN."""
+    nx, ny = torch.isnan(x), torch.isnan(y)
+    return torch.equal(nx, ny) and torch.equal(torch.where(nx, 0, x), torch.where(ny, 0, y))
+
+
 def first_pass(plan: P.Plan, q, k, v, ranges, lse, go, delta):
     """The views of the first pass over KV heads (the forward's and the backward's passes are the same)."""
     gpp = plan.forward.meta.groups_per_pass
@@ -145,6 +151,9 @@ def main(argv=None) -> int:
     ap.add_argument("--whole", action="store_true",
                     help="with --gluon: also the whole key-major forward (every pass: reader list, partial kernel, "
                          "merge) with the shipped and with each Gluon partial kernel, outputs compared bit for bit")
+    ap.add_argument("--nonfinite", action="store_true",
+                    help="put NaN, +inf and a row of -inf into the first KV head's values (three key tiles): the "
+                         "isolating walks run there, and the comparisons check where NaN lands")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
 
@@ -176,6 +185,10 @@ def main(argv=None) -> int:
         meta = keyed.forward.meta
         B, S, G, _, D = q.shape
         T = a.T
+        if a.nonfinite:
+            v[0, 0, 100, 5] = float("nan")
+            v[0, 0, 5000 % T, 17] = float("inf")
+            v[0, 0, min(20000, T - 1), :] = float("-inf")
         out, lse = launch.forward(keyed, q, k, v, blocks, None, scale=sc, block_size=64)
         go = torch.randn_like(out)
         delta = torch.empty((B, S, G, h), dtype=torch.float32, device=q.device)
@@ -250,6 +263,9 @@ def main(argv=None) -> int:
             shipped_fwd()
             want = (op.clone(), op_scale.clone(), lp.clone())
             live = torch.isfinite(want[2])  # the slots the shipped kernel wrote (LSE finite)
+            if a.nonfinite:
+                print(f"| {h} | forward | the shipped partials: {int(torch.isnan(want[0][live]).sum())} NaN values in "
+                      f"{int(torch.isnan(want[0][live]).any(1).sum())} slots | | | | |", flush=True)
             for variant in keymajor_gluon.chosen(a.gluon.split(",")):
                 def gluon_fwd(variant=variant):
                     keymajor_gluon.launch(variant, qs, ks, vs, op, op_scale, lp, readers, h, meta.HP,
@@ -263,14 +279,18 @@ def main(argv=None) -> int:
                     print(f"| {h} | forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:300]} | | | |",
                           flush=True)
                     continue
-                d_out = ((op.float() * op_scale[:, None]) - (want[0].float() * want[1][:, None]))[live].abs().max()
+                d_out = torch.nan_to_num((op.float() * op_scale[:, None]) - (want[0].float() * want[1][:, None]))[
+                    live].abs().max()
                 d_lse = (lp - want[2])[live].abs().max()
-                same = all(torch.equal(x[live], y[live]) for x, y in zip((op, op_scale, lp), want))
+                same = all(same_bits(x[live], y[live]) for x, y in zip((op, op_scale, lp), want))
                 ms = bench(gluon_fwd)
-                row(h, "forward", f"gluon {variant[0]} ({'bitwise' if same else f'max diff out {d_out:.2e}, lse {d_lse:.2e}'})",
-                    ms, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
+                how = "bitwise" if same else f"max diff out {d_out:.2e}, lse {d_lse:.2e}"
+                row(h, "forward", f"gluon {variant[0]} ({how})", ms, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
         if a.gluon and a.whole:
             want = keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None)
+            if a.nonfinite:
+                print(f"| {h} | whole forward | the shipped output: {int(torch.isnan(want[0]).sum())} NaN values | | | |"
+                      f" |", flush=True)
             ms_whole = bench(lambda: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None))
             whole_bytes = fwd_bytes[GATHER_STORE] * G // Gp + merge_bytes_all
             row(h, "whole forward", "shipped partial kernel", ms_whole, whole_bytes)
@@ -281,7 +301,7 @@ def main(argv=None) -> int:
                     print(f"| {h} | whole forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:200]} |",
                           flush=True)
                     continue
-                same = torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+                same = same_bits(got[0], want[0]) and same_bits(got[1], want[1])
                 ms = bench(lambda variant=variant: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, variant))
                 row(h, "whole forward", f"gluon {variant[0]} ({'bitwise' if same else 'NOT bitwise'}; "
                                         f"{ms / ms_whole:.3f}x the shipped)", ms, whole_bytes)

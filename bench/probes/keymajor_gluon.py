@@ -16,8 +16,9 @@ of a step follow one another.  Here the same step is split between warps:
   the shipped kernel does.  The key and value tile sit in shared memory for the whole chunk.
 
 While one partition waits for an MMA or issues its stores, the other computes and the gather warps run ahead.
-The kernel covers the common case only: bf16, Dk = Dv = 128, 64-key tiles, a value tile without non-finite values
-(the shipped kernel's isolating walk is not written here), reader lists under 2^31 entries.
+The kernel covers bf16, Dk = Dv = 128, 64-key tiles and reader lists under 2^31 entries; a value tile with
+non-finite values takes the shipped kernel's isolating step (its values loaded as 0, NaN given to the columns a pair
+reads from such a key).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, mbarrier, \
     warpgroup_mma, warpgroup_mma_wait
 
-from bench.probes.dkdv_gluon import _chunk, _key_tile  # the reader-list chunk; the key and value tile in shared memory
+# the reader-list chunk; the key and value tile in shared memory; a CTA-wide barrier
+from bench.probes.dkdv_gluon import _chunk, _cta_barrier, _key_tile
 
 ROOT = Path(__file__).resolve().parents[2]
 # A cp.async copy into shared memory: ``async_copy_global_to_shared`` up to Triton 3.8, ``async_load`` from 3.9.
@@ -65,14 +67,23 @@ VARIANTS = [
 
 
 @gluon.jit
-def _tile_exponent(v_sh, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """The value tile's power of two for the partial results (``_partial_exponent`` of its largest |v|, as the
-    shipped kernel takes it for a finite tile)."""
+def _value_tile(v_sh, vbad_sh, BLOCK_N: gl.constexpr, D: gl.constexpr):
+    """Prepare the value tile in ``v_sh`` as the shipped kernel does: its non-finite values set to 0 there and
+    marked (1.0) in ``vbad_sh``; returns the tile's power of two for the partial results (``_partial_exponent``
+    of its largest finite |v|) and whether any value is not finite (the isolating step then gives NaN to the
+    columns a pair reads from a marked key, as in exact arithmetic)."""
     blocked: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    v_max = gl.max(gl.max(gl.abs(v_sh.load(blocked).to(gl.float32)), 1), 0)
+    v = v_sh.load(blocked)
+    a = gl.abs(v.to(gl.float32))
+    bad = gl.where(a < float("inf"), 0, 1) > 0  # NaN fails the comparison too
+    v_max = gl.max(gl.max(gl.where(bad, 0.0, a), 1), 0)
+    any_bad = gl.max(gl.max(bad.to(gl.int32), 1), 0) > 0
+    if any_bad:  # only such a tile's walk reads the marks
+        v_sh.store(gl.where(bad, 0.0, v).to(v.dtype))
+        vbad_sh.store(bad.to(gl.float16))
     e = gl.ceil(gl.log2(v_max)) - 15.0
     e = gl.where(e < 126.0, e, 126.0)
-    return gl.where(e > -126.0, e, -126.0)
+    return gl.where(e > -126.0, e, -126.0), any_bad
 
 
 @gluon.jit
@@ -99,11 +110,27 @@ def _producer(Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g,
 
 
 @gluon.jit
-def _consumer(k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale, e_tile,
+def _consumer(k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
+              e_tile,
               C: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr, D: gl.constexpr,
               HP: gl.constexpr, NB: gl.constexpr, MODE: gl.constexpr):
     """MMA partition ``C`` of ``NC`` (4 warps): steps ``C, C + NC, ...`` of the chunk, each the shipped kernel's
-    step (``_keymajor_step`` without the isolating branch) on the slot's q rows."""
+    step (``_keymajor_step``) on the slot's q rows; the walk with the isolating step is a copy of its own, taken
+    for the whole chunk, so that its extra accumulator costs the common walk no registers."""
+    if any_bad:
+        _walk(k_sh, v_sh, vbad_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale, e_tile,
+              C, NC, BLOCK_N, ROWS, D, HP, NB, MODE, True)
+    else:
+        _walk(k_sh, v_sh, vbad_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale, e_tile,
+              C, NC, BLOCK_N, ROWS, D, HP, NB, MODE, False)
+
+
+@gluon.jit
+def _walk(k_sh, v_sh, vbad_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale, e_tile,
+          C: gl.constexpr, NC: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr, D: gl.constexpr,
+          HP: gl.constexpr, NB: gl.constexpr, MODE: gl.constexpr, ISOLATE: gl.constexpr):
+    """The steps of MMA partition ``C`` (see :func:`_consumer`); ``ISOLATE``: the value tile holds a non-finite
+    value (loaded as 0 in ``v_sh``, marked in ``vbad_sh``)."""
     STEP: gl.constexpr = ROWS // HP
     mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                     instr_shape=[16, BLOCK_N, 16])
@@ -163,6 +190,11 @@ def _consumer(k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
             o, st = warpgroup_mma_wait(0, deps=(o, st))
         else:
             o = warpgroup_mma_wait(0, deps=(o,))
+        if ISOLATE:  # a pair that reads a non-finite value of the tile gets NaN in that column (the shipped rule)
+            inside = gl.where((offs_n >= lo) & (offs_n < hi), 1.0, 0.0).to(gl.float16)  # recomputed: not kept live
+            reads_bad = warpgroup_mma(gl.convert_layout(inside, p_op), vbad_sh, zero_o, use_acc=False, is_async=True)
+            reads_bad = warpgroup_mma_wait(0, deps=(reads_bad,))
+            o = gl.where(reads_bad > 0.0, float("nan"), o)
         empty_row = l == 0.0
         l_safe = gl.where(empty_row, 1.0, l)
         lse2 = gl.convert_layout(gl.where(empty_row, float("-inf"), m_safe + gl.log2(l_safe)), orow)
@@ -190,7 +222,10 @@ def fwd_ws_kernel(
     tile_id, e0, e1, _, _, b, g, k0 = _chunk(CHUNKS, NT, G, BLOCK_N)
     if tile_id >= 0:
         k_sh, v_sh = _key_tile(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t, BLOCK_N, D)
-        e_tile = _tile_exponent(v_sh, BLOCK_N, D)
+        vbad_sh = gl.allocate_shared_memory(gl.float16, [BLOCK_N, D],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.float16))
+        e_tile, any_bad = _value_tile(v_sh, vbad_sh, BLOCK_N, D)
+        _cta_barrier()
         q_sh = gl.allocate_shared_memory(gl.bfloat16, [NB, ROWS, D], rows_sh)
         ready = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NB, 1], mbarrier.MBarrierLayout())
@@ -200,27 +235,30 @@ def fwd_ws_kernel(
         fence_async_shared()
         if NC == 3:
             gl.warp_specialize(
-                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP, NB)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 0, 3, BLOCK_N, ROWS, D, HP, NB, MODE)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 1, 3, BLOCK_N, ROWS, D, HP, NB, MODE)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 2, 3, BLOCK_N, ROWS, D, HP, NB, MODE))],
+                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP,
+                              NB)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 0, 3, BLOCK_N, ROWS, D, HP, NB, MODE)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 1, 3, BLOCK_N, ROWS, D, HP, NB, MODE)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 2, 3, BLOCK_N, ROWS, D, HP, NB, MODE))],
                 [4, 4, 4], [CREGS, CREGS, CREGS])
         elif NC == 1:
             gl.warp_specialize(
-                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP, NB)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 0, 1, BLOCK_N, ROWS, D, HP, NB, MODE))],
+                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP,
+                              NB)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 0, 1, BLOCK_N, ROWS, D, HP, NB, MODE))],
                 [4], [CREGS])
         else:
             gl.warp_specialize(
-                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP, NB)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 0, 2, BLOCK_N, ROWS, D, HP, NB, MODE)),
-                 (_consumer, (k_sh, v_sh, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN, e0, e1, h, qk_scale,
-                              e_tile, 1, 2, BLOCK_N, ROWS, D, HP, NB, MODE))],
+                [(_producer, (Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h, ROWS, D, HP,
+                              NB)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 0, 2, BLOCK_N, ROWS, D, HP, NB, MODE)),
+                 (_consumer, (k_sh, v_sh, vbad_sh, any_bad, q_sh, ready, empty, OP, OP_SCALE, LP, ENTRIES, ORIGIN,
+                              e0, e1, h, qk_scale, e_tile, 1, 2, BLOCK_N, ROWS, D, HP, NB, MODE))],
                 [4, 4], [CREGS, CREGS])
 
 
