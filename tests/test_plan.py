@@ -290,3 +290,41 @@ def test_a_bad_path_table_is_refused_naming_the_file_and_the_problem(tmp_path, m
     finally:
         monkeypatch.delenv(config.PATHS_ENV)
         config.refresh()
+
+
+@pytest.mark.parametrize("release,arch,interp,has", [
+    ("3.6.0", 90, False, True), ("3.9.0", 90, False, True), ("3.6.0rc1", 90, False, True),
+    ("3.5.1", 90, False, False), ("3.0.0", 90, False, False), ("3.6.0", 100, False, False),
+    ("3.6.0", 80, False, False), ("3.6.0", None, True, False), ("3.6.0", 90, True, False), ("", 90, False, False),
+    ("not-a-version", 90, False, False),
+])
+def test_the_warp_specialised_kernel_needs_sm90_and_triton_3_6(release, arch, interp, has):
+    assert device.gluon_ws(release, arch, interp) is has
+    if not interp and release != "not-a-version":  # a target device is interpreted only where it has no arch
+        assert device.Device.target(arch, release).gluon_ws is has
+
+
+@pytest.mark.parametrize("Dk,Dv,bf16,tune,ws", [
+    (128, 128, True, (), True),
+    (128, 128, False, (), False),  # fp16: the Triton partial kernel
+    (192, 128, True, (), False),  # two Dk slices, 32-key tiles
+    (128, 64, True, (), False),
+    (128, 128, True, (("gluon_ws", False),), False),  # the tune knob
+    (128, 128, True, (("block_n", 32),), False),
+    (128, 128, True, (("pairs", 32),), False),
+])
+def test_the_keymajor_plan_takes_the_warp_specialised_kernel_where_it_is_written_for(Dk, Dv, bf16, tune, ws):
+    dev = device.Device.target(90, "3.6.0", sm_count=132)
+    launch = plan.keymajor(1, 8192, 4, 4, Dk, Dv, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=bf16,
+                           tune=tune)
+    assert launch.meta.ws is ws
+    if ws:
+        assert launch.meta.ws_constexprs() == {"BLOCK_N": 64, "ROWS": 64, "D": 128, "HP": 4, "SLOTS": KM.WS_SLOTS,
+                                               "REGISTERS": KM.WS_REGISTERS}
+
+
+@pytest.mark.parametrize("arch,release", [(90, "3.5.1"), (100, "3.6.0"), (None, "3.6.0")])
+def test_the_keymajor_plan_runs_the_triton_partial_kernel_where_the_device_has_no_gluon_kernel(arch, release):
+    dev = device.Device.target(arch, release, sm_count=132)
+    launch = plan.keymajor(1, 8192, 4, 4, 128, 128, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=True)
+    assert launch.meta.ws is False

@@ -27,7 +27,7 @@ FORWARD = f"{CONTENDERS}/perf_nsa.json"  # forward: ours against fla-core, Xunha
 PEERS_TRAIN = f"{CONTENDERS}/train_nsa.csv"  # forward + backward against fla-core and packed SDPA too
 TRAIN = "2026-11-28-h100-triton3.6-decode-pointers/train.csv"  # forward + backward against XunhaoLai, kernels of 11-28
 TRAIN_H200 = "2026-11-29-h200-triton3.6-train-xunhaolai-e41314fa/train.csv"  # the same on an H200, current kernels
-SMALL_GROUPS = "2026-11-29-h200-triton3.6-small-groups-e41314fa/small-groups.csv"  # h = 1-8, against FSA too
+SMALL_GROUPS = "2026-11-30-h200-triton3.6-keymajor-ws/call-3/small-groups.csv"  # h = 1-8, against FSA too
 TS = (8192, 32768, 65536)
 SELS = ("random", "local")
 

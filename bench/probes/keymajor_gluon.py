@@ -1,4 +1,7 @@
-"""The key-major forward's partial kernel written in Gluon (Triton >= 3.6, sm_90), warp-specialised.
+"""Variants of the key-major forward's warp-specialised Gluon partial kernel (Triton >= 3.6, sm_90).
+
+The library ships one of them (``ws1-nb3-st-r128``) as ``nsa_triton_sel.kernels.keymajor_ws``; this probe keeps
+the others, for timing against it.
 
     python -m bench.probes.keymajor_ceiling --gluon ws2-nb4,ws1-nb4 [--H 4,8]     # timed beside the shipped kernel
     python -m bench.probes.keymajor_gluon --aot [--only NAMES] [--python PYTHON_WITH_TRITON_3_6]  # no GPU
@@ -35,12 +38,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, mbarrier, \
     warpgroup_mma, warpgroup_mma_wait
 
-# the reader-list chunk; the key and value tile in shared memory; a CTA-wide barrier
-from bench.probes.dkdv_gluon import _chunk, _cta_barrier, _key_tile
+# the reader-list chunk; the key and value tile in shared memory, the value tile's scale and marks; a CTA-wide
+# barrier and the cp.async copy, as the shipped warp-specialised kernel has them
+from bench.probes.dkdv_gluon import _chunk
+from nsa_triton_sel.kernels.keymajor_ws import _async_gather, _cta_barrier, _key_tile, _value_tile
 
 ROOT = Path(__file__).resolve().parents[2]
-# A cp.async copy into shared memory: ``async_copy_global_to_shared`` up to Triton 3.8, ``async_load`` from 3.9.
-_async_gather = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 # (name, NB slots, NC MMA partitions, CREGS registers they ask for, MAXNREG the launch's cap a thread, MODE):
 # MODE bit 1 stores the partial rows through a row-major blocked layout (16-byte stores; else straight from the MMA
@@ -64,26 +67,6 @@ VARIANTS = [
     ("ws3-nb4-st", 4, 3, 128, 128, 1),
     ("ws3-nb6-st", 6, 3, 128, 128, 1),
 ]
-
-
-@gluon.jit
-def _value_tile(v_sh, vbad_sh, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """Prepare the value tile in ``v_sh`` as the shipped kernel does: its non-finite values set to 0 there and
-    marked (1.0) in ``vbad_sh``; returns the tile's power of two for the partial results (``_partial_exponent``
-    of its largest finite |v|) and whether any value is not finite (the isolating step then gives NaN to the
-    columns a pair reads from a marked key, as in exact arithmetic)."""
-    blocked: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    v = v_sh.load(blocked)
-    a = gl.abs(v.to(gl.float32))
-    bad = gl.where(a < float("inf"), 0, 1) > 0  # NaN fails the comparison too
-    v_max = gl.max(gl.max(gl.where(bad, 0.0, a), 1), 0)
-    any_bad = gl.max(gl.max(bad.to(gl.int32), 1), 0) > 0
-    if any_bad:  # only such a tile's walk reads the marks
-        v_sh.store(gl.where(bad, 0.0, v).to(v.dtype))
-        vbad_sh.store(bad.to(gl.float16))
-    e = gl.ceil(gl.log2(v_max)) - 15.0
-    e = gl.where(e < 126.0, e, 126.0)
-    return gl.where(e > -126.0, e, -126.0), any_bad
 
 
 @gluon.jit

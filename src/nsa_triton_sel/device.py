@@ -2,7 +2,8 @@
 
 A fact source, not a step of the call: the dispatcher reads it to route a call (is Triton
 importable, which GPU for the thresholds file) and the planner to size launches (SMs, the
-compute capability, the rows a known-bad window lets this Triton compile).  Pure Python at
+compute capability, the rows a known-bad window lets this Triton compile, whether it has the
+warp-specialised Gluon kernel).  Pure Python at
 import (no torch, no triton): :func:`device_of` imports torch when first asked about a device.
 ``config.refresh`` forgets what was read (the ``devices`` cache).
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
 
 from . import caches, known_bad
 
@@ -34,6 +37,23 @@ def shared_limit(arch: int | None) -> int | None:
     return None if arch is None else SHARED_PER_BLOCK.get(int(arch))
 
 
+# The warp-specialised Gluon partial kernel of the key-major forward (``kernels/keymajor_ws.py``): the archs it is
+# written for (Hopper's wgmma and mbarriers) and the first Triton whose Gluon has the API it uses.
+GLUON_WS_ARCHS = (90,)
+GLUON_WS_SINCE = "3.6"
+
+
+def gluon_ws(triton_version: str | None, arch: int | None, interpreter: bool = False) -> bool:
+    """Whether the Triton ``triton_version`` compiles the warp-specialised key-major partial kernel for ``arch``
+    (never under the interpreter, which runs no Gluon)."""
+    if interpreter or arch not in GLUON_WS_ARCHS or not triton_version:
+        return False
+    try:
+        return Version(triton_version).release >= Version(GLUON_WS_SINCE).release
+    except InvalidVersion:
+        return False
+
+
 def row_cap(triton_version: str | None, arch: int | None) -> int:
     """Rows per program the installed Triton compiles for ``arch``: 64 unless a window caps it."""
     cap = known_bad.row_cap(triton_version, arch)
@@ -52,12 +72,13 @@ class Device:
     interpreter: bool = False  # TRITON_INTERPRET=1 when the device was first read
     max_rows: int = ROWS  # largest dot M tile this Triton compiles here (:func:`row_cap`)
     avoided: frozenset[str] = frozenset()  # launch paths this Triton must not take here (``known_bad.avoided_paths``)
+    gluon_ws: bool = False  # this Triton has the key-major forward's warp-specialised Gluon kernel here (:func:`gluon_ws`)
 
     @classmethod
     def target(cls, arch: int | None, triton: str, sm_count: int = 132, name: str = "target") -> Device:
         """A device described by hand (the compile-smoke registry plans for archs it does not have)."""
         return cls("cuda" if arch else "cpu", arch, sm_count, name, triton, arch is None, row_cap(triton, arch),
-                   known_bad.avoided_paths(triton, arch))
+                   known_bad.avoided_paths(triton, arch), gluon_ws(triton, arch, arch is None))
 
     @property
     def cc(self) -> str:
@@ -95,4 +116,4 @@ def _read_device(device) -> Device:
     props = torch.cuda.get_device_properties(device)
     arch = props.major * 10 + props.minor
     return Device("cuda", arch, props.multi_processor_count, props.name, version, interp, row_cap(version, arch),
-                  known_bad.avoided_paths(version, arch))
+                  known_bad.avoided_paths(version, arch), gluon_ws(version, arch, interp))

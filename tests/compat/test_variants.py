@@ -203,7 +203,8 @@ def test_the_keymajor_variants_are_skipped_exactly_where_a_window_steers_the_pla
 
     KM = importlib.import_module("nsa_triton_sel.plan.keymajor")  # the package exports a function of its name
 
-    keymajor = [s for s in SPECS if s.name.startswith("sel_fwd_keymajor")]
+    # (the warp-specialised kernel compiles on sm_90 from 3.6 on alone, outside every such window: its own test)
+    keymajor = [s for s in SPECS if s.name.startswith("sel_fwd_keymajor") and not s.name.startswith("sel_fwd_keymajor_ws")]
     assert {s.kernel.rpartition(":")[2] for s in keymajor} == {"sel_fwd_keymajor_kernel",
                                                                  "sel_fwd_keymajor_merge_kernel"}
     steering = [w for w in known_bad.load() if w.paths]
@@ -269,3 +270,30 @@ def test_the_registry_compiles_the_keymajor_forward_each_arch_launches(arch):
     deep = device.shared_limit(arch) >= keymajor_plan.DEEP_SHARED
     assert {s.num_stages for s in fwd if "dk128" in s.name} == ({keymajor_plan.FWD_STAGES_DEEP} if deep
                                                                  else {keymajor_plan.FWD_STAGES}), arch
+
+
+def test_the_registry_compiles_the_warp_specialised_kernel_where_the_planner_launches_it():
+    """Each padded group's warp-specialised partial kernel (bf16, Dk = Dv = 128) is a registry variant with the
+    plan's constexprs and register cap, compiled on sm_90 from Triton 3.6 on and skipped everywhere else."""
+    import importlib
+
+    keymajor_plan = importlib.import_module("nsa_triton_sel.plan.keymajor")
+    dev = device.Device.target(90, "3.6.0")
+    ws = [s for s in SPECS if s.kernel.endswith(":sel_fwd_keymajor_ws_kernel")]
+    for h in (1, 2, 3, 4, 5, 8):
+        meta = plan.keymajor(1, 8192, 4, h, 128, 128, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=True).meta
+        assert meta.ws
+        hits = [s for s in ws if dict(s.constexprs) == meta.ws_constexprs()]
+        assert len(hits) == 1 and hits[0].dtype == "bf16", h
+        assert hits[0].request(90)["maxnreg"] == keymajor_plan.WS_REGISTERS
+        assert hits[0].num_warps == keymajor_plan.WS_WARPS
+    for s in ws:
+        assert not s.skipped("3.6.0", 90) and not s.skipped("3.9.0", 90)
+        assert s.skipped("3.5.1", 90) and s.skipped("3.6.0", 100) and s.skipped("3.6.0", 80)
+
+
+def test_every_warp_specialised_kernel_is_registered():
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from nsa_triton_sel.compat.registry.variants import KEYMAJOR_WS_MODULE
+
+    assert uncovered_kernels(KEYMAJOR_WS_MODULE, keymajor_specs()) == []

@@ -84,7 +84,8 @@ def sel_attn_keymajor(q, k, v, spans, *, scale=None, return_lse=False, out=None,
     """Key-major forward (small groups): each key tile is loaded once for every (token, head) that selected it,
     partial results merged per row by LSE.  ``spans``: ranges, or block indices with ``block_size``;
     ``span_len`` bounds a span's keys (0: unbounded ranges, whose workspace grows with T).  ``**tune``: block_n,
-    pairs, num_warps, num_stages, chunk, max_rows."""
+    pairs, num_warps, num_stages, chunk, max_rows, gluon_ws (False: the Triton partial kernel where the
+    warp-specialised Gluon one would run)."""
     B, S, G, h, Dk = q.shape
     dev = device_of(q.device)
     if "keymajor" in dev.avoided:  # the compiler would crash the process: say so instead
@@ -94,7 +95,8 @@ def sel_attn_keymajor(q, k, v, spans, *, scale=None, return_lse=False, out=None,
     blocks = spans.dim() == 4
     plan = P.keymajor(B, S, G, h, Dk, v.shape[3], k.shape[2], spans.shape[3], dev=dev,
                       span_len=block_size if blocks else span_len, aligned=blocks, has_lse=return_lse,
-                      dot_f32=_interpreter_dot_f32(q.dtype, dev), tune=_tune(tune) if tune else ())
+                      dot_f32=_interpreter_dot_f32(q.dtype, dev), bf16=q.dtype == torch.bfloat16,
+                      tune=_tune(tune) if tune else ())
     return launch(plan, q, k, v, spans, scale=scale, return_lse=return_lse, out=out, positions=positions,
                   block_size=block_size)
 

@@ -18,7 +18,7 @@ from .. import plan as P
 from .. import replay
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
-from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS, PARTIAL_DTYPE
+from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS, PARTIAL_DTYPE, WS_REGISTERS, WS_WARPS
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
 from . import bind, forward as fwd_kernels, params
@@ -149,12 +149,21 @@ def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, op_scale
     B, S, G, h, Dk = q.shape
     T, Dv = k.shape[2], v.shape[3]
     readers = keymajor_reader_list(ranges, T, meta)
-    fn = fwd_kernels.sel_fwd_keymajor_kernel
-    args = params.packer(fn)(Q=q, K=k, V=v, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries,
-                             ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
-                             NT=readers.n_tiles, qk_scale=qk_scale, sq=q.stride(), sk=k.stride(), sv=v.stride())
-    _go(fn, None, plan, (readers.chunks.shape[0],), args,
-        lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs()))
+    if meta.ws and _rows_for_cp_async(readers, q, k, v):
+        from .keymajor_ws import sel_fwd_keymajor_ws_kernel as fn  # Gluon: imported where the Triton has it
+
+        args = params.packer(fn)(Q=q, K=k, V=v, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries,
+                                 ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, T=T, NT=readers.n_tiles,
+                                 qk_scale=qk_scale, sq=q.stride()[:4], sk=k.stride()[:3], sv=v.stride()[:3])
+        _go(fn, None, plan, (readers.chunks.shape[0],), args,
+            lambda: dict(num_warps=WS_WARPS, maxnreg=WS_REGISTERS, **meta.ws_constexprs()))
+    else:
+        fn = fwd_kernels.sel_fwd_keymajor_kernel
+        args = params.packer(fn)(Q=q, K=k, V=v, OP=op, OP_SCALE=op_scale, LP=lp, ENTRIES=readers.entries,
+                                 ORIGIN=readers.origin, CHUNKS=readers.chunks, G=G, h=h, Dk=Dk, Dv=Dv, T=T,
+                                 NT=readers.n_tiles, qk_scale=qk_scale, sq=q.stride(), sk=k.stride(), sv=v.stride())
+        _go(fn, None, plan, (readers.chunks.shape[0],), args,
+            lambda: dict(num_warps=meta.num_warps, num_stages=meta.num_stages, **meta.kernel_constexprs()))
     merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
     args = params.packer(merge)(OP=op, OP_SCALE=op_scale, LP=lp, SPANS=ranges, O=o,
                                 LSE=lse if lse is not None else o, S=S, G=G, h=h, Dv=Dv, n_spans=ranges.shape[3],
@@ -163,6 +172,19 @@ def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, op_scale
     _go(merge, None, plan, (P.cdiv(B * S * G, meta.merge_rows_per_program()),), args,
         lambda: dict(num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs()))
     return readers
+
+
+def _rows_for_cp_async(readers: ReaderList, q, k, v) -> bool:
+    """Whether the warp-specialised partial kernel takes these tensors: bf16 rows it copies 16 bytes at a time
+    (unit last strides, the other strides and the addresses multiples of 16 bytes) and a reader list its int32
+    positions address (fewer than 2^30 entries).  Otherwise the Triton kernel runs (the same results)."""
+    if readers.entries.shape[0] >= 1 << 30:
+        return False
+    for x in (q, k, v):
+        if x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.data_ptr() % 16 \
+                or any(st % 8 for st in x.stride()[:-1]):
+            return False
+    return True
 
 
 def _empty(shape, dtype, device):

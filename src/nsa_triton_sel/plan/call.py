@@ -108,20 +108,20 @@ def _signature(q, k, v, spans, positions, per_head, tokens, span_len, packed, tr
     tok, candidate = static_tokens(tokens, h, S, dev,
                                    single=per_head or decode or by_key == KM.ALWAYS or (traced and tokens == 0))
     args = (tuple(q.shape), T, Dv, n, blocks, positions is not None, per_head, span_len, packed, rows_as_batch,
-            decode, dot_f32)
+            decode, dot_f32, str(q.dtype) == "torch.bfloat16")
     return _Signature(dev, tok, candidate, by_key, args)
 
 
 def _build(sig: _Signature, tok: int, by_key: bool) -> Plan:
     ((B, S, G, h, Dk), T, Dv, n, blocks, has_pos, per_head, span_len, packed, rows_as_batch, decode,
-     dot_f32) = sig.args
+     dot_f32, bf16) = sig.args
     dev = sig.dev
     if rows_as_batch:
         B, S = S, 1
     mode = M.MODE_BLOCKS if blocks and tok == 1 else M.MODE_RANGES
     if by_key:
         fwd = keymajor(B, S, G, h, Dk, Dv, T, n, dev=dev, span_len=span_len, aligned=blocks and not packed,
-                       has_lse=True, dot_f32=dot_f32)
+                       has_lse=True, dot_f32=dot_f32, bf16=bf16)
     else:
         fwd = selection(B, S, G, h, Dk, Dv, T, n, dev=dev, span_mode=mode, has_pos=has_pos and mode == M.MODE_BLOCKS,
                         has_lse=True, per_head=per_head, tokens=tok, decode=decode, dot_f32=dot_f32)

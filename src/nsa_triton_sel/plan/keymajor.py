@@ -7,7 +7,9 @@ does): one program per chunk of a key tile's readers loads the tile once and com
 every (token, head) pair that selected it, ``ROWS`` pairs per MMA; a second kernel merges each row's partials
 by LSE, in a fixed order.  Its reader list is the backward's (``kernels/readers.py``), built on the device
 with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``,
-``sel_fwd_keymajor_merge_kernel``).
+``sel_fwd_keymajor_merge_kernel``), and where the device's Triton has Gluon's warp specialisation (sm_90, Triton
+>= 3.6) the partial kernel ``kernels/keymajor_ws.py`` (``sel_fwd_keymajor_ws_kernel``: the same results, its q
+gathers in warps of their own; :func:`takes_ws`).
 
 The cost: a workspace of one partial result per (row, key tile, head), written once and read once, and the
 reader list's sort.  The partials are the path's main traffic (at 32K with 32 query heads, 4.3 GB of gathered q
@@ -73,6 +75,13 @@ BWD_ROWS = 32
 BWD_WARPS = 4
 BWD_STAGES = 1
 DELTA_ROWS = 64  # (token, group, head) rows per program of the key-major dq's delta pass
+# The warp-specialised Gluon partial kernel (``kernels/keymajor_ws.py``; where the device's Triton has it,
+# ``device.gluon_ws``): q slots in shared memory, registers a thread of its MMA partition (the launch's cap), warps
+# of its gather partition.  H200, 32K, h = 8: the whole forward 0.86x the Triton partial kernel's time; 4 slots
+# or 2 MMA partitions were no faster (bench/results/2026-11-29-h200-triton3.6-keymajor-ceiling/).
+WS_SLOTS = 3
+WS_REGISTERS = 128
+WS_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -96,10 +105,16 @@ class KeyMajorMeta(_Constexprs):
     bwd_rows: int = BWD_ROWS  # the key-major backward kernel's (entry, head) pairs per step and launch
     bwd_warps: int = BWD_WARPS
     bwd_stages: int = BWD_STAGES
+    ws: bool = False  # the partial results come from the warp-specialised Gluon kernel (:func:`takes_ws`)
 
     def kernel_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
                 "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
+
+    def ws_constexprs(self) -> dict:
+        """The warp-specialised kernel's constexprs (its launch: ``WS_WARPS`` warps, ``maxnreg=WS_REGISTERS``)."""
+        return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "D": self.BLOCK_DV, "HP": self.HP, "SLOTS": WS_SLOTS,
+                "REGISTERS": WS_REGISTERS}
 
     def bwd_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.bwd_rows, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
@@ -133,6 +148,13 @@ def forward_stages(shared: int | None, wide: bool) -> int:
     """The key-major forward kernel's stages on a device whose programs may use ``shared`` bytes of shared memory
     (None: unknown), for head dims ``wide`` or not (Dk + Dv past 256, whose deeper pipeline is not measured)."""
     return FWD_STAGES_DEEP if shared is not None and shared >= DEEP_SHARED and not wide else FWD_STAGES
+
+
+def takes_ws(*, gluon_ws: bool, Dk: int, Dv: int, block_n: int, rows: int, dot_f32: bool) -> bool:
+    """Whether the warp-specialised Gluon kernel computes the partial results: the device's Triton has it
+    (``gluon_ws``: ``device.gluon_ws``, and a bf16 call) and the configuration is the one it is written for
+    (Dk = Dv = 128, 64-key tiles, 64-pair steps, bf16 MMAs)."""
+    return bool(gluon_ws) and (Dk, Dv, block_n, rows) == (128, 128, 64, 64) and not dot_f32
 
 
 def workspace_bytes(rows: int, per_row: int, h: int, Dk: int, Dv: int) -> int:
@@ -241,13 +263,16 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
                   G: int, sm_count: int, has_lse: bool = True, dot_f32: bool = False, max_rows: int = 64,
                   block_n: int | None = None, pairs: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None, chunk: int | None = None,
-                  groups_per_pass: int | None = None, shared: int | None = None) -> KeyMajorMeta:
+                  groups_per_pass: int | None = None, shared: int | None = None,
+                  gluon_ws: bool = False) -> KeyMajorMeta:
     """The key-major forward's configuration for ``q [B, S, G, h, Dk]`` with ``n_spans`` spans of at most
     ``span_len`` keys (0: unbounded; ``aligned``: block indices) over ``T`` keys; ``ValueError`` outside its
     range (more heads than pairs per step, tile sizes that are not powers of two).  ``groups_per_pass`` 0 means
     that not even one KV head's workspace fits :data:`WORKSPACE_BYTES` (the planner then runs token-major).
     ``shared``: the bytes of shared memory a program may use on the device (``device.shared_limit``; None:
-    unknown), which decides the forward kernel's stages (:data:`FWD_STAGES_DEEP` where it holds them)."""
+    unknown), which decides the forward kernel's stages (:data:`FWD_STAGES_DEEP` where it holds them).
+    ``gluon_ws``: the device's Triton has the warp-specialised partial kernel and the call is bf16
+    (:func:`takes_ws` decides)."""
     check_sizes(h, Dk, Dv, "the key-major forward")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
@@ -275,4 +300,5 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
         chunk=chunk or chunk_size(max(B * S * max(gpp, 1) * per_row, 1), PROGRAMS_PER_SM * sm_count,
                                   rows_per_step, hp),
         groups_per_pass=gpp,
+        ws=takes_ws(gluon_ws=gluon_ws, Dk=Dk, Dv=Dv, block_n=bn, rows=rows_per_step, dot_f32=dot_f32),
     )

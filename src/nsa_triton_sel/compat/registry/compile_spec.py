@@ -65,6 +65,7 @@ class CompileSpec:
     skip: Mapping[str, Any] | None = None  # {triton specifier: archs where this variant is never launched}
     note: str = ""
     only: Mapping[str, Any] | None = None  # {triton specifier: archs}: compiled there and nowhere else
+    maxnreg: int | None = None  # the launch's register cap a thread (the warp-specialised kernel's)
 
     def __post_init__(self):
         if not isinstance(self.kernel, str):
@@ -89,6 +90,7 @@ class CompileSpec:
             "constexprs": dict(self.constexprs), "types": dict(self.types),
             "num_warps": self.num_warps, "num_stages": self.num_stages,
             "arch": int(arch), "warp_size": int(warp_size),
+            **({"maxnreg": int(self.maxnreg)} if self.maxnreg else {}),
         }
 
     def expected_verdicts(self, version) -> list[str] | None:
@@ -113,7 +115,7 @@ class CompileSpec:
 
     def skip_reason(self) -> str:
         if self.only:
-            return f"not launched there: only the row-capped planner launches it (only={dict(self.only)})"
+            return f"not launched there: the planner launches it only where only={dict(self.only)} holds"
         return f"not launched there (skip={dict(self.skip or {})})"
 
     def to_dict(self) -> dict:

@@ -132,7 +132,8 @@ def backward_specs(full: bool = False) -> list[CompileSpec]:
 def _dict_specs(variants: list[dict]) -> list[CompileSpec]:
     """Specs of variant dicts: ``rows`` (the widest dot M, for the row-cap windows' skips), and where the
     planner launches a variant on some archs only, ``only_archs`` (compiled there alone) or ``skip_archs`` (not
-    compiled there), on every Triton release."""
+    compiled there), on every Triton release, or ``only`` (``{triton specifier: archs}``: compiled where one
+    holds)."""
     specs = []
     for d in variants:
         d = dict(d)
@@ -140,7 +141,7 @@ def _dict_specs(variants: list[dict]) -> list[CompileSpec]:
         skip = _skips(rows, d["name"]) or {}
         if "skip_archs" in d:
             skip[ANY_RELEASE] = tuple(sorted(set(skip.get(ANY_RELEASE, ())) | set(d.pop("skip_archs"))))
-        only = {ANY_RELEASE: tuple(d.pop("only_archs"))} if "only_archs" in d else None
+        only = {ANY_RELEASE: tuple(d.pop("only_archs"))} if "only_archs" in d else d.pop("only", None)
         specs.append(CompileSpec(**d, skip=skip or None, only=only, note=f"rows={rows}"))
     return specs
 

@@ -244,6 +244,7 @@ def backward_variants(full: bool = False) -> list[dict]:
 
 
 FORWARD_MODULE = "nsa_triton_sel.kernels.forward"
+KEYMAJOR_WS_MODULE = "nsa_triton_sel.kernels.keymajor_ws"
 # The key-major forward's pointers of another element type, and its UPPERCASE sizes.
 KEYMAJOR_TYPES = {
     "OP": "*fp16", "OP_SCALE": "*fp32", "LP": "*fp32", "LSE": "*fp32", "SPANS": "*i32", "ENTRIES": "*i32",
@@ -258,12 +259,13 @@ def keymajor_variants() -> list[dict]:
     :func:`backward_variants`: every padded group size up to the largest group the planner runs key-major (1, 2,
     4, ... up to ``MAX_H``; an odd h pads to the next power of two) in bf16, and h = 1 and 4 in fp16 too (the MMA
     of each dtype; the other group sizes change only the tile layout), Dk = 128 and Dk = 192 with Dv = 128 (two Dk
-    slices, 32-key tiles, one head), and the merge with
+    slices, 32-key tiles, one head), the warp-specialised Gluon partial kernel where the planner runs it (bf16, Dk
+    = Dv = 128, sm_90 on Triton >= 3.6: ``plan.keymajor.takes_ws``), and the merge with
     and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration), its delta pass and
     its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
-    from ...device import SHARED_PER_BLOCK
-    from ...plan.keymajor import DEEP_SHARED, MAX_H, keymajor_meta
+    from ...device import GLUON_WS_ARCHS, GLUON_WS_SINCE, SHARED_PER_BLOCK
+    from ...plan.keymajor import DEEP_SHARED, MAX_H, WS_REGISTERS, WS_WARPS, keymajor_meta
     from ...plan.tiles import next_pow2
 
     groups = [1 << i for i in range(next_pow2(MAX_H).bit_length())]
@@ -283,6 +285,13 @@ def keymajor_variants() -> list[dict]:
                 out.append({**fwd, "skip_archs": deep_archs})
                 out.append({**fwd, "name": f"{fwd['name']}/stages{deep.num_stages}", "num_stages": deep.num_stages,
                             "only_archs": deep_archs})
+            ws = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
+                               G=4, sm_count=132, gluon_ws=dtype == "bf16")
+            if ws.ws:  # the warp-specialised Gluon partial kernel, where the planner launches it
+                out.append({"name": f"sel_fwd_keymajor_ws/{tag}", "kernel": f"{KEYMAJOR_WS_MODULE}:sel_fwd_keymajor_ws_kernel",
+                            "constexprs": ws.ws_constexprs(), "num_warps": WS_WARPS, "num_stages": 1,
+                            "maxnreg": WS_REGISTERS, "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": ws.ROWS,
+                            "only": {f">={GLUON_WS_SINCE}": GLUON_WS_ARCHS}})
             out.append({"name": f"sel_bwd_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_keymajor_kernel",
                         "constexprs": m.bwd_constexprs(), "num_warps": m.bwd_warps, "num_stages": m.bwd_stages,
                         "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": max(m.bwd_rows, m.BLOCK_N)})

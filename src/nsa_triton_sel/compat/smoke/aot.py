@@ -106,6 +106,16 @@ def make_source(ASTSource, family: str, fn, types: dict, constexprs: dict, align
                      attrs=_old_attrs(aligned_idx, [names.index(n) for n in ones]))
 
 
+def _source_class(fn, ASTSource):
+    """The source class that compiles ``fn``: Gluon's for a ``@gluon.jit`` kernel (its own front end), else
+    ``ASTSource``."""
+    if type(fn).__name__ != "GluonJITFunction":
+        return ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    return GluonASTSource
+
+
 def compile_request(req: dict) -> dict:
     """Compile one request (``CompileSpec.request(arch)``); returns the result dict, never raises."""
     t0 = time.perf_counter()
@@ -117,9 +127,11 @@ def compile_request(req: dict) -> dict:
         types, constexprs = derive_signature(fn, req)
         types = launch_hints(req["kernel"], types)
         result["signature"] = types
-        src = make_source(ASTSource, family, fn, types, constexprs)
+        src = make_source(_source_class(fn, ASTSource), family, fn, types, constexprs)
         target = GPUTarget("cuda", int(req["arch"]), int(req.get("warp_size", 32)))
         options = {"num_warps": int(req["num_warps"]), "num_stages": int(req["num_stages"])}
+        if req.get("maxnreg"):
+            options["maxnreg"] = int(req["maxnreg"])
         compiled = triton.compile(src, target=target, options=options)
         result["metrics"] = collect_metrics(compiled)
     except Unsupported as e:

@@ -1,0 +1,166 @@
+"""The key-major forward's warp-specialised Gluon partial kernel (``kernels/keymajor_ws.py``) on a CUDA device
+whose Triton has it (sm_90, Triton >= 3.6): it is the kernel that runs (the profiler names it), its results are
+the Triton partial kernel's bit for bit (NaN where it has NaN) and the float64 oracle's within tolerance, on fresh
+random inputs: odd and even groups, multi-span rows, empty rows, L just over 64, a last partial key tile, NSA
+block selections, non-finite values, int64 offsets; it falls back to the Triton kernel for rows it cannot copy
+16 bytes at a time, and captures in a CUDA graph.  Run with ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import keymajor_cases as C
+from kernel_checks import check_against_oracle, fresh_seed
+from nsa_triton_sel.contract import block_indices_to_ranges
+from nsa_triton_sel.device import device_of
+from nsa_triton_sel.kernels import direct
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+WS_KERNEL = "sel_fwd_keymajor_ws_kernel"
+TRITON_KERNEL = "sel_fwd_keymajor_kernel"
+
+
+@pytest.fixture
+def ws_here():
+    """Skips, naming the cause, where the planner never launches the warp-specialised kernel."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    why = C.why_no_keymajor(DEV)
+    if why:
+        pytest.skip(why)
+    dev = device_of(torch.device(DEV))
+    if not dev.gluon_ws:
+        pytest.skip(f"Triton {dev.triton} on sm_{dev.arch} has no warp-specialised key-major kernel "
+                    "(sm_90 and Triton >= 3.6: device.gluon_ws)")
+
+
+def kernels_run(fn) -> set[str]:
+    """The names of the key-major partial kernels that ``fn()`` launched (CUDA profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events()}
+    return {k for k in (WS_KERNEL, TRITON_KERNEL) if any(n.startswith(k) for n in names)}
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, NaN where the other has NaN."""
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan])
+
+
+def both(q, k, v, spans, **kw):
+    """``(out, lse)`` of the warp-specialised kernel and of the Triton partial kernel; checks which one ran."""
+    ws = lambda: direct.sel_attn_keymajor(q, k, v, spans, return_lse=True, **kw)  # noqa: E731
+    tr = lambda: direct.sel_attn_keymajor(q, k, v, spans, return_lse=True, gluon_ws=False, **kw)  # noqa: E731
+    got, want = ws(), tr()
+    assert kernels_run(ws) == {WS_KERNEL}
+    assert kernels_run(tr) == {TRITON_KERNEL}
+    return got, want
+
+
+def assert_same(got, want, what):
+    for name, a, b in zip(("out", "lse"), got, want):
+        assert same_bits(a, b), f"{what}: {name} differs from the Triton partial kernel's " \
+                                f"(max |diff| {(a.float() - b.float()).abs().nan_to_num().max().item()})"
+
+
+WS_RANGE_CASES = [
+    ("h1-multispan-L65", dict(B=1, S=70, G=2, h=1, Dk=128, Dv=128, T=65, n=4), 64),
+    ("h3-empty-rows", dict(B=2, S=40, G=1, h=3, Dk=128, Dv=128, T=300, n=3, empty_frac=0.4), 100),
+    ("h5-partial-tile", dict(B=1, S=90, G=2, h=5, Dk=128, Dv=128, T=1000, n=5), 64),
+    ("h8-multispan", dict(B=1, S=50, G=3, h=8, Dk=128, Dv=128, T=777, n=6), 130),
+]
+
+
+@pytest.mark.parametrize("name,kw,span_len", WS_RANGE_CASES, ids=[c[0] for c in WS_RANGE_CASES])
+def test_ws_ranges_match_the_triton_kernel_and_the_oracle(ws_here, name, kw, span_len):
+    seed = fresh_seed()
+    q, k, v, r = C.ranges_case(kw, span_len, torch.bfloat16, DEV, seed)
+    got, want = both(q, k, v, r, span_len=span_len)
+    assert_same(got, want, f"{name} seed={seed}")
+    check_against_oracle(*got, q, k, v, r, what=f"ws {name} seed={seed}")
+    C.check_ranges(kw, span_len, torch.bfloat16, DEV, seed)  # every output element written
+
+
+@pytest.mark.parametrize("h", [1, 2, 4, 6, 8])
+def test_ws_nsa_blocks_match_the_triton_kernel_and_the_oracle(ws_here, h):
+    seed = fresh_seed()
+    q, k, v, blocks, pos = C.blocks_case(1, 700, 2, h, 128, 1999, 64, 16, torch.bfloat16, DEV, seed,
+                                         positions=True)
+    got, want = both(q, k, v, blocks, block_size=64, positions=pos)
+    assert_same(got, want, f"h={h} seed={seed}")
+    check_against_oracle(*got, q, k, v, block_indices_to_ranges(blocks, 64, 1999, pos), what=f"ws blocks h={h}")
+
+
+def test_ws_chunks_of_a_hot_tile_and_passes_over_groups(ws_here):
+    seed = fresh_seed()
+    q, k, v, blocks, _ = C.blocks_case(2, 300, 3, 2, 128, 300, 64, 4, torch.bfloat16, DEV, seed)
+    got, want = both(q, k, v, blocks, block_size=64, chunk=8, groups_per_pass=2)
+    assert_same(got, want, f"seed={seed}")
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "all three"])
+def test_ws_non_finite_values_give_the_triton_kernels_results(ws_here, bad):
+    """A value tile with a non-finite value takes the isolating walk: NaN (or inf) reaches exactly the columns
+    that the Triton kernel gives it to, and every other tile's results are unchanged."""
+    seed = fresh_seed()
+    q, k, v, blocks, pos = C.blocks_case(1, 512, 2, 4, 128, 1024, 64, 8, torch.bfloat16, DEV, seed,
+                                         positions=True)
+    values = {"nan": [float("nan")], "inf": [float("inf")], "-inf": [float("-inf")],
+              "all three": [float("nan"), float("inf"), float("-inf")]}[bad]
+    for i, x in enumerate(values):  # keys in three different tiles, two columns each
+        v[0, i % 2, 70 + 300 * i, 5 + i] = x
+        v[0, i % 2, 71 + 300 * i, 100 - i] = x
+    got, want = both(q, k, v, blocks, block_size=64, positions=pos)
+    assert_same(got, want, f"{bad} seed={seed}")
+    assert not torch.isfinite(got[0]).all(), "no reader got the non-finite value"
+
+
+def test_ws_offsets_past_2_31_elements(ws_here):
+    """A batch stride past 2^31 elements in q, k and v: the row offsets are int64."""
+    seed = fresh_seed()
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    S, G, h, T, D = 256, 1, 2, 256, 128
+    stride_b = (1 << 31) + 4096  # elements between the two batch rows (a multiple of 8: 16-byte rows)
+    base = torch.empty(stride_b + S * G * h * D, dtype=torch.bfloat16, device=DEV)
+    q = base.as_strided((2, S, G, h, D), (stride_b, G * h * D, h * D, D, 1))
+    q[0].copy_(torch.randn(S, G, h, D, generator=gen, device=DEV))
+    q[1].copy_(torch.randn(S, G, h, D, generator=gen, device=DEV))
+    k = torch.randn(2, G, T, D, generator=gen, device=DEV).to(torch.bfloat16)
+    v = torch.randn(2, G, T, D, generator=gen, device=DEV).to(torch.bfloat16)
+    blocks = C.blocks_case(2, S, G, h, D, T, 64, 4, torch.bfloat16, DEV, seed)[3]
+    got, want = both(q, k, v, blocks, block_size=64)
+    assert_same(got, want, f"seed={seed}")
+    q_small = q.contiguous()
+    del base, q
+    check_against_oracle(*got, q_small, k, v, block_indices_to_ranges(blocks, 64, T), what="ws int64 offsets")
+
+
+def test_ws_falls_back_for_rows_it_cannot_copy_16_bytes_at_a_time(ws_here):
+    """q whose address is not 16-byte aligned: the Triton partial kernel runs, with the same results."""
+    seed = fresh_seed()
+    q, k, v, blocks, _ = C.blocks_case(1, 300, 2, 4, 128, 600, 64, 8, torch.bfloat16, DEV, seed)
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEV)[1:].view(q.shape)
+    shifted.copy_(q)
+    run = lambda: direct.sel_attn_keymajor(shifted, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
+    assert kernels_run(run) == {TRITON_KERNEL}
+    assert_same(run(), direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True), f"seed={seed}")
+
+
+def test_ws_is_deterministic_and_captures_in_a_cuda_graph(ws_here):
+    q, k, v, blocks, _ = C.blocks_case(1, 2048, 4, 4, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed())
+    run = lambda: direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
+    assert kernels_run(run) == {WS_KERNEL}
+    out1, lse1 = run()
+    out2, lse2 = run()
+    assert torch.equal(out1, out2) and torch.equal(lse1, lse2), "two runs differ"
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got, got_lse = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, out1) and torch.equal(got_lse, lse1)
