@@ -42,13 +42,12 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_a
     warpgroup_mma, warpgroup_mma_wait
 
 from bench.probes.dkdv_variants import against, run_cli, timed_against_shipped
+# a CTA-wide barrier, the cp.async copy into shared memory and the key tile's k and v in shared memory, as the
+# shipped warp-specialised forward has them
+from nsa_triton_sel.kernels.keymajor_ws import _async_gather, _cta_barrier, _key_tile
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG2E = 1.4426950408889634
-# A CTA-wide barrier: ``gl.thread_barrier`` in Triton 3.6, ``gl.barrier`` from 3.7.
-_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
-# A cp.async copy into shared memory: ``async_copy_global_to_shared`` up to Triton 3.8, ``async_load`` from 3.9.
-_async_gather = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -135,24 +134,6 @@ def _chunk(CHUNKS, NT, G, BLOCK_N: gl.constexpr):
     slot = gl.load(chunk + 3)
     bg = tile_id // NT
     return tile_id, e0, e1, slot, bg, bg // G, bg % G, (tile_id % NT) * BLOCK_N
-
-
-@gluon.jit
-def _key_tile(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """The key tile's k and v ``[BLOCK_N, D]`` in shared memory (keys past ``T`` as 0), the score MMAs' A."""
-    gather: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    tile_sh: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.bfloat16)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gather))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, gather))
-    n_ok = (k0 + offs_n) < T
-    t_idx = (k0 + offs_n).to(gl.int64)
-    kv_m = gl.expand_dims(n_ok, 1) & gl.expand_dims(offs_d < D, 0)
-    k = gl.load(K + gl.expand_dims(b * sk_b + g * sk_g + t_idx * sk_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
-    v = gl.load(V + gl.expand_dims(b * sv_b + g * sv_g + t_idx * sv_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
-    return (gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D], tile_sh, k),
-            gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D], tile_sh, v))
 
 
 @gluon.jit

@@ -35,13 +35,15 @@ from pathlib import Path
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, mbarrier, \
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, \
     warpgroup_mma, warpgroup_mma_wait
 
-# the reader-list chunk; the key and value tile in shared memory, the value tile's scale and marks; a CTA-wide
-# barrier and the cp.async copy, as the shipped warp-specialised kernel has them
+# the reader-list chunk; the key and value tile in shared memory, the value tile's scale and marks and a CTA-wide
+# barrier, as the shipped warp-specialised kernel has them
 from bench.probes.dkdv_gluon import _chunk
-from nsa_triton_sel.kernels.keymajor_ws import _async_gather, _cta_barrier, _key_tile, _value_tile
+from nsa_triton_sel.kernels.keymajor_ws import _cta_barrier, _key_tile, _value_tile
+# the gather warps: the shipped kernel's gather partition (step j's q rows into slot j % NB)
+from nsa_triton_sel.kernels.keymajor_ws import _gather as _producer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,29 +69,6 @@ VARIANTS = [
     ("ws3-nb4-st", 4, 3, 128, 128, 1),
     ("ws3-nb6-st", 6, 3, 128, 128, 1),
 ]
-
-
-@gluon.jit
-def _producer(Q, ENTRIES, q_sh, ready, empty, e0, e1, b, g, h, sq_b, sq_s, sq_g, sq_h,
-              ROWS: gl.constexpr, D: gl.constexpr, HP: gl.constexpr, NB: gl.constexpr):
-    """The gather warps (4): step ``j``'s q rows by ``cp.async`` into slot ``j % NB`` once the slot is free
-    (masked pairs zero-filled); every thread's copies arrive on the slot's ``ready`` barrier."""
-    STEP: gl.constexpr = ROWS // HP
-    gather: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, gather))
-    r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, gather))
-    n_steps = gl.cdiv(e1 - e0, STEP)
-    for j in range(n_steps):
-        s = j % NB
-        mbarrier.wait(empty.index(s), ((j // NB) + 1) & 1, pred=j >= NB)
-        ent = e0 + j * STEP + r // HP
-        head = r % HP
-        ok = (ent < e1) & (head < h)
-        tok = gl.load(ENTRIES + ent * 2, mask=ok, other=0)
-        q_off = b * sq_b + tok.to(gl.int64) * sq_s + g * sq_g + head.to(gl.int64) * sq_h
-        m = gl.expand_dims(ok, 1) & gl.expand_dims(offs_d < D, 0)
-        _async_gather(q_sh.index(s), Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0), mask=m)
-        async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
 @gluon.jit
