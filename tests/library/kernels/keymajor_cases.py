@@ -72,6 +72,22 @@ def inf_value_case(dtype, device):
 
 
 
+def check_deterministic_and_graph(run):
+    """``run()`` -> ``(out, lse)``: two eager runs are bit-identical, and a run captured in a CUDA graph (after a
+    warm-up) replays to the same bits."""
+    out1, lse1 = run()
+    out2, lse2 = run()
+    assert torch.equal(out1, out2) and torch.equal(lse1, lse2), "two runs differ"
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got, got_lse = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(got, out1) and torch.equal(got_lse, lse1)
+
+
 def why_no_keymajor(device) -> str | None:
     """Why the planner never takes the key-major path on ``device`` with the installed Triton (None: it may).
 

@@ -154,13 +154,4 @@ def test_ws_is_deterministic_and_captures_in_a_cuda_graph(ws_here):
     q, k, v, blocks, _ = C.blocks_case(1, 2048, 4, 4, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed())
     run = lambda: direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
     assert kernels_run(run) == {WS_KERNEL}
-    out1, lse1 = run()
-    out2, lse2 = run()
-    assert torch.equal(out1, out2) and torch.equal(lse1, lse2), "two runs differ"
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got, got_lse = run()
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(got, out1) and torch.equal(got_lse, lse1)
+    C.check_deterministic_and_graph(run)
