@@ -171,9 +171,14 @@ def test_the_compatibility_summary_is_matrix_mds():
 
     old, new = old_new("H200")
     _, rest = old_new("H200", (2, 3, 5))  # all but forward + backward at 4K, the host-bound row
-    assert (f"On the H200, with the kernels before the warp-specialised forward, Triton 3.0-3.5 run the same kernels "
+    assert (f"On the H200, with the current kernels, Triton 3.0-3.5 run the same kernels "
             f"up to {old:.2f}x slower "
             f"than the newest release") in text
+    rows_35 = [row for row in speed if row[1] == "H200" and _version(row[0])[:2] == (3, 5)]
+    fwd_35 = max(abs(x - 1) for row in rows_35 for x in ratios(row, (2, 3)))
+    train_35 = sorted(x for row in rows_35 for x in ratios(row, (4, 5)))
+    assert (f"3.5.0 and 3.5.1 are within {round(fwd_35 * 100)} % in the forward and "
+            f"{round((train_35[0] - 1) * 100)}-{round((train_35[-1] - 1) * 100)} % behind in forward + backward") in text
     assert f"3.6 and newer are within {rest} % at T = 32K and in the forward, and within {new} % in forward" in text
     old, new = old_new("H100")
     assert f"On the H100, with the earlier kernels, up to {old:.2f}x slower and within {new} %" in text
