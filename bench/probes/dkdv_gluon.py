@@ -104,6 +104,14 @@ def _softmax(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N: gl.constexpr, mma_s: 
              a_op: gl.constexpr, FAST: gl.constexpr = False):
     """``P^T`` and ``dS^T`` ``[BLOCK_N, ROWS]`` of one step as the dv/dk MMAs' register operands (bf16).
     ``FAST``: a step whose every pair reads the whole tile skips the key mask (the same values)."""
+    pt, dst = _softmax_tiles(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N, mma_s, FAST)
+    return gl.convert_layout(pt.to(gl.bfloat16), a_op), gl.convert_layout(dst.to(gl.bfloat16), a_op)
+
+
+@gluon.jit
+def _softmax_tiles(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N: gl.constexpr, mma_s: gl.constexpr,
+                   FAST: gl.constexpr = False):
+    """``P^T`` and ``dS^T`` ``[BLOCK_N, ROWS]`` of one step in float32, in the score tile's layout (``_softmax``)."""
     x = st * qk_scale - gl.expand_dims(lse2, 0)
     x = gl.where(x > 0.0, 0.0, x)
     whole = False
@@ -120,7 +128,7 @@ def _softmax(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N: gl.constexpr, mma_s: 
         inside = (n2 >= gl.expand_dims(lo, 0)) & (n2 < gl.expand_dims(hi, 0))
         pt = gl.where(inside, gl.exp2(x), 0.0)
         dst = gl.where(inside, pt * (dpt - gl.expand_dims(delta, 0)), 0.0)
-    return gl.convert_layout(pt.to(gl.bfloat16), a_op), gl.convert_layout(dst.to(gl.bfloat16), a_op)
+    return pt, dst
 
 
 @gluon.jit

@@ -137,6 +137,68 @@ def first_pass(plan: P.Plan, q, k, v, ranges, lse, go, delta):
     return q[:, :, g], k[:, g], v[:, g], ranges[:, :, g], lse[:, :, g], go[:, :, g], delta[:, :, g]
 
 
+def gluon_backward(names, bench, row, h, keyed, q, k, v, ranges, out, lse, go, sc, named, bgrid, br, nbytes,
+                   ceiling_ms, shipped_bwd) -> None:
+    """The Gluon key-major backward variants beside the shipped kernel on the first pass (``named``: its
+    arguments), each compared bit for bit (dk and dv after the split tiles' reduction, the partial dq and scales of
+    every slot the shipped kernel wrote) and timed; then the whole backward (``launch.backward``, every pass) with
+    each in the kernel's place, dq, dk and dv compared."""
+    from bench.probes import keymajor_bwd_gluon as kbg
+
+    HP = keyed.forward.meta.HP
+    dk, dv, dqp, dqs = named["DK"], named["DV"], named["DQP"], named["DQP_SCALE"]
+
+    def reduced():
+        if br.slots:
+            launch._reduce_split_tiles(named["WS"], br, dk, dv, keyed.backward)
+        return dk.clone(), dv.clone(), dqp.clone(), dqs.clone()
+
+    dqs.fill_(float("nan"))  # slots no pair writes stay NaN: compared where the shipped kernel wrote
+    shipped_bwd()
+    want = reduced()
+    live = ~torch.isnan(want[3])
+    for variant in kbg.chosen(names):
+        def gluon(variant=variant):
+            kbg.launch(variant, named, bgrid[0], HP)
+        try:
+            dk.zero_(), dv.zero_(), dqp.zero_(), dqs.fill_(float("nan"))
+            gluon()
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - a variant that does not compile or launch is a row
+            print(f"| {h} | backward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:300]} | | | |", flush=True)
+            continue
+        got = reduced()
+        same = [same_bits(x, y) for x, y in zip(got[:2], want[:2])] + [
+            same_bits(got[2][live], want[2][live]), same_bits(got[3][live], want[3][live])]
+        d_dq = (got[2][live].float() * got[3][live][:, None] - want[2][live].float() * want[3][live][:, None]).abs()
+        ref = (want[2][live].float() * want[3][live][:, None]).abs().max()
+        how = ("bitwise" if all(same) else
+               "not bitwise: " + ", ".join(n for n, ok in zip(("dk", "dv", "dq", "scale"), same) if not ok)
+               + f"; dq max diff {float(d_dq.max() / ref):.1e} of max |dq|; unwritten live slots "
+                 f"{int(torch.isnan(got[3][live]).sum())}")
+        row(h, "backward", f"gluon {variant[0]} ({how})", bench(gluon), nbytes, of=ceiling_ms)
+
+    def whole(variant=None):
+        with kbg.in_place_of_shipped(variant, HP):
+            return launch.backward(keyed, q, k, v, ranges, out, lse, go, None, scale=sc)
+
+    want = whole()
+    ms0 = bench(whole)
+    row(h, "whole backward", "shipped key-major backward", ms0, 0)
+    for variant in kbg.chosen(names):
+        try:
+            got = whole(variant)
+        except Exception as exc:  # noqa: BLE001
+            print(f"| {h} | whole backward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:200]} |", flush=True)
+            continue
+        same = [same_bits(x, y) for x, y in zip(got, want)]
+        diff = ", ".join(f"{n} {float((x.float() - y.float()).abs().max() / y.float().abs().max()):.1e}"
+                         for n, x, y in zip(("dq", "dk", "dv"), got, want))
+        ms = bench(lambda variant=variant: whole(variant))
+        row(h, "whole backward", f"gluon {variant[0]} ({'bitwise' if all(same) else 'max rel diff ' + diff}; "
+                                 f"{ms / ms0:.3f}x the shipped)", ms, 0)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, default=32768)
@@ -154,6 +216,12 @@ def main(argv=None) -> int:
     ap.add_argument("--nonfinite", action="store_true",
                     help="put NaN, +inf and a row of -inf into the first KV head's values (three key tiles): the "
                          "isolating walks run there, and the comparisons check where NaN lands")
+    ap.add_argument("--skip-forward", action="store_true",
+                    help="leave out the forward's partial kernel, its merge and their ceilings (the backward only)")
+    ap.add_argument("--gluon-bwd", default="",
+                    help="comma list of bench.probes.keymajor_bwd_gluon variants (Triton >= 3.6, sm_90): each compared "
+                         "with the shipped key-major backward kernel (dk, dv, partial dq and scales, bit for bit) and "
+                         "timed beside it, then the whole backward (every pass) with it in the kernel's place")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
 
@@ -251,123 +319,125 @@ def main(argv=None) -> int:
                     best[mode] = min(best.get(mode, ms), ms)
             return best
 
-        ms_ship = bench(shipped_fwd)
-        best = fastest_ceilings("forward", ((meta.ROWS, meta.num_warps), (meta.ROWS, 8), (32, 4)), False, readers, op,
-                                fwd_bytes)
-        row(h, "forward", f"shipped partial kernel ({meta.ROWS} pairs, {meta.num_warps} warps, "
-                          f"{meta.num_stages} stages)", ms_ship, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
-        if a.gluon:
-            from bench.probes import keymajor_gluon
+        mbest = None  # the forward merge's ceiling (the dq merge's rows are read against it)
+        if not a.skip_forward:
+            ms_ship = bench(shipped_fwd)
+            best = fastest_ceilings("forward", ((meta.ROWS, meta.num_warps), (meta.ROWS, 8), (32, 4)), False, readers, op,
+                                    fwd_bytes)
+            row(h, "forward", f"shipped partial kernel ({meta.ROWS} pairs, {meta.num_warps} warps, "
+                              f"{meta.num_stages} stages)", ms_ship, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
+            if a.gluon:
+                from bench.probes import keymajor_gluon
 
-            lp.fill_(float("nan"))  # the slots no pair writes stay NaN: compared where the shipped kernel wrote
-            shipped_fwd()
-            want = (op.clone(), op_scale.clone(), lp.clone())
-            live = torch.isfinite(want[2])  # the slots the shipped kernel wrote (LSE finite)
-            if a.nonfinite:
-                print(f"| {h} | forward | the shipped partials: {int(torch.isnan(want[0][live]).sum())} NaN values in "
-                      f"{int(torch.isnan(want[0][live]).any(1).sum())} slots | | | | |", flush=True)
-            for variant in keymajor_gluon.chosen(a.gluon.split(",")):
-                def gluon_fwd(variant=variant):
-                    keymajor_gluon.launch(variant, qs, ks, vs, op, op_scale, lp, readers, h, meta.HP,
-                                          sc * 1.4426950408889634, rows=meta.ROWS)
-                try:
-                    op.zero_()
-                    lp.fill_(float("nan"))
-                    gluon_fwd()
-                    torch.cuda.synchronize()
-                except Exception as exc:  # noqa: BLE001 - a variant that does not compile or launch is a row
-                    print(f"| {h} | forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:300]} | | | |",
-                          flush=True)
-                    continue
-                d_out = torch.nan_to_num((op.float() * op_scale[:, None]) - (want[0].float() * want[1][:, None]))[
-                    live].abs().max()
-                d_lse = (lp - want[2])[live].abs().max()
-                same = all(same_bits(x[live], y[live]) for x, y in zip((op, op_scale, lp), want))
-                ms = bench(gluon_fwd)
-                how = "bitwise" if same else f"max diff out {d_out:.2e}, lse {d_lse:.2e}"
-                row(h, "forward", f"gluon {variant[0]} ({how})", ms, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
-        if a.gluon and a.whole:
-            want = keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None)
-            if a.nonfinite:
-                print(f"| {h} | whole forward | the shipped output: {int(torch.isnan(want[0]).sum())} NaN values | | | |"
-                      f" |", flush=True)
-            ms_whole = bench(lambda: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None))
-            whole_bytes = fwd_bytes[GATHER_STORE] * G // Gp + merge_bytes_all
-            row(h, "whole forward", "shipped partial kernel", ms_whole, whole_bytes)
-            for variant in keymajor_gluon.chosen(a.gluon.split(",")):
-                try:
-                    got = keymajor_gluon.forward(keyed, q, k, v, ranges, sc, variant)
-                except Exception as exc:  # noqa: BLE001
-                    print(f"| {h} | whole forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:200]} |",
-                          flush=True)
-                    continue
-                same = same_bits(got[0], want[0]) and same_bits(got[1], want[1])
-                ms = bench(lambda variant=variant: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, variant))
-                row(h, "whole forward", f"gluon {variant[0]} ({'bitwise' if same else 'NOT bitwise'}; "
-                                        f"{ms / ms_whole:.3f}x the shipped)", ms, whole_bytes)
-        if a.tune:
-            shipped_fwd()
-            want = (op.clone(), op_scale.clone(), lp.clone())
-            for rows, warps, stages in itertools.product((32, 64, 128), (4, 8), (3, 4, 5)):
-                if rows < meta.HP or (rows, warps, stages) == (meta.ROWS, meta.num_warps, meta.num_stages):
-                    continue
-                cx = dict(meta.kernel_constexprs(), ROWS=rows)
+                lp.fill_(float("nan"))  # the slots no pair writes stay NaN: compared where the shipped kernel wrote
+                shipped_fwd()
+                want = (op.clone(), op_scale.clone(), lp.clone())
+                live = torch.isfinite(want[2])  # the slots the shipped kernel wrote (LSE finite)
+                if a.nonfinite:
+                    print(f"| {h} | forward | the shipped partials: {int(torch.isnan(want[0][live]).sum())} NaN values in "
+                          f"{int(torch.isnan(want[0][live]).any(1).sum())} slots | | | | |", flush=True)
+                for variant in keymajor_gluon.chosen(a.gluon.split(",")):
+                    def gluon_fwd(variant=variant):
+                        keymajor_gluon.launch(variant, qs, ks, vs, op, op_scale, lp, readers, h, meta.HP,
+                                              sc * 1.4426950408889634, rows=meta.ROWS)
+                    try:
+                        op.zero_()
+                        lp.fill_(float("nan"))
+                        gluon_fwd()
+                        torch.cuda.synchronize()
+                    except Exception as exc:  # noqa: BLE001 - a variant that does not compile or launch is a row
+                        print(f"| {h} | forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:300]} | | | |",
+                              flush=True)
+                        continue
+                    d_out = torch.nan_to_num((op.float() * op_scale[:, None]) - (want[0].float() * want[1][:, None]))[
+                        live].abs().max()
+                    d_lse = (lp - want[2])[live].abs().max()
+                    same = all(same_bits(x[live], y[live]) for x, y in zip((op, op_scale, lp), want))
+                    ms = bench(gluon_fwd)
+                    how = "bitwise" if same else f"max diff out {d_out:.2e}, lse {d_lse:.2e}"
+                    row(h, "forward", f"gluon {variant[0]} ({how})", ms, fwd_bytes[GATHER_STORE], of=best[GATHER_STORE])
+            if a.gluon and a.whole:
+                want = keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None)
+                if a.nonfinite:
+                    print(f"| {h} | whole forward | the shipped output: {int(torch.isnan(want[0]).sum())} NaN values | | | |"
+                          f" |", flush=True)
+                ms_whole = bench(lambda: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, None))
+                whole_bytes = fwd_bytes[GATHER_STORE] * G // Gp + merge_bytes_all
+                row(h, "whole forward", "shipped partial kernel", ms_whole, whole_bytes)
+                for variant in keymajor_gluon.chosen(a.gluon.split(",")):
+                    try:
+                        got = keymajor_gluon.forward(keyed, q, k, v, ranges, sc, variant)
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"| {h} | whole forward | gluon {variant[0]} | {type(exc).__name__}: {str(exc)[:200]} |",
+                              flush=True)
+                        continue
+                    same = same_bits(got[0], want[0]) and same_bits(got[1], want[1])
+                    ms = bench(lambda variant=variant: keymajor_gluon.forward(keyed, q, k, v, ranges, sc, variant))
+                    row(h, "whole forward", f"gluon {variant[0]} ({'bitwise' if same else 'NOT bitwise'}; "
+                                            f"{ms / ms_whole:.3f}x the shipped)", ms, whole_bytes)
+            if a.tune:
+                shipped_fwd()
+                want = (op.clone(), op_scale.clone(), lp.clone())
+                for rows, warps, stages in itertools.product((32, 64, 128), (4, 8), (3, 4, 5)):
+                    if rows < meta.HP or (rows, warps, stages) == (meta.ROWS, meta.num_warps, meta.num_stages):
+                        continue
+                    cx = dict(meta.kernel_constexprs(), ROWS=rows)
 
-                def variant(warps=warps, stages=stages, cx=cx):
-                    part[grid](*part_args, num_warps=warps, num_stages=stages, **cx)
-                try:
-                    op.fill_(0)
+                    def variant(warps=warps, stages=stages, cx=cx):
+                        part[grid](*part_args, num_warps=warps, num_stages=stages, **cx)
+                    try:
+                        op.fill_(0)
+                        variant()
+                        same = all(torch.equal(x, y) for x, y in zip((op, op_scale, lp), want))
+                        ms = bench(variant)
+                    except Exception as exc:  # noqa: BLE001 - a launch that does not compile or fit is a row
+                        print(f"| {h} | forward | partial kernel {rows} pairs, {warps} warps, {stages} stages | "
+                              f"{type(exc).__name__}: {str(exc)[:80]} | | | |", flush=True)
+                        continue
+                    row(h, "forward", f"partial kernel {rows} pairs, {warps} warps, {stages} stages"
+                                      f"{'' if same else ' (NOT bitwise)'}", ms, fwd_bytes[GATHER_STORE],
+                        of=best[GATHER_STORE])
+
+            # -- the forward merge and its ceiling (the partials the shipped kernel just wrote) --
+            shipped_fwd()
+            merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
+            o_pass = torch.empty_like(out[:, :, :Gp])
+            l_pass = torch.empty_like(lse[:, :, :Gp])
+            merge_args = params.packer(merge)(OP=op, OP_SCALE=op_scale, LP=lp, SPANS=rs, O=o_pass, LSE=l_pass, S=S, G=Gp,
+                                              h=h, Dv=D, n_spans=rs.shape[3], T=T, per_row=meta.per_row,
+                                              n_rows=B * S * Gp, sr=rs.stride(), so=o_pass.stride(),
+                                              sl=l_pass.stride())
+            mgrid = (P.cdiv(B * S * Gp, meta.merge_rows_per_program()),)
+            ms_merge = bench(lambda: merge[mgrid](*merge_args, num_warps=MERGE_WARPS, num_stages=1,
+                                                  **meta.merge_constexprs()))
+            n_pairs = B * S * Gp * h
+            merge_bytes = pairs * (2 * D + 8) + n_pairs * (2 * D + 4)
+            mbest = None
+            for pp, warps, ahead in ((32, 4, True), (16, 4, True), (64, 4, True), (32, 8, True), (32, 4, False),
+                                     (16, 2, True)):
+                ms = bench(lambda pp=pp, warps=warps, ahead=ahead: merge_ceiling_kernel[(P.cdiv(n_pairs, pp),)](
+                    op, op_scale, o_pass, n_pairs, meta.per_row, h, PAIRS=pp, D=D, AHEAD=ahead, num_warps=warps,
+                    num_stages=1))
+                row(h, "forward merge", f"ceiling, {pp} pairs, {warps} warps{', next partial ahead' if ahead else ''}",
+                    ms, merge_bytes)
+                mbest = ms if mbest is None else min(mbest, ms)
+            row(h, "forward merge", "shipped merge", ms_merge, merge_bytes, of=mbest)
+            if a.tune:
+                merge[mgrid](*merge_args, num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs())
+                want = (o_pass.clone(), l_pass.clone())
+                for pp, warps in itertools.product((8, 16, 32, 64), (2, 4, 8)):
+                    if pp < meta.HP or (pp, warps) == (meta.merge_constexprs()["PAIRS"], MERGE_WARPS):
+                        continue
+                    g2 = (P.cdiv(B * S * Gp, pp // meta.HP),)
+                    cx = dict(meta.merge_constexprs(), PAIRS=pp)
+
+                    def variant(g2=g2, warps=warps, cx=cx):
+                        merge[g2](*merge_args, num_warps=warps, num_stages=1, **cx)
+                    o_pass.zero_()
                     variant()
-                    same = all(torch.equal(x, y) for x, y in zip((op, op_scale, lp), want))
-                    ms = bench(variant)
-                except Exception as exc:  # noqa: BLE001 - a launch that does not compile or fit is a row
-                    print(f"| {h} | forward | partial kernel {rows} pairs, {warps} warps, {stages} stages | "
-                          f"{type(exc).__name__}: {str(exc)[:80]} | | | |", flush=True)
-                    continue
-                row(h, "forward", f"partial kernel {rows} pairs, {warps} warps, {stages} stages"
-                                  f"{'' if same else ' (NOT bitwise)'}", ms, fwd_bytes[GATHER_STORE],
-                    of=best[GATHER_STORE])
-
-        # -- the forward merge and its ceiling (the partials the shipped kernel just wrote) --
-        shipped_fwd()
-        merge = fwd_kernels.sel_fwd_keymajor_merge_kernel
-        o_pass = torch.empty_like(out[:, :, :Gp])
-        l_pass = torch.empty_like(lse[:, :, :Gp])
-        merge_args = params.packer(merge)(OP=op, OP_SCALE=op_scale, LP=lp, SPANS=rs, O=o_pass, LSE=l_pass, S=S, G=Gp,
-                                          h=h, Dv=D, n_spans=rs.shape[3], T=T, per_row=meta.per_row,
-                                          n_rows=B * S * Gp, sr=rs.stride(), so=o_pass.stride(),
-                                          sl=l_pass.stride())
-        mgrid = (P.cdiv(B * S * Gp, meta.merge_rows_per_program()),)
-        ms_merge = bench(lambda: merge[mgrid](*merge_args, num_warps=MERGE_WARPS, num_stages=1,
-                                              **meta.merge_constexprs()))
-        n_pairs = B * S * Gp * h
-        merge_bytes = pairs * (2 * D + 8) + n_pairs * (2 * D + 4)
-        mbest = None
-        for pp, warps, ahead in ((32, 4, True), (16, 4, True), (64, 4, True), (32, 8, True), (32, 4, False),
-                                 (16, 2, True)):
-            ms = bench(lambda pp=pp, warps=warps, ahead=ahead: merge_ceiling_kernel[(P.cdiv(n_pairs, pp),)](
-                op, op_scale, o_pass, n_pairs, meta.per_row, h, PAIRS=pp, D=D, AHEAD=ahead, num_warps=warps,
-                num_stages=1))
-            row(h, "forward merge", f"ceiling, {pp} pairs, {warps} warps{', next partial ahead' if ahead else ''}",
-                ms, merge_bytes)
-            mbest = ms if mbest is None else min(mbest, ms)
-        row(h, "forward merge", "shipped merge", ms_merge, merge_bytes, of=mbest)
-        if a.tune:
-            merge[mgrid](*merge_args, num_warps=MERGE_WARPS, num_stages=1, **meta.merge_constexprs())
-            want = (o_pass.clone(), l_pass.clone())
-            for pp, warps in itertools.product((8, 16, 32, 64), (2, 4, 8)):
-                if pp < meta.HP or (pp, warps) == (meta.merge_constexprs()["PAIRS"], MERGE_WARPS):
-                    continue
-                g2 = (P.cdiv(B * S * Gp, pp // meta.HP),)
-                cx = dict(meta.merge_constexprs(), PAIRS=pp)
-
-                def variant(g2=g2, warps=warps, cx=cx):
-                    merge[g2](*merge_args, num_warps=warps, num_stages=1, **cx)
-                o_pass.zero_()
-                variant()
-                same = torch.equal(o_pass, want[0]) and torch.equal(l_pass, want[1])
-                row(h, "forward merge", f"merge {pp} pairs, {warps} warps{'' if same else ' (NOT bitwise)'}",
-                    bench(variant), merge_bytes, of=mbest)
+                    same = torch.equal(o_pass, want[0]) and torch.equal(l_pass, want[1])
+                    row(h, "forward merge", f"merge {pp} pairs, {warps} warps{'' if same else ' (NOT bitwise)'}",
+                        bench(variant), merge_bytes, of=mbest)
 
         # -- the backward kernel (dk, dv, partial dq) and its ceilings --
         ws = torch.empty((max(br.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
@@ -391,6 +461,11 @@ def main(argv=None) -> int:
         row(h, "backward", f"shipped key-major backward kernel ({meta.bwd_rows} pairs, {meta.bwd_warps} warps, "
                            f"{meta.bwd_stages} stages; also the dk/dv MMAs)", ms_bwd, bwd_bytes[GATHER_STORE],
             of=bbest[GATHER_STORE])
+        if a.gluon_bwd:
+            gluon_backward(a.gluon_bwd.split(","), bench, row, h, keyed, q, k, v, ranges, out, lse, go, sc, named,
+                           bgrid, br, bwd_bytes[GATHER_STORE], bbest[GATHER_STORE],
+                           lambda: launch._launch(bwd, bgrid, named, num_warps=meta.bwd_warps,
+                                                  num_stages=meta.bwd_stages, **meta.bwd_constexprs()))
         if a.tune:
             launch._launch(bwd, bgrid, named, num_warps=meta.bwd_warps, num_stages=meta.bwd_stages,
                            **meta.bwd_constexprs())
