@@ -279,6 +279,9 @@ VARIANTS = [
     ("b-nb3-late-fast", 32, 3, 0, 4),
     ("b-nb3-late-i32", 32, 3, 0, 8),
     ("b-nb4-defer-fast-i32", 32, 4, 2, 12),
+    ("b-nb4-defer-fast", 32, 4, 2, 4),
+    ("b-nb4-defer", 32, 4, 2, 0),
+    ("b-nb3-defer-fast", 32, 3, 2, 4),
     ("b-nb3-defer-fast-i32", 32, 3, 2, 12),
     ("b-r64-nb3-late-fast-i32", 64, 3, 0, 12),
 ]
