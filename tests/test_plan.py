@@ -323,6 +323,32 @@ def test_the_keymajor_plan_takes_the_warp_specialised_kernel_where_it_is_written
                                                "REGISTERS": KM.WS_REGISTERS}
 
 
+@pytest.mark.parametrize("Dk,Dv,bf16,tune,gluon", [
+    (128, 128, True, (), True),
+    (128, 128, False, (), False),  # fp16: the Triton kernel alone
+    (192, 128, True, (), False),  # two Dk slices, 32-key tiles
+    (128, 64, True, (), False),
+    (128, 128, True, (("gluon_bwd", False),), False),  # the tune knob
+    (128, 128, True, (("gluon_ws", False),), True),  # the forward's knob leaves the backward's kernel
+    (128, 128, True, (("block_n", 32),), False),
+])
+def test_the_keymajor_plan_takes_the_gluon_backward_where_it_is_written_for(Dk, Dv, bf16, tune, gluon):
+    dev = device.Device.target(90, "3.6.0", sm_count=132)
+    meta = plan.keymajor(1, 8192, 4, 4, Dk, Dv, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=bf16,
+                         tune=tune).meta
+    assert meta.bwd_gluon is gluon
+    if gluon:
+        assert meta.bwd_gluon_constexprs() == {"BLOCK_N": 64, "ROWS": KM.BWD_ROWS, "D": 128, "HP": 4,
+                                               "SLOTS": KM.BWD_GLUON_SLOTS}
+
+
+@pytest.mark.parametrize("arch,release", [(90, "3.5.1"), (100, "3.6.0"), (None, "3.6.0")])
+def test_the_keymajor_plan_runs_the_triton_backward_kernel_where_the_device_has_no_gluon_kernel(arch, release):
+    dev = device.Device.target(arch, release, sm_count=132)
+    meta = plan.keymajor(1, 8192, 4, 4, 128, 128, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=True).meta
+    assert meta.bwd_gluon is False
+
+
 @pytest.mark.parametrize("arch,release", [(90, "3.5.1"), (100, "3.6.0"), (None, "3.6.0")])
 def test_the_keymajor_plan_runs_the_triton_partial_kernel_where_the_device_has_no_gluon_kernel(arch, release):
     dev = device.Device.target(arch, release, sm_count=132)

@@ -44,30 +44,11 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_a
 from bench.probes.dkdv_variants import against, run_cli, timed_against_shipped
 # a CTA-wide barrier, the cp.async copy into shared memory and the key tile's k and v in shared memory, as the
 # shipped warp-specialised forward has them
+from nsa_triton_sel.kernels.keymajor_bwd_gluon import _gather_step, _softmax_tiles, _step_tokens
 from nsa_triton_sel.kernels.keymajor_ws import _async_gather, _cta_barrier, _key_tile
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG2E = 1.4426950408889634
-
-
-@gluon.jit
-def _gather_step(Q, DO, q_slot, do_slot, tok, ok, b, g, sq_b, sq_s, sq_g, sq_h, sdo_b, sdo_s, sdo_g, sdo_h,
-                 head, D: gl.constexpr, gather: gl.constexpr, I32: gl.constexpr):
-    """Start the ``cp.async`` copies of one step's q and dO rows (pairs ``[ROWS]``: token ``tok``, head ``head``)
-    into ``q_slot``/``do_slot`` ``[ROWS, D]``; masked pairs are zero-filled.  One commit group.  ``I32``: int32
-    row offsets (every gathered tensor under 2^31 elements)."""
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, gather))
-    if I32:
-        q_off = b.to(gl.int32) * sq_b + tok * sq_s + g.to(gl.int32) * sq_g + head * sq_h
-        do_off = b.to(gl.int32) * sdo_b + tok * sdo_s + g.to(gl.int32) * sdo_g + head * sdo_h
-    else:
-        q_off = b * sq_b + tok.to(gl.int64) * sq_s + g * sq_g + head.to(gl.int64) * sq_h
-        do_off = b * sdo_b + tok.to(gl.int64) * sdo_s + g * sdo_g + head.to(gl.int64) * sdo_h
-    m = gl.expand_dims(ok, 1) & gl.expand_dims(offs_d < D, 0)
-    _async_gather(q_slot, Q + gl.expand_dims(q_off, 1) + gl.expand_dims(offs_d, 0), mask=m)
-    _async_gather(do_slot, DO + gl.expand_dims(do_off, 1) + gl.expand_dims(offs_d, 0),
-                                           mask=m)
-    async_copy.commit_group()
 
 
 @gluon.jit
@@ -89,46 +70,12 @@ def _step_rows(ENTRIES, LSE, DELTA, p0, e1, b, g, h, sl_b, sl_s, sl_g, sl_h,
 
 
 @gluon.jit
-def _step_tokens(ENTRIES, p0, e1, h, ROWS: gl.constexpr, HP: gl.constexpr, row: gl.constexpr):
-    """The tokens, heads and mask of the step starting at entry ``p0`` in the gather's row layout."""
-    r = gl.arange(0, ROWS, layout=row)
-    ent = p0 + r // HP
-    head = r % HP
-    ok = (ent < e1) & (head < h)
-    tok = gl.load(ENTRIES + ent * 2, mask=ok, other=0)
-    return tok, head, ok
-
-
-@gluon.jit
 def _softmax(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N: gl.constexpr, mma_s: gl.constexpr,
              a_op: gl.constexpr, FAST: gl.constexpr = False):
     """``P^T`` and ``dS^T`` ``[BLOCK_N, ROWS]`` of one step as the dv/dk MMAs' register operands (bf16).
     ``FAST``: a step whose every pair reads the whole tile skips the key mask (the same values)."""
     pt, dst = _softmax_tiles(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N, mma_s, FAST)
     return gl.convert_layout(pt.to(gl.bfloat16), a_op), gl.convert_layout(dst.to(gl.bfloat16), a_op)
-
-
-@gluon.jit
-def _softmax_tiles(st, dpt, lse2, delta, bnd, qk_scale, BLOCK_N: gl.constexpr, mma_s: gl.constexpr,
-                   FAST: gl.constexpr = False):
-    """``P^T`` and ``dS^T`` ``[BLOCK_N, ROWS]`` of one step in float32, in the score tile's layout (``_softmax``)."""
-    x = st * qk_scale - gl.expand_dims(lse2, 0)
-    x = gl.where(x > 0.0, 0.0, x)
-    whole = False
-    if FAST:
-        whole = gl.min((bnd == (BLOCK_N << 16)).to(gl.int32), 0) > 0
-    if whole:
-        pt = gl.exp2(x)
-        dst = pt * (dpt - gl.expand_dims(delta, 0))
-    else:
-        offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_s))
-        lo = bnd & 0xFFFF
-        hi = bnd >> 16
-        n2 = gl.expand_dims(offs_n, 1)
-        inside = (n2 >= gl.expand_dims(lo, 0)) & (n2 < gl.expand_dims(hi, 0))
-        pt = gl.where(inside, gl.exp2(x), 0.0)
-        dst = gl.where(inside, pt * (dpt - gl.expand_dims(delta, 0)), 0.0)
-    return pt, dst
 
 
 @gluon.jit

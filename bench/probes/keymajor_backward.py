@@ -72,7 +72,8 @@ def tune(plan: P.Plan, backward, bench, h: int, T: int) -> None:
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for pairs, warps, stages in itertools.product((32, 64), (4, 8), (1, 2, 3)):
-        m = dataclasses.replace(meta, bwd_rows=pairs, bwd_warps=warps, bwd_stages=stages)
+        # the Triton kernel's launch (the Gluon kernel, where the plan has it, is written for 32-pair steps)
+        m = dataclasses.replace(meta, bwd_rows=pairs, bwd_warps=warps, bwd_stages=stages, bwd_gluon=False)
         pl = dataclasses.replace(plan, forward=dataclasses.replace(plan.forward, meta=m),
                                  reader_chunk=m.bwd_chunk(entries, sm))
         try:

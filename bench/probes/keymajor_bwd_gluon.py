@@ -21,7 +21,8 @@ before this step's dv/dk MMAs) with the partial dq added:
   ``|v|``, ``rowsum |dO|`` and ``|delta|`` of each pair, the step's largest), from values loaded two steps ahead;
 - the partial rows are stored through a row-major layout (16-byte stores), their scale beside them.
 
-It covers the shipped kernel's common walk only (bf16, Dk = Dv = 128, 64-key tiles, 32 pairs a step, every q, dO, k
+The variant ``b-nb4-defer`` is what ships (``kernels/keymajor_bwd_gluon.py``, which these variants share their
+helpers with).  It covers the shipped Triton kernel's common walk only (bf16, Dk = Dv = 128, 64-key tiles, 32 pairs a step, every q, dO, k
 and v value finite: the caller checks, as the shipped kernel checks before its fast walk).
 """
 
@@ -40,83 +41,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, warpgroup_mma, \
     warpgroup_mma_wait
 
-from bench.probes.dkdv_gluon import _chunk, _gather_step, _softmax_tiles, _step_tokens, _store_tile
+# the shipped kernel's helpers (``b-nb4-defer`` is the shipped kernel, ``sel_bwd_keymajor_gluon_kernel``)
+from nsa_triton_sel.kernels.keymajor_bwd_gluon import _chunk_row, _gather_step, _key_tile_max, _softmax_tiles, \
+    _step_exponent, _step_tokens, _step_vectors, _store_partial_dq, _store_tile
 from nsa_triton_sel.kernels.keymajor_ws import _cta_barrier
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG2E = 1.4426950408889634
-
-
-@gluon.jit
-def _key_tile_max(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t, BLOCK_N: gl.constexpr, D: gl.constexpr):
-    """The key tile's k and v ``[BLOCK_N, D]`` in shared memory (keys past ``T`` as 0), the log2 of their largest
-    magnitudes, and whether every value is finite."""
-    gather: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-    tile_sh: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.bfloat16)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gather))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, gather))
-    n_ok = (k0 + offs_n) < T
-    t_idx = (k0 + offs_n).to(gl.int64)
-    kv_m = gl.expand_dims(n_ok, 1) & gl.expand_dims(offs_d < D, 0)
-    k = gl.load(K + gl.expand_dims(b * sk_b + g * sk_g + t_idx * sk_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
-    v = gl.load(V + gl.expand_dims(b * sv_b + g * sv_g + t_idx * sv_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
-    k_max = gl.max(gl.max(gl.abs(k.to(gl.float32)), 1), 0)
-    v_max = gl.max(gl.max(gl.abs(v.to(gl.float32)), 1), 0)
-    return (gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D], tile_sh, k),
-            gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, D], tile_sh, v), gl.log2(k_max), gl.log2(v_max))
-
-
-@gluon.jit
-def _step_vectors(ENTRIES, ORIGIN, LSE, DELTA, DO_L1_LOG2, p0, e1, b, g, h, sl_b, sl_s, sl_g, sl_h,
-                  sd_b, sd_s, sd_g, sd_h, ROWS: gl.constexpr, HP: gl.constexpr, vec: gl.constexpr):
-    """The step starting at entry ``p0``, one value a pair ``[ROWS]`` (compact, ``vec``): log2 LSE, delta, key
-    bounds ``lo | hi << 16``, the partial dq's slot ``origin * h + head`` (-1 for a masked pair) and the log2 of
-    ``rowsum |dO|``.  Masked pairs: bounds 0 (no key), delta 0."""
-    r = gl.arange(0, ROWS, layout=vec)
-    ent = p0 + r // HP
-    head = r % HP
-    ok = (ent < e1) & (head < h)
-    tok = gl.load(ENTRIES + ent * 2, mask=ok, other=0)
-    bnd = gl.load(ENTRIES + ent * 2 + 1, mask=ok, other=0)
-    origin = gl.load(ORIGIN + ent, mask=ok, other=0)
-    l_off = b * sl_b + tok.to(gl.int64) * sl_s + g * sl_g + head.to(gl.int64) * sl_h
-    d_off = b * sd_b + tok.to(gl.int64) * sd_s + g * sd_g + head.to(gl.int64) * sd_h
-    lse2 = gl.load(LSE + l_off, mask=ok, other=0.0) * 1.4426950408889634
-    lse2 = gl.where(lse2 == float("-inf"), float("inf"), lse2)
-    delta = gl.load(DELTA + d_off, mask=ok, other=0.0)
-    do_l1_log2 = gl.load(DO_L1_LOG2 + d_off, mask=ok, other=0.0)
-    slot = gl.where(ok, origin * h + head, -1)
-    return lse2, delta, bnd, slot, do_l1_log2
-
-
-@gluon.jit
-def _step_exponent(delta, bnd, do_l1_log2, log2_kmax, log2_vmax):
-    """The step's power of two for its partial dq, as the shipped kernel takes it: per pair, with ``n`` keys read,
-    ``log2(n) + log2 max|k| + max(log2 max|v| + log2 rowsum|dO|, log2 |delta|) + 1``; the step's largest, then
-    ``ceil - 15`` clamped to [-126, 126] (``common._partial_exponent``)."""
-    n_keys = ((bnd >> 16) - (bnd & 0xFFFF)).to(gl.float32)
-    log2_bound = (gl.log2(n_keys) + log2_kmax
-                  + gl.maximum(log2_vmax + do_l1_log2, gl.log2(gl.abs(delta))) + 1.0)
-    e = gl.ceil(gl.max(log2_bound, 0)) - 15.0
-    e = gl.where(e < 126.0, e, 126.0)
-    return gl.where(e > -126.0, e, -126.0)
-
-
-@gluon.jit
-def _store_partial_dq(DQP, DQP_SCALE, dq_t, slot_sh, e, scale, ROWS: gl.constexpr, D: gl.constexpr):
-    """Store a step's partial dq (``dq_t [D, ROWS]``, float32, transposed) at the pairs' slots of ``DQP`` in
-    float16 divided by ``2**e``, and ``scale * 2**e`` in ``DQP_SCALE`` (masked pairs: slot -1, nothing stored)."""
-    st_l: gl.constexpr = gl.BlockedLayout([8, 1], [16, 2], [1, 4], [0, 1])
-    one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    vals = gl.convert_layout((dq_t * gl.exp2(-e)).to(gl.float16), st_l)
-    slot = slot_sh.load(gl.SliceLayout(0, st_l))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(1, st_l))
-    m = gl.expand_dims(slot >= 0, 0) & gl.expand_dims(offs_d < D, 1)
-    gl.store(DQP + gl.expand_dims(slot * D, 0) + gl.expand_dims(offs_d, 1), vals, mask=m)
-    slot_v = slot_sh.load(one)
-    gl.store(DQP_SCALE + slot_v, gl.zeros([ROWS], gl.float32, one) + gl.exp2(e) * scale, mask=slot_v >= 0)
 
 
 @gluon.jit
@@ -129,6 +60,8 @@ def keymajor_bwd_gluon_kernel(
     sdo_b, sdo_s, sdo_g, sdo_h,
     sl_b, sl_s, sl_g, sl_h,
     sd_b, sd_s, sd_g, sd_h,
+    sdk_b, sdk_g, sdk_t,
+    sdv_b, sdv_g, sdv_t,
     BLOCK_N: gl.constexpr, ROWS: gl.constexpr, D: gl.constexpr, HP: gl.constexpr, NB: gl.constexpr,
     DQ_EARLY: gl.constexpr, MODE: gl.constexpr,
 ):
@@ -147,10 +80,10 @@ def keymajor_bwd_gluon_kernel(
     ds_shl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS], gl.bfloat16)
     vec_sh: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
-    tile_id, e0, e1, slot, bg, b, g, k0 = _chunk(CHUNKS, NT, G, BLOCK_N)
+    tile_id, e0, e1, slot, b, g, k0 = _chunk_row(CHUNKS, NT, G, BLOCK_N)
     if tile_id >= 0:
-        k_sh, v_sh, log2_kmax, log2_vmax = _key_tile_max(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t,
-                                                         BLOCK_N, D)
+        k_sh, v_sh, log2_kmax, log2_vmax, _ = _key_tile_max(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t,
+                                                            BLOCK_N, D)
         q_sh = gl.allocate_shared_memory(gl.bfloat16, [NB, ROWS, D], rows_sh)
         do_sh = gl.allocate_shared_memory(gl.bfloat16, [NB, ROWS, D], rows_sh)
         ds_sh = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, ROWS], ds_shl)
@@ -264,7 +197,8 @@ def keymajor_bwd_gluon_kernel(
             e_next = _step_exponent(delta, bnd, dol1, log2_kmax, log2_vmax)
         async_copy.wait_group(0)
 
-        _store_tile(DK, DV, WS, slot, bg, k0, T, dk, dv, scale, BLOCK_N, D, mma_d)
+        _store_tile(DK, DV, WS, slot, b, g, k0, T, dk, dv, scale, sdk_b, sdk_g, sdk_t, sdv_b, sdv_g, sdv_t,
+                    BLOCK_N, D, mma_d)
 
 
 # (name, ROWS, NB, DQ_EARLY, MODE): DQ_EARLY 1 ("early"), 0 ("late"), 2 ("defer": issued after the softmax, waited
@@ -304,13 +238,12 @@ def launch(variant: tuple, named: dict, grid: int, HP: int):
     q, k, v, go, dk, dv = (named[n] for n in ("Q", "K", "V", "DO", "DK", "DV"))
     if q.dtype != torch.bfloat16 or q.shape[-1] != 128 or v.shape[-1] != 128:
         raise ValueError("the Gluon backward covers bf16, Dk = Dv = 128 only")
-    if not (k.is_contiguous() and v.is_contiguous() and dk.is_contiguous() and dv.is_contiguous()):
-        raise ValueError("the Gluon backward needs contiguous k, v, dk, dv")
     keymajor_bwd_gluon_kernel[(grid,)](
         q, k, v, go, named["LSE"], named["DELTA"], named["DO_L1_LOG2"], dk, dv, named["DQP"], named["DQP_SCALE"],
         named["WS"], named["ENTRIES"], named["ORIGIN"], named["CHUNKS"],
         named["G"], named["h"], named["T"], named["NT"], named["qk_scale"], named["scale"],
         *named["sq"][:4], *named["sk"][:3], *named["sv"][:3], *named["sdo"][:4], *named["sl"][:4], *named["sd"][:4],
+        *named["sdk"][:3], *named["sdv"][:3],
         BLOCK_N=64, ROWS=rows, D=128, HP=HP, NB=nb, DQ_EARLY=early, MODE=mode, num_warps=4)
 
 

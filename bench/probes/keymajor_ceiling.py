@@ -28,6 +28,7 @@ and the shipped kernel's fraction of its ceiling.  What it says: whether a kerne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 
@@ -178,13 +179,18 @@ def gluon_backward(names, bench, row, h, keyed, q, k, v, ranges, out, lse, go, s
                  f"{int(torch.isnan(got[3][live]).sum())}")
         row(h, "backward", f"gluon {variant[0]} ({how})", bench(gluon), nbytes, of=ceiling_ms)
 
+    # the whole backward with the Triton kernel alone (where the plan has the shipped Gluon kernel, it is turned
+    # off), each variant then in that kernel's place
+    triton_only = dataclasses.replace(keyed, forward=dataclasses.replace(
+        keyed.forward, meta=dataclasses.replace(keyed.forward.meta, bwd_gluon=False)))
+
     def whole(variant=None):
         with kbg.in_place_of_shipped(variant, HP):
-            return launch.backward(keyed, q, k, v, ranges, out, lse, go, None, scale=sc)
+            return launch.backward(triton_only, q, k, v, ranges, out, lse, go, None, scale=sc)
 
     want = whole()
     ms0 = bench(whole)
-    row(h, "whole backward", "shipped key-major backward", ms0, 0)
+    row(h, "whole backward", "the Triton key-major backward kernel", ms0, 0)
     for variant in kbg.chosen(names):
         try:
             got = whole(variant)

@@ -44,7 +44,7 @@ COMPILER, RUNTIME = "compiler", "runtime"
 # What Triton compiles, and the tables that decide its constexprs.
 COMPILER_FACING = (
     "kernels/forward.py", "kernels/backward.py", "kernels/common.py",  # the @triton.jit sources
-    "kernels/keymajor_ws.py",  # the @gluon.jit source
+    "kernels/keymajor_ws.py", "kernels/keymajor_bwd_gluon.py",  # the @gluon.jit sources
     "plan/*.py",  # tiles, warps, stages, tokens per program: constexprs of every launch
     "compat/registry/variants.py", "compat/registry/specs.py",  # the compile registry: which constexpr sets are built
 )

@@ -292,6 +292,33 @@ def test_the_registry_compiles_the_warp_specialised_kernel_where_the_planner_lau
         assert s.skipped("3.5.1", 90) and s.skipped("3.6.0", 100) and s.skipped("3.6.0", 80)
 
 
+def test_the_registry_compiles_the_gluon_backward_kernel_where_the_planner_launches_it():
+    """Each padded group's Gluon backward kernel (bf16, Dk = Dv = 128) is a registry variant with the plan's
+    constexprs and warps, compiled on sm_90 from Triton 3.6 on and skipped everywhere else."""
+    import importlib
+
+    keymajor_plan = importlib.import_module("nsa_triton_sel.plan.keymajor")
+    dev = device.Device.target(90, "3.6.0")
+    gluon = [s for s in SPECS if s.kernel.endswith(":sel_bwd_keymajor_gluon_kernel")]
+    for h in (1, 2, 3, 4, 5, 8):
+        meta = plan.keymajor(1, 8192, 4, h, 128, 128, 8192, 16, dev=dev, span_len=64, aligned=True, bf16=True).meta
+        assert meta.bwd_gluon
+        hits = [s for s in gluon if dict(s.constexprs) == meta.bwd_gluon_constexprs()]
+        assert len(hits) == 1 and hits[0].dtype == "bf16", h
+        assert hits[0].num_warps == keymajor_plan.BWD_GLUON_WARPS
+    assert len(gluon) == 4  # h pads to 1, 2, 4, 8
+    for s in gluon:
+        assert not s.skipped("3.6.0", 90) and not s.skipped("3.9.0", 90)
+        assert s.skipped("3.5.1", 90) and s.skipped("3.6.0", 100) and s.skipped("3.6.0", 80)
+
+
+def test_every_gluon_backward_kernel_is_registered():
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from nsa_triton_sel.compat.registry.variants import KEYMAJOR_BWD_GLUON_MODULE
+
+    assert uncovered_kernels(KEYMAJOR_BWD_GLUON_MODULE, keymajor_specs()) == []
+
+
 def test_every_warp_specialised_kernel_is_registered():
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     from nsa_triton_sel.compat.registry.variants import KEYMAJOR_WS_MODULE

@@ -1,9 +1,13 @@
 # The key-major backward kernel in Gluon (bench/probes/keymajor_bwd_gluon.py) on an H200: one script, one stage per
 # device call (repository root; OUT the call's output folder).
-#   bash device.sh probe [VARIANTS] [H] [T] [HQ]   each variant beside the shipped kernel on the first pass (bit for
+#   bash device.sh probe [VARIANTS] [H] [T] [HQ]   each variant beside the Triton kernel on the first pass (bit for
 #                                         bit, timed, against the ceiling), then the whole backward with it in place
+#   bash device.sh check   on the tree that ships the kernel: its GPU tests and the key-major ones (240 s limit),
+#                          then the GPU contract suite and the GPU A/B against the landed main (bench/ab/gpu_check.sh)
+#   bash device.sh groups  the small-group table against FSA and XunhaoLai, then the path grids of random and local
+#                          selections (the planner's path table)
 set -u
-STAGE="${1:?stage: probe}"
+STAGE="${1:?stage: probe, check or groups}"
 VARIANTS="${2:-b-nb4,b-nb4-fast-i32,b-nb3-fast-i32,b-nb4-late-fast-i32,b-nb3-late-fast-i32}"
 H="${3:-32,8,4}"
 T="${4:-32768}"
@@ -19,4 +23,20 @@ probe)
     timeout 560 python3 -m bench.probes.keymajor_ceiling --T $T --HQ $HQ --H "$H" --skip-forward --gluon-bwd "$VARIANTS" \
         --json $OUT/bwd-$T.json 2>&1 | tee $OUT/bwd-$T.log | grep -E "^\||Error|error" | cut -c1-260
     echo "probe rc=${PIPESTATUS[0]} [$((SECONDS - T0))s]" ;;
+check)
+    timeout 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/library/kernels/test_keymajor_bwd_gluon_gpu.py \
+        tests/library/kernels/test_keymajor_gpu.py > $OUT/keymajor-gpu-tests.log 2>&1
+    echo "keymajor tests rc=$? [$((SECONDS - T0))s]"; grep -E "passed|failed|FAILED|ERROR" $OUT/keymajor-gpu-tests.log | tail -12
+    timeout $((585 - SECONDS + T0)) bash bench/ab/gpu_check.sh $OUT/check contract,ab,host .carry/base-landed/src:main-eced02d
+    echo "gpu_check rc=$? [$((SECONDS - T0))s]" ;;
+groups)
+    timeout 240 python3 -m bench.train.small_groups --peers .carry/peers --rep-ms 100 \
+        --csv $OUT/small-groups.csv > $OUT/small-groups.log 2>&1
+    echo "small groups rc=$? [$((SECONDS - T0))s]"; grep -E "^\|" $OUT/small-groups.log | cut -c1-200
+    timeout $((470 - SECONDS + T0)) python3 -m bench.probes.path_grid --sel random --json $OUT/grid_random.json \
+        > $OUT/grid_random.log 2>&1
+    echo "grid random rc=$? [$((SECONDS - T0))s]"; tail -3 $OUT/grid_random.log
+    timeout $((585 - SECONDS + T0)) python3 -m bench.probes.path_grid --sel local --T 8192,32768,65536 \
+        --json $OUT/grid_local.json > $OUT/grid_local.log 2>&1
+    echo "grid local rc=$? [$((SECONDS - T0))s]"; tail -3 $OUT/grid_local.log ;;
 esac

@@ -18,7 +18,7 @@ from .. import plan as P
 from .. import replay
 from ..contract import KERNEL_DTYPES, block_indices_to_ranges, resolve_scale
 from ..plan.backward import REDUCE_WARPS, BackwardMeta
-from ..plan.keymajor import DELTA_ROWS, MERGE_WARPS, PARTIAL_DTYPE, WS_REGISTERS, WS_WARPS
+from ..plan.keymajor import BWD_GLUON_WARPS, DELTA_ROWS, MERGE_WARPS, PARTIAL_DTYPE, WS_REGISTERS, WS_WARPS
 from ..plan.tiles import LOG2E
 from . import backward as bwd_kernels
 from . import bind, forward as fwd_kernels, params
@@ -174,13 +174,14 @@ def _forward_keymajor_pass(plan: P.Launch, q, k, v, o, lse, ranges, op, op_scale
     return readers
 
 
-def _rows_for_cp_async(readers: ReaderList, q, k, v) -> bool:
-    """Whether the warp-specialised partial kernel takes these tensors: bf16 rows it copies 16 bytes at a time
-    (unit last strides, the other strides and the addresses multiples of 16 bytes) and a reader list its int32
-    positions address (fewer than 2^30 entries).  Otherwise the Triton kernel runs (the same results)."""
+def _rows_for_cp_async(readers: ReaderList, *rows) -> bool:
+    """Whether the key-major Gluon kernels take these tensors (q, k, v; dO for the backward's): bf16 rows they
+    copy 16 bytes at a time (unit last strides, the other strides and the addresses multiples of 16 bytes) and a
+    reader list their int32 positions address (fewer than 2^30 entries).  Otherwise the Triton kernel runs (the
+    same results)."""
     if readers.entries.shape[0] >= 1 << 30:
         return False
-    for x in (q, k, v):
+    for x in rows:
         if x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.data_ptr() % 16 \
                 or any(st % 8 for st in x.stride()[:-1]):
             return False
@@ -325,9 +326,10 @@ def _backward_keymajor(p: P.Plan, q, k, v, ranges, out, lse, grad_out, grad_lse,
     """The key-major backward (small groups): delta and the non-finite flag first (one streaming kernel), then per
     pass over ``p.dq_groups_per_pass`` KV heads (strided views) the forward's reader list (the one the forward
     built, from ``readers``, or built again: its tile, bound and slots), cut into ``p.reader_chunk`` entries per
-    program: ``sel_bwd_keymajor_kernel`` computes dk and dv and
-    one scaled partial dq per (row, key tile, head), split tiles are reduced as the dk/dv kernel's, and each row's
-    partials are summed in slot order."""
+    program: ``sel_bwd_keymajor_kernel`` computes dk and dv and one scaled partial dq per (row, key tile, head)
+    (where the plan says so, ``keymajor_bwd_gluon.sel_bwd_keymajor_gluon_kernel`` walks the chunks it covers
+    first, with the same results, and the Triton kernel the chunks it hands on), split tiles are reduced as the
+    dk/dv kernel's, and each row's partials are summed in slot order."""
     B, S, G, h, Dk = q.shape
     meta = p.forward.meta
     n_rows = B * S * G * h
@@ -361,12 +363,24 @@ def _backward_keymajor_pass(p: P.Plan, q, k, v, ranges, lse, grad_out, delta, do
         readers = keymajor_reader_list(ranges, T, meta, p.reader_chunk)
     ws = torch.empty((max(readers.slots, 1), meta.BLOCK_N, meta.DK1 + meta.DK2 + meta.BLOCK_DV), dtype=torch.float32,
                      device=q.device)
-    _launch(bwd_kernels.sel_bwd_keymajor_kernel, (readers.chunks.shape[0],),
-            dict(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, DK=dk, DV=dv, DQP=dqp,
+    named = dict(Q=q, K=k, V=v, DO=grad_out, LSE=lse, DELTA=delta, DO_L1_LOG2=do_l1_log2, DK=dk, DV=dv, DQP=dqp,
                  DQP_SCALE=dqp_scale, WS=ws, ENTRIES=readers.entries, ORIGIN=readers.origin, CHUNKS=readers.chunks,
-                 NONFINITE=nonfinite, G=G, h=h, Dk=Dk, Dv=Dv, T=T, NT=readers.n_tiles, qk_scale=sc * LOG2E,
-                 scale=sc, sq=q.stride(), sk=k.stride(), sv=v.stride(), sdo=grad_out.stride(), sl=lse.stride(),
-                 sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
+                 NONFINITE=nonfinite, G=G, h=h, T=T, NT=readers.n_tiles, qk_scale=sc * LOG2E, scale=sc)
+    chunks = readers.chunks
+    if meta.bwd_gluon and _rows_for_cp_async(readers, q, k, v, grad_out) \
+            and all(x.stride(-1) == 1 for x in (dk, dv)):
+        from .keymajor_bwd_gluon import sel_bwd_keymajor_gluon_kernel as fn  # Gluon: imported where the Triton has it
+
+        # the chunks it walks come back with tile id -1, and the Triton kernel walks the others
+        chunks = torch.empty_like(readers.chunks)
+        _launch(fn, (readers.chunks.shape[0],),
+                dict(named, CHUNKS_LEFT=chunks, sq=q.stride()[:4], sk=k.stride()[:3], sv=v.stride()[:3],
+                     sdo=grad_out.stride()[:4], sl=lse.stride(), sd=delta.stride(), sdk=dk.stride()[:3],
+                     sdv=dv.stride()[:3]),
+                num_warps=BWD_GLUON_WARPS, **meta.bwd_gluon_constexprs())
+    _launch(bwd_kernels.sel_bwd_keymajor_kernel, (readers.chunks.shape[0],),
+            dict(named, CHUNKS=chunks, Dk=Dk, Dv=Dv, sq=q.stride(), sk=k.stride(), sv=v.stride(),
+                 sdo=grad_out.stride(), sl=lse.stride(), sd=delta.stride(), sdk=dk.stride()[:3], sdv=dv.stride()[:3]),
             num_warps=meta.bwd_warps, num_stages=meta.bwd_stages, **meta.bwd_constexprs())
     if readers.slots:
         _reduce_split_tiles(ws, readers, dk, dv, p.backward)

@@ -122,15 +122,17 @@ def keymajor(B: int, S: int, G: int, h: int, Dk: int, Dv: int, T: int, n: int, *
     """The key-major forward of a call (``plan.keymajor``), per pass over ``meta.groups_per_pass`` KV heads:
     ``grid`` bounds its programs (one per chunk of a key tile's readers; the launcher launches the reader list's
     chunk rows, of this count), ``merge_grid`` the merge's.  ``bf16``: the call's dtype is bfloat16 (where the
-    device's Triton has it, the warp-specialised partial kernel then runs: ``keymajor.takes_ws``).  ``tune``:
-    block_n, pairs, num_warps, num_stages, chunk, groups_per_pass, max_rows, gluon_ws (False: the Triton partial
-    kernel)."""
+    device's Triton has it, the warp-specialised partial kernel then runs: ``keymajor.takes_ws``, and the
+    backward's Gluon kernel: ``keymajor.takes_gluon_backward``).  ``tune``: block_n, pairs, num_warps, num_stages,
+    chunk, groups_per_pass, max_rows, gluon_ws (False: the Triton partial kernel), gluon_bwd (False: the Triton
+    backward kernel alone)."""
     opts = dict(tune)
     cap = min(opts.pop("max_rows", ROWS), dev.max_rows)
     gluon_ws = opts.pop("gluon_ws", dev.gluon_ws) and bf16
+    gluon_bwd = opts.pop("gluon_bwd", dev.gluon_ws) and bf16
     meta = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=n, T=T, span_len=span_len, aligned=aligned, B=B, S=S, G=G,
                          sm_count=dev.sm_count, has_lse=has_lse, dot_f32=dot_f32, max_rows=cap,
-                         shared=shared_limit(dev.arch), gluon_ws=gluon_ws, **opts)
+                         shared=shared_limit(dev.arch), gluon_ws=gluon_ws, gluon_bwd=gluon_bwd, **opts)
     if meta.groups_per_pass == 0:
         raise ValueError(f"the key-major forward's workspace for one KV head passes {WORKSPACE_BYTES} bytes "
                          f"(S={S}, h={h}, Dv={Dv}, {meta.per_row} partials a row); use the token-major kernels")

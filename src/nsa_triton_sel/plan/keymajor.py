@@ -9,7 +9,9 @@ by LSE, in a fixed order.  Its reader list is the backward's (``kernels/readers.
 with no host read.  Kernels: ``kernels/forward.py`` (``sel_fwd_keymajor_kernel``,
 ``sel_fwd_keymajor_merge_kernel``), and where the device's Triton has Gluon's warp specialisation (sm_90, Triton
 >= 3.6) the partial kernel ``kernels/keymajor_ws.py`` (``sel_fwd_keymajor_ws_kernel``: the same results, its q
-gathers in warps of their own; :func:`takes_ws`).
+gathers in warps of their own; :func:`takes_ws`) and the backward's kernel ``kernels/keymajor_bwd_gluon.py``
+(``sel_bwd_keymajor_gluon_kernel``: the same gradients, its asynchronous work ordered by hand;
+:func:`takes_gluon_backward`).
 
 The cost: a workspace of one partial result per (row, key tile, head), written once and read once, and the
 reader list's sort.  The partials are the path's main traffic (at 32K with 32 query heads, 4.3 GB of gathered q
@@ -82,6 +84,13 @@ DELTA_ROWS = 64  # (token, group, head) rows per program of the key-major dq's d
 WS_SLOTS = 3
 WS_REGISTERS = 128
 WS_WARPS = 4
+# The key-major backward's Gluon kernel (``kernels/keymajor_bwd_gluon.py``, where ``device.gluon_ws``): q and dO
+# slots in shared memory (the gathers run SLOTS - 1 steps ahead), 32-pair steps, one warpgroup.  H200, 32K, the
+# whole backward against the Triton kernel's: h = 1 0.84x, h = 4 0.74x, h = 8 0.79x; 3 slots, the partial dq's MMA
+# in flight across the next softmax, int32 row offsets or a whole-tile fast path were no faster
+# (bench/results/2026-11-30-h200-triton3.6-keymajor-bwd-gluon/).
+BWD_GLUON_SLOTS = 4
+BWD_GLUON_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,7 @@ class KeyMajorMeta(_Constexprs):
     bwd_warps: int = BWD_WARPS
     bwd_stages: int = BWD_STAGES
     ws: bool = False  # the partial results come from the warp-specialised Gluon kernel (:func:`takes_ws`)
+    bwd_gluon: bool = False  # the backward's common walk runs in the Gluon kernel (:func:`takes_gluon_backward`)
 
     def kernel_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.ROWS, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
@@ -119,6 +129,11 @@ class KeyMajorMeta(_Constexprs):
     def bwd_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "ROWS": self.bwd_rows, "HP": self.HP, "DK1": self.DK1, "DK2": self.DK2,
                 "BLOCK_DV": self.BLOCK_DV, "DOT_F32": self.DOT_F32}
+
+    def bwd_gluon_constexprs(self) -> dict:
+        """The backward's Gluon kernel's constexprs (its launch: ``BWD_GLUON_WARPS`` warps)."""
+        return {"BLOCK_N": self.BLOCK_N, "ROWS": self.bwd_rows, "D": self.BLOCK_DV, "HP": self.HP,
+                "SLOTS": BWD_GLUON_SLOTS}
 
     def merge_constexprs(self) -> dict:
         return {"BLOCK_N": self.BLOCK_N, "PAIRS": max(MERGE_PAIRS, self.HP), "HP": self.HP, "BLOCK_S": self.BLOCK_S,
@@ -155,6 +170,13 @@ def takes_ws(*, gluon_ws: bool, Dk: int, Dv: int, block_n: int, rows: int, dot_f
     (``gluon_ws``: ``device.gluon_ws``, and a bf16 call) and the configuration is the one it is written for
     (Dk = Dv = 128, 64-key tiles, 64-pair steps, bf16 MMAs)."""
     return bool(gluon_ws) and (Dk, Dv, block_n, rows) == (128, 128, 64, 64) and not dot_f32
+
+
+def takes_gluon_backward(*, gluon: bool, Dk: int, Dv: int, block_n: int, rows: int, dot_f32: bool) -> bool:
+    """Whether the backward's Gluon kernel walks the chunks of the key-major backward: the device's Triton has it
+    (``gluon``: ``device.gluon_ws``, and a bf16 call) and the configuration is the one it is written for (Dk = Dv
+    = 128, 64-key tiles, 32-pair steps, bf16 MMAs)."""
+    return bool(gluon) and (Dk, Dv, block_n, rows) == (128, 128, 64, 32) and not dot_f32
 
 
 def workspace_bytes(rows: int, per_row: int, h: int, Dk: int, Dv: int) -> int:
@@ -264,7 +286,7 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
                   block_n: int | None = None, pairs: int | None = None, num_warps: int | None = None,
                   num_stages: int | None = None, chunk: int | None = None,
                   groups_per_pass: int | None = None, shared: int | None = None,
-                  gluon_ws: bool = False) -> KeyMajorMeta:
+                  gluon_ws: bool = False, gluon_bwd: bool = False) -> KeyMajorMeta:
     """The key-major forward's configuration for ``q [B, S, G, h, Dk]`` with ``n_spans`` spans of at most
     ``span_len`` keys (0: unbounded; ``aligned``: block indices) over ``T`` keys; ``ValueError`` outside its
     range (more heads than pairs per step, tile sizes that are not powers of two).  ``groups_per_pass`` 0 means
@@ -272,7 +294,8 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
     ``shared``: the bytes of shared memory a program may use on the device (``device.shared_limit``; None:
     unknown), which decides the forward kernel's stages (:data:`FWD_STAGES_DEEP` where it holds them).
     ``gluon_ws``: the device's Triton has the warp-specialised partial kernel and the call is bf16
-    (:func:`takes_ws` decides)."""
+    (:func:`takes_ws` decides); ``gluon_bwd``: likewise the backward's Gluon kernel (:func:`takes_gluon_backward`
+    decides)."""
     check_sizes(h, Dk, Dv, "the key-major forward")
     dk1, dk2 = split_head_dim(Dk)
     block_dv = max(MIN_DOT, next_pow2(Dv))
@@ -301,4 +324,5 @@ def keymajor_meta(*, h: int, Dk: int, Dv: int, n_spans: int, T: int, span_len: i
                                   rows_per_step, hp),
         groups_per_pass=gpp,
         ws=takes_ws(gluon_ws=gluon_ws, Dk=Dk, Dv=Dv, block_n=bn, rows=rows_per_step, dot_f32=dot_f32),
+        bwd_gluon=takes_gluon_backward(gluon=gluon_bwd, Dk=Dk, Dv=Dv, block_n=bn, rows=BWD_ROWS, dot_f32=dot_f32),
     )

@@ -245,12 +245,13 @@ def backward_variants(full: bool = False) -> list[dict]:
 
 FORWARD_MODULE = "nsa_triton_sel.kernels.forward"
 KEYMAJOR_WS_MODULE = "nsa_triton_sel.kernels.keymajor_ws"
+KEYMAJOR_BWD_GLUON_MODULE = "nsa_triton_sel.kernels.keymajor_bwd_gluon"
 # The key-major forward's pointers of another element type, and its UPPERCASE sizes.
 KEYMAJOR_TYPES = {
     "OP": "*fp16", "OP_SCALE": "*fp32", "LP": "*fp32", "LSE": "*fp32", "SPANS": "*i32", "ENTRIES": "*i32",
     "ORIGIN": "*i64", "CHUNKS": "*i64", "S": "i32", "G": "i32", "T": "i32", "NT": "i32", "DQP": "*fp16",
     "DQP_SCALE": "*fp32", "DELTA": "*fp32", "DO_L1_LOG2": "*fp32",
-    "DLSE": "*fp32", "NONFINITE": "*i32", "WS": "*fp32",
+    "DLSE": "*fp32", "NONFINITE": "*i32", "WS": "*fp32", "CHUNKS_LEFT": "*i64",
 }
 
 
@@ -261,11 +262,11 @@ def keymajor_variants() -> list[dict]:
     of each dtype; the other group sizes change only the tile layout), Dk = 128 and Dk = 192 with Dv = 128 (two Dk
     slices, 32-key tiles, one head), the warp-specialised Gluon partial kernel where the planner runs it (bf16, Dk
     = Dv = 128, sm_90 on Triton >= 3.6: ``plan.keymajor.takes_ws``), and the merge with
-    and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration), its delta pass and
-    its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
+    and without the LSE; the key-major backward (dk, dv and partial dq, on the same configuration; its Gluon kernel
+    where the planner launches it: ``plan.keymajor.takes_gluon_backward``), its delta pass and its dq merge alike.  Only full 64-pair steps: the planner runs token-major under a row cap
     (``plan.keymajor.key_major``)."""
     from ...device import GLUON_WS_ARCHS, GLUON_WS_SINCE, SHARED_PER_BLOCK
-    from ...plan.keymajor import DEEP_SHARED, MAX_H, WS_REGISTERS, WS_WARPS, keymajor_meta
+    from ...plan.keymajor import BWD_GLUON_WARPS, DEEP_SHARED, MAX_H, WS_REGISTERS, WS_WARPS, keymajor_meta
     from ...plan.tiles import next_pow2
 
     groups = [1 << i for i in range(next_pow2(MAX_H).bit_length())]
@@ -286,11 +287,17 @@ def keymajor_variants() -> list[dict]:
                 out.append({**fwd, "name": f"{fwd['name']}/stages{deep.num_stages}", "num_stages": deep.num_stages,
                             "only_archs": deep_archs})
             ws = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
-                               G=4, sm_count=132, gluon_ws=dtype == "bf16")
+                               G=4, sm_count=132, gluon_ws=dtype == "bf16", gluon_bwd=dtype == "bf16")
             if ws.ws:  # the warp-specialised Gluon partial kernel, where the planner launches it
                 out.append({"name": f"sel_fwd_keymajor_ws/{tag}", "kernel": f"{KEYMAJOR_WS_MODULE}:sel_fwd_keymajor_ws_kernel",
                             "constexprs": ws.ws_constexprs(), "num_warps": WS_WARPS, "num_stages": 1,
                             "maxnreg": WS_REGISTERS, "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": ws.ROWS,
+                            "only": {f">={GLUON_WS_SINCE}": GLUON_WS_ARCHS}})
+            if ws.bwd_gluon:  # the backward's Gluon kernel, where the planner launches it
+                out.append({"name": f"sel_bwd_keymajor_gluon/{tag}",
+                            "kernel": f"{KEYMAJOR_BWD_GLUON_MODULE}:sel_bwd_keymajor_gluon_kernel",
+                            "constexprs": ws.bwd_gluon_constexprs(), "num_warps": BWD_GLUON_WARPS, "num_stages": 1,
+                            "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": ws.BLOCK_N,
                             "only": {f">={GLUON_WS_SINCE}": GLUON_WS_ARCHS}})
             out.append({"name": f"sel_bwd_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_keymajor_kernel",
                         "constexprs": m.bwd_constexprs(), "num_warps": m.bwd_warps, "num_stages": m.bwd_stages,
