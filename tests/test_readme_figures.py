@@ -27,7 +27,7 @@ FORWARD = f"{CONTENDERS}/perf_nsa.json"  # forward: ours against fla-core, Xunha
 PEERS_TRAIN = f"{CONTENDERS}/train_nsa.csv"  # forward + backward against fla-core and packed SDPA too
 TRAIN = "2026-11-28-h100-triton3.6-decode-pointers/train.csv"  # forward + backward against XunhaoLai, kernels of 11-28
 TRAIN_H200 = "2026-11-29-h200-triton3.6-train-xunhaolai-e41314fa/train.csv"  # the same on an H200, current kernels
-SMALL_GROUPS = "2026-11-30-h200-triton3.6-keymajor-ws/call-3/small-groups.csv"  # h = 1-8, against FSA too
+SMALL_GROUPS = "2026-11-30-h200-triton3.6-keymajor-bwd-gluon/call-6/small-groups.csv"  # h = 1-8, against FSA too
 TS = (8192, 32768, 65536)
 SELS = ("random", "local")
 
@@ -171,7 +171,7 @@ def test_the_compatibility_summary_is_matrix_mds():
 
     old, new = old_new("H200")
     _, rest = old_new("H200", (2, 3, 5))  # all but forward + backward at 4K, the host-bound row
-    assert (f"On the H200, with the current kernels, Triton 3.0-3.5 run the same kernels "
+    assert (f"On the H200, with the kernels of its last refresh, Triton 3.0-3.5 run the same kernels "
             f"up to {old:.2f}x slower "
             f"than the newest release") in text
     rows_35 = [row for row in speed if row[1] == "H200" and _version(row[0])[:2] == (3, 5)]

@@ -144,7 +144,7 @@ def gluon_backward(names, bench, row, h, keyed, q, k, v, ranges, out, lse, go, s
     arguments), each compared bit for bit (dk and dv after the split tiles' reduction, the partial dq and scales of
     every slot the shipped kernel wrote) and timed; then the whole backward (``launch.backward``, every pass) with
     each in the kernel's place, dq, dk and dv compared."""
-    from bench.probes import keymajor_bwd_gluon as kbg
+    from bench.probes import keymajor_gluon as kbg
 
     HP = keyed.forward.meta.HP
     dk, dv, dqp, dqs = named["DK"], named["DV"], named["DQP"], named["DQP_SCALE"]
@@ -158,9 +158,9 @@ def gluon_backward(names, bench, row, h, keyed, q, k, v, ranges, out, lse, go, s
     shipped_bwd()
     want = reduced()
     live = ~torch.isnan(want[3])
-    for variant in kbg.chosen(names):
+    for variant in kbg.chosen_bwd(names):
         def gluon(variant=variant):
-            kbg.launch(variant, named, bgrid[0], HP)
+            kbg.launch_bwd(variant, named, bgrid[0], HP)
         try:
             dk.zero_(), dv.zero_(), dqp.zero_(), dqs.fill_(float("nan"))
             gluon()
@@ -191,7 +191,7 @@ def gluon_backward(names, bench, row, h, keyed, q, k, v, ranges, out, lse, go, s
     want = whole()
     ms0 = bench(whole)
     row(h, "whole backward", "the Triton key-major backward kernel", ms0, 0)
-    for variant in kbg.chosen(names):
+    for variant in kbg.chosen_bwd(names):
         try:
             got = whole(variant)
         except Exception as exc:  # noqa: BLE001
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-forward", action="store_true",
                     help="leave out the forward's partial kernel, its merge and their ceilings (the backward only)")
     ap.add_argument("--gluon-bwd", default="",
-                    help="comma list of bench.probes.keymajor_bwd_gluon variants (Triton >= 3.6, sm_90): each compared "
+                    help="comma list of bench.probes.keymajor_gluon backward variants (b-* (Triton >= 3.6, sm_90): each compared "
                          "with the shipped key-major backward kernel (dk, dv, partial dq and scales, bit for bit) and "
                          "timed beside it, then the whole backward (every pass) with it in the kernel's place")
     ap.add_argument("--json")

@@ -1,4 +1,4 @@
-# The key-major backward kernel in Gluon (bench/probes/keymajor_bwd_gluon.py) on an H200: one script, one stage per
+# The key-major backward kernel in Gluon (bench/probes/keymajor_gluon.py's b-* variants, then the shipped one) on an H200: one script, one stage per
 # device call (repository root; OUT the call's output folder).
 #   bash device.sh probe [VARIANTS] [H] [T] [HQ]   each variant beside the Triton kernel on the first pass (bit for
 #                                         bit, timed, against the ceiling), then the whole backward with it in place
