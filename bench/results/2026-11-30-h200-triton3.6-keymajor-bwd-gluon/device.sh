@@ -5,6 +5,9 @@
 #   bash device.sh check   on the tree that ships the kernel: its GPU tests and the key-major ones (240 s limit),
 #                          then the GPU contract suite and the GPU A/B against the landed main (bench/ab/gpu_check.sh)
 #   bash device.sh tests   the gradient and key-major backward GPU tests (300 s limit), the host A/B in paired rounds
+#   bash device.sh final   on the final tree: the three key-major GPU files' training-step determinism and
+#                          CUDA-graph tests and fallbacks (80 s limit), then the GPU contract suite and the GPU A/B
+#                          against the landed main
 #   bash device.sh groups  the small-group table against FSA and XunhaoLai, then the path grids of random and local
 #                          selections (the planner's path table)
 set -u
@@ -38,6 +41,13 @@ tests)
     timeout $((585 - SECONDS + T0)) python3 -m bench.ab.host_pair --base-src .carry/base-landed/src \
         --base-name main-eced02d --out $OUT/host-pair 2>&1 | grep -E "^\|"
     echo "host rc=$? [$((SECONDS - T0))s]" ;;
+final)
+    timeout 80 python3 -m pytest -p no:cacheprovider -q -m gpu -k "deterministic or falls_back" \
+        tests/library/kernels/test_keymajor_bwd_gluon_gpu.py tests/library/kernels/test_keymajor_ws_gpu.py \
+        tests/library/kernels/test_keymajor_gpu.py > $OUT/keymajor-gpu-tests.log 2>&1
+    echo "keymajor tests rc=$? [$((SECONDS - T0))s]"; grep -E "passed|failed|FAILED|Error" $OUT/keymajor-gpu-tests.log | tail -8
+    timeout $((250 - SECONDS + T0)) bash bench/ab/gpu_check.sh $OUT/check contract,ab .carry/base-landed/src:main-eced02d
+    echo "gpu_check rc=$? [$((SECONDS - T0))s]" ;;
 groups)
     timeout 240 python3 -m bench.train.small_groups --peers .carry/peers --rep-ms 100 \
         --csv $OUT/small-groups.csv > $OUT/small-groups.log 2>&1

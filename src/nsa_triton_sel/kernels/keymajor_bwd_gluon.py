@@ -40,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, fence_async_shared, warpgroup_mma, \
     warpgroup_mma_wait
 
-from .keymajor_ws import _async_gather, _cta_barrier
+from .keymajor_ws import _async_gather, _cta_barrier, _key_value_rows
 
 WARPS = 4  # one warpgroup: every MMA of a step is a warpgroup MMA
 
@@ -62,17 +62,8 @@ def _chunk_row(CHUNKS, NT, G, BLOCK_N: gl.constexpr):
 def _key_tile_max(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t, BLOCK_N: gl.constexpr, D: gl.constexpr):
     """The key tile's k and v ``[BLOCK_N, D]`` in shared memory (keys past ``T`` as 0), the log2 of their largest
     magnitudes, and whether every value is finite."""
-    gather: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     tile_sh: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D], gl.bfloat16)
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gather))
-    offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, gather))
-    n_ok = (k0 + offs_n) < T
-    t_idx = (k0 + offs_n).to(gl.int64)
-    kv_m = gl.expand_dims(n_ok, 1) & gl.expand_dims(offs_d < D, 0)
-    k = gl.load(K + gl.expand_dims(b * sk_b + g * sk_g + t_idx * sk_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
-    v = gl.load(V + gl.expand_dims(b * sv_b + g * sv_g + t_idx * sv_t, 1) + gl.expand_dims(offs_d, 0),
-                mask=kv_m, other=0.0)
+    k, v = _key_value_rows(K, V, b, g, k0, T, sk_b, sk_g, sk_t, sv_b, sv_g, sv_t, BLOCK_N, D)
     k_abs = gl.abs(k.to(gl.float32))
     v_abs = gl.abs(v.to(gl.float32))
     # a comparison, not the maxima: NaN fails it (and a maximum may drop it)

@@ -306,3 +306,64 @@ def check_lse_gradient_past_float16(device):
     assert torch.isfinite(got).all(), "dq is not finite"
     err = float((got - ref).abs().max() / ref.abs().max())
     assert err < 2e-2, f"dq: error {err:.3e} of its largest value"
+
+
+@pytest.fixture
+def gluon_here():
+    """Skips, naming the cause, where the planner never launches the key-major Gluon kernels (the forward's
+    warp-specialised partial kernel, the backward's kernel)."""
+    from nsa_triton_sel.device import device_of
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    why = why_no_keymajor("cuda")
+    if why:
+        pytest.skip(why)
+    dev = device_of(torch.device("cuda"))
+    if not dev.gluon_ws:
+        pytest.skip(f"Triton {dev.triton} on sm_{dev.arch} has no key-major Gluon kernels "
+                    "(sm_90 and Triton >= 3.6: device.gluon_ws)")
+
+
+def kernels_run(fn, names) -> set[str]:
+    """Which of the kernels ``names`` ``fn()`` launched (CUDA profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    launched = {e.name for e in prof.events()}
+    return {k for k in names if any(n.startswith(k) for n in launched)}
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, NaN where the other has NaN."""
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan])
+
+
+def check_training_step_deterministic_and_graph(xs, forward, go):
+    """A training step (``forward()`` -> the output, backward with ``go`` into ``xs``' gradients): two eager steps
+    give bit-identical gradients, and a step captured in a CUDA graph (after a warm-up on a side stream) replays to
+    the same bits."""
+    def step():
+        for x in xs:
+            x.grad = None
+        forward().backward(go)
+        return [x.grad.clone() for x in xs]
+
+    first, second = step(), step()
+    for a, b, name in zip(first, second, "qkv"):
+        assert torch.equal(a, b), f"d{name} differs between two runs"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    for x in xs:
+        x.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward().backward(go)
+    graph.replay()
+    torch.cuda.synchronize()
+    for x, want, name in zip(xs, first, "qkv"):
+        assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import keymajor_cases as C
+from keymajor_cases import gluon_here, same_bits  # noqa: F401 - a fixture
 from kernel_checks import fresh_seed
 from nsa_triton_sel import caches, plan, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges, resolve_scale
-from nsa_triton_sel.device import device_of
 from nsa_triton_sel.kernels import launch
 
 KM = __import__("importlib").import_module("nsa_triton_sel.plan.keymajor")  # the package exports a function of its name
@@ -26,35 +26,7 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 GLUON_KERNEL = "sel_bwd_keymajor_gluon_kernel"
 TRITON_KERNEL = "sel_bwd_keymajor_kernel"
-
-
-@pytest.fixture
-def gluon_here():
-    """Skips, naming the cause, where the planner never launches the Gluon backward kernel."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    why = C.why_no_keymajor(DEV)
-    if why:
-        pytest.skip(why)
-    dev = device_of(torch.device(DEV))
-    if not dev.gluon_ws:
-        pytest.skip(f"Triton {dev.triton} on sm_{dev.arch} has no Gluon key-major kernels "
-                    "(sm_90 and Triton >= 3.6: device.gluon_ws)")
-
-
-def kernels_run(fn) -> set[str]:
-    """The names of the key-major backward kernels that ``fn()`` launched (CUDA profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = {e.name for e in prof.events()}
-    return {k for k in (GLUON_KERNEL, TRITON_KERNEL) if any(n.startswith(k) for n in names)}
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal element for element, NaN where the other has NaN."""
-    nan = torch.isnan(a)
-    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan])
+KERNELS = (GLUON_KERNEL, TRITON_KERNEL)
 
 
 def keyed_plans(q, k, v, spans, pos, span_len, blocks, **replace):
@@ -85,8 +57,8 @@ def both(q, k, v, spans, *, pos=None, block_size=0, span_len=0, go=None, expect=
         go = torch.randn_like(out)
     run = {name: (lambda p=p: launch.backward(p, q, k, v, ranges, out, lse, go, None, scale=sc))
            for name, p in (("gluon", gluon), ("triton", triton_only))}
-    assert kernels_run(run["gluon"]) == (expect or {GLUON_KERNEL, TRITON_KERNEL})
-    assert kernels_run(run["triton"]) == {TRITON_KERNEL}
+    assert C.kernels_run(run["gluon"], KERNELS) == (expect or {GLUON_KERNEL, TRITON_KERNEL})
+    assert C.kernels_run(run["triton"], KERNELS) == {TRITON_KERNEL}
     return run["gluon"](), run["triton"]()
 
 
@@ -132,7 +104,7 @@ def test_gluon_backward_gradients_against_float64_autograd(gluon_here, h):
         xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
         go = torch.randn(q.shape, device=DEV, dtype=q.dtype)  # a dense output gradient (a sum's is stride 0)
         step = lambda: selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos).backward(go)  # noqa: E731
-        assert GLUON_KERNEL in kernels_run(step)
+        assert GLUON_KERNEL in C.kernels_run(step, KERNELS)
         C.check_operator_gradients(1, 300, 2, h, 128, 700, 64, 8, torch.bfloat16, DEV, seed=fresh_seed(),
                                    positions=True, lse_grad=True)
     caches.clear()
@@ -206,29 +178,7 @@ def test_gluon_backward_is_deterministic_and_captures_in_a_cuda_graph(gluon_here
                                              positions=True)
         xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
         go = torch.randn(q.shape, device=DEV, dtype=q.dtype)
-
-        def step():
-            for x in xs:
-                x.grad = None
-            selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos).backward(go)
-            return [x.grad.clone() for x in xs]
-
-        assert GLUON_KERNEL in kernels_run(step)
-        first, second = step(), step()
-        for a, b, name in zip(first, second, "qkv"):
-            assert torch.equal(a, b), f"d{name} differs between two runs"
-        side = torch.cuda.Stream()  # warm-up off the capturing stream, as torch.cuda.graphs asks
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream().wait_stream(side)
-        for x in xs:
-            x.grad = None
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos).backward(go)
-        graph.replay()
-        torch.cuda.synchronize()
-        for x, want, name in zip(xs, first, "qkv"):
-            assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"
+        forward = lambda: selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos)  # noqa: E731
+        assert GLUON_KERNEL in C.kernels_run(lambda: forward().backward(go), KERNELS)
+        C.check_training_step_deterministic_and_graph(xs, forward, go)
     caches.clear()

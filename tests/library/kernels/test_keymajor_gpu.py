@@ -89,31 +89,8 @@ def test_keymajor_backward_is_bitwise_deterministic_and_captures_in_a_cuda_graph
     assert p.forward.kernel == "keymajor" and p.dq_groups_per_pass > 0
     xs = [x.detach().clone().requires_grad_() for x in (q, k, v)]
     go = torch.randn(q.shape[:-1] + (v.shape[-1],), device=DEV, dtype=q.dtype)
-
-    def step():
-        for x in xs:
-            x.grad = None
-        selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos).backward(go)
-        return [x.grad.clone() for x in xs]
-
-    first, second = step(), step()
-    for a, b, name in zip(first, second, "qkv"):
-        assert torch.equal(a, b), f"d{name} differs between two runs"
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    for x in xs:
-        x.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos)
-        out.backward(go)
-    graph.replay()
-    torch.cuda.synchronize()
-    for x, want, name in zip(xs, first, "qkv"):
-        assert torch.equal(x.grad, want), f"d{name} from the CUDA graph differs"
+    C.check_training_step_deterministic_and_graph(
+        xs, lambda: selection_attention(*xs, block_indices=blocks, block_size=64, positions=pos), go)
 
 
 def test_keymajor_partials_keep_values_past_float16(keymajor_from_few_rows):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
+from keymajor_cases import gluon_here, same_bits  # noqa: F401 - a fixture
 from kernel_checks import check_against_oracle, fresh_seed
 from nsa_triton_sel.contract import block_indices_to_ranges
 from nsa_triton_sel.device import device_of
@@ -20,35 +21,7 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 WS_KERNEL = "sel_fwd_keymajor_ws_kernel"
 TRITON_KERNEL = "sel_fwd_keymajor_kernel"
-
-
-@pytest.fixture
-def ws_here():
-    """Skips, naming the cause, where the planner never launches the warp-specialised kernel."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    why = C.why_no_keymajor(DEV)
-    if why:
-        pytest.skip(why)
-    dev = device_of(torch.device(DEV))
-    if not dev.gluon_ws:
-        pytest.skip(f"Triton {dev.triton} on sm_{dev.arch} has no warp-specialised key-major kernel "
-                    "(sm_90 and Triton >= 3.6: device.gluon_ws)")
-
-
-def kernels_run(fn) -> set[str]:
-    """The names of the key-major partial kernels that ``fn()`` launched (CUDA profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = {e.name for e in prof.events()}
-    return {k for k in (WS_KERNEL, TRITON_KERNEL) if any(n.startswith(k) for n in names)}
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal element for element, NaN where the other has NaN."""
-    nan = torch.isnan(a)
-    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan])
+KERNELS = (WS_KERNEL, TRITON_KERNEL)
 
 
 def both(q, k, v, spans, **kw):
@@ -56,8 +29,8 @@ def both(q, k, v, spans, **kw):
     ws = lambda: direct.sel_attn_keymajor(q, k, v, spans, return_lse=True, **kw)  # noqa: E731
     tr = lambda: direct.sel_attn_keymajor(q, k, v, spans, return_lse=True, gluon_ws=False, **kw)  # noqa: E731
     got, want = ws(), tr()
-    assert kernels_run(ws) == {WS_KERNEL}
-    assert kernels_run(tr) == {TRITON_KERNEL}
+    assert C.kernels_run(ws, KERNELS) == {WS_KERNEL}
+    assert C.kernels_run(tr, KERNELS) == {TRITON_KERNEL}
     return got, want
 
 
@@ -76,7 +49,7 @@ WS_RANGE_CASES = [
 
 
 @pytest.mark.parametrize("name,kw,span_len", WS_RANGE_CASES, ids=[c[0] for c in WS_RANGE_CASES])
-def test_ws_ranges_match_the_triton_kernel_and_the_oracle(ws_here, name, kw, span_len):
+def test_ws_ranges_match_the_triton_kernel_and_the_oracle(gluon_here, name, kw, span_len):
     seed = fresh_seed()
     q, k, v, r = C.ranges_case(kw, span_len, torch.bfloat16, DEV, seed)
     got, want = both(q, k, v, r, span_len=span_len)
@@ -86,7 +59,7 @@ def test_ws_ranges_match_the_triton_kernel_and_the_oracle(ws_here, name, kw, spa
 
 
 @pytest.mark.parametrize("h", [1, 2, 4, 6, 8])
-def test_ws_nsa_blocks_match_the_triton_kernel_and_the_oracle(ws_here, h):
+def test_ws_nsa_blocks_match_the_triton_kernel_and_the_oracle(gluon_here, h):
     seed = fresh_seed()
     q, k, v, blocks, pos = C.blocks_case(1, 700, 2, h, 128, 1999, 64, 16, torch.bfloat16, DEV, seed,
                                          positions=True)
@@ -95,7 +68,7 @@ def test_ws_nsa_blocks_match_the_triton_kernel_and_the_oracle(ws_here, h):
     check_against_oracle(*got, q, k, v, block_indices_to_ranges(blocks, 64, 1999, pos), what=f"ws blocks h={h}")
 
 
-def test_ws_chunks_of_a_hot_tile_and_passes_over_groups(ws_here):
+def test_ws_chunks_of_a_hot_tile_and_passes_over_groups(gluon_here):
     seed = fresh_seed()
     q, k, v, blocks, _ = C.blocks_case(2, 300, 3, 2, 128, 300, 64, 4, torch.bfloat16, DEV, seed)
     got, want = both(q, k, v, blocks, block_size=64, chunk=8, groups_per_pass=2)
@@ -103,7 +76,7 @@ def test_ws_chunks_of_a_hot_tile_and_passes_over_groups(ws_here):
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "all three"])
-def test_ws_non_finite_values_give_the_triton_kernels_results(ws_here, bad):
+def test_ws_non_finite_values_give_the_triton_kernels_results(gluon_here, bad):
     """A value tile with a non-finite value takes the isolating walk: NaN (or inf) reaches exactly the columns
     that the Triton kernel gives it to, and every other tile's results are unchanged."""
     seed = fresh_seed()
@@ -119,7 +92,7 @@ def test_ws_non_finite_values_give_the_triton_kernels_results(ws_here, bad):
     assert not torch.isfinite(got[0]).all(), "no reader got the non-finite value"
 
 
-def test_ws_offsets_past_2_31_elements(ws_here):
+def test_ws_offsets_past_2_31_elements(gluon_here):
     """A batch stride past 2^31 elements in q, k and v: the row offsets are int64."""
     seed = fresh_seed()
     gen = torch.Generator(device=DEV).manual_seed(seed)
@@ -139,19 +112,19 @@ def test_ws_offsets_past_2_31_elements(ws_here):
     check_against_oracle(*got, q_small, k, v, block_indices_to_ranges(blocks, 64, T), what="ws int64 offsets")
 
 
-def test_ws_falls_back_for_rows_it_cannot_copy_16_bytes_at_a_time(ws_here):
+def test_ws_falls_back_for_rows_it_cannot_copy_16_bytes_at_a_time(gluon_here):
     """q whose address is not 16-byte aligned: the Triton partial kernel runs, with the same results."""
     seed = fresh_seed()
     q, k, v, blocks, _ = C.blocks_case(1, 300, 2, 4, 128, 600, 64, 8, torch.bfloat16, DEV, seed)
     shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEV)[1:].view(q.shape)
     shifted.copy_(q)
     run = lambda: direct.sel_attn_keymajor(shifted, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
-    assert kernels_run(run) == {TRITON_KERNEL}
+    assert C.kernels_run(run, KERNELS) == {TRITON_KERNEL}
     assert_same(run(), direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True), f"seed={seed}")
 
 
-def test_ws_is_deterministic_and_captures_in_a_cuda_graph(ws_here):
+def test_ws_is_deterministic_and_captures_in_a_cuda_graph(gluon_here):
     q, k, v, blocks, _ = C.blocks_case(1, 2048, 4, 4, 128, 2048, 64, 16, torch.bfloat16, DEV, fresh_seed())
     run = lambda: direct.sel_attn_keymajor(q, k, v, blocks, block_size=64, return_lse=True)  # noqa: E731
-    assert kernels_run(run) == {WS_KERNEL}
+    assert C.kernels_run(run, KERNELS) == {WS_KERNEL}
     C.check_deterministic_and_graph(run)

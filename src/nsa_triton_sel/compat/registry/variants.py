@@ -274,8 +274,11 @@ def keymajor_variants() -> list[dict]:
     out = []
     for dtype in ("fp16", "bf16"):
         for (Dk, Dv), h in [((128, 128), g) for g in groups if dtype == "bf16" or g in (1, 4)] + [((192, 128), 1)]:
+            # the Gluon kernels where the planner launches them (bf16 calls on a Triton that has them: m.ws,
+            # m.bwd_gluon); the Triton kernels' constexprs do not depend on it
             m, deep = (keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
-                                     G=4, sm_count=132, shared=shared) for shared in (None, DEEP_SHARED))
+                                     G=4, sm_count=132, shared=shared, gluon_ws=dtype == "bf16",
+                                     gluon_bwd=dtype == "bf16") for shared in (None, DEEP_SHARED))
             tag = f"{dtype}/dk{Dk}-dv{Dv}/h{h}"
             fwd = {"name": f"sel_fwd_keymajor/{tag}", "kernel": f"{FORWARD_MODULE}:sel_fwd_keymajor_kernel",
                    "constexprs": m.kernel_constexprs(), "num_warps": m.num_warps, "num_stages": m.num_stages,
@@ -286,18 +289,16 @@ def keymajor_variants() -> list[dict]:
                 out.append({**fwd, "skip_archs": deep_archs})
                 out.append({**fwd, "name": f"{fwd['name']}/stages{deep.num_stages}", "num_stages": deep.num_stages,
                             "only_archs": deep_archs})
-            ws = keymajor_meta(h=h, Dk=Dk, Dv=Dv, n_spans=16, T=8192, span_len=64, aligned=True, B=1, S=8192,
-                               G=4, sm_count=132, gluon_ws=dtype == "bf16", gluon_bwd=dtype == "bf16")
-            if ws.ws:  # the warp-specialised Gluon partial kernel, where the planner launches it
+            if m.ws:  # the warp-specialised Gluon partial kernel
                 out.append({"name": f"sel_fwd_keymajor_ws/{tag}", "kernel": f"{KEYMAJOR_WS_MODULE}:sel_fwd_keymajor_ws_kernel",
-                            "constexprs": ws.ws_constexprs(), "num_warps": WS_WARPS, "num_stages": 1,
-                            "maxnreg": WS_REGISTERS, "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": ws.ROWS,
+                            "constexprs": m.ws_constexprs(), "num_warps": WS_WARPS, "num_stages": 1,
+                            "maxnreg": WS_REGISTERS, "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.ROWS,
                             "only": {f">={GLUON_WS_SINCE}": GLUON_WS_ARCHS}})
-            if ws.bwd_gluon:  # the backward's Gluon kernel, where the planner launches it
+            if m.bwd_gluon:  # the backward's Gluon kernel
                 out.append({"name": f"sel_bwd_keymajor_gluon/{tag}",
                             "kernel": f"{KEYMAJOR_BWD_GLUON_MODULE}:sel_bwd_keymajor_gluon_kernel",
-                            "constexprs": ws.bwd_gluon_constexprs(), "num_warps": BWD_GLUON_WARPS, "num_stages": 1,
-                            "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": ws.BLOCK_N,
+                            "constexprs": m.bwd_gluon_constexprs(), "num_warps": BWD_GLUON_WARPS, "num_stages": 1,
+                            "dtype": dtype, "types": dict(KEYMAJOR_TYPES), "rows": m.BLOCK_N,
                             "only": {f">={GLUON_WS_SINCE}": GLUON_WS_ARCHS}})
             out.append({"name": f"sel_bwd_keymajor/{tag}", "kernel": f"{BACKWARD_MODULE}:sel_bwd_keymajor_kernel",
                         "constexprs": m.bwd_constexprs(), "num_warps": m.bwd_warps, "num_stages": m.bwd_stages,
