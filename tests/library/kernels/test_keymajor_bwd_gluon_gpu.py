@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import keymajor_cases as C
-from keymajor_cases import gluon_here, same_bits  # noqa: F401 - a fixture
+from keymajor_cases import gluon_here  # noqa: F401 - a fixture
 from kernel_checks import fresh_seed
 from nsa_triton_sel import caches, plan, selection_attention
 from nsa_triton_sel.contract import block_indices_to_ranges, resolve_scale
@@ -63,20 +63,10 @@ def both(q, k, v, spans, *, pos=None, block_size=0, span_len=0, go=None, expect=
 
 
 def assert_same(got, want, what):
-    for name, a, b in zip(("dq", "dk", "dv"), got, want):
-        assert same_bits(a, b), f"{what}: {name} differs from the Triton kernel's " \
-                                f"(max |diff| {(a.float() - b.float()).abs().nan_to_num().max().item()})"
+    C.assert_same_bits(got, want, ("dq", "dk", "dv"), what, "the Triton kernel's")
 
 
-RANGE_CASES = [
-    ("h1-multispan-L65", dict(B=1, S=70, G=2, h=1, Dk=128, Dv=128, T=65, n=4), 64),
-    ("h3-empty-rows", dict(B=2, S=40, G=1, h=3, Dk=128, Dv=128, T=300, n=3, empty_frac=0.4), 100),
-    ("h5-partial-tile", dict(B=1, S=90, G=2, h=5, Dk=128, Dv=128, T=1000, n=5), 64),
-    ("h8-multispan", dict(B=1, S=50, G=3, h=8, Dk=128, Dv=128, T=777, n=6), 130),
-]
-
-
-@pytest.mark.parametrize("name,kw,span_len", RANGE_CASES, ids=[c[0] for c in RANGE_CASES])
+@pytest.mark.parametrize("name,kw,span_len", C.GLUON_RANGE_CASES, ids=[c[0] for c in C.GLUON_RANGE_CASES])
 def test_gluon_backward_on_ranges_matches_the_triton_kernel(gluon_here, name, kw, span_len):
     seed = fresh_seed()
     q, k, v, r = C.ranges_case(kw, span_len, torch.bfloat16, DEV, seed)

@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import keymajor_cases as C
-from keymajor_cases import gluon_here, same_bits  # noqa: F401 - a fixture
+from keymajor_cases import gluon_here  # noqa: F401 - a fixture
 from kernel_checks import check_against_oracle, fresh_seed
 from nsa_triton_sel.contract import block_indices_to_ranges
-from nsa_triton_sel.device import device_of
 from nsa_triton_sel.kernels import direct
 
 pytestmark = pytest.mark.gpu
@@ -35,20 +34,10 @@ def both(q, k, v, spans, **kw):
 
 
 def assert_same(got, want, what):
-    for name, a, b in zip(("out", "lse"), got, want):
-        assert same_bits(a, b), f"{what}: {name} differs from the Triton partial kernel's " \
-                                f"(max |diff| {(a.float() - b.float()).abs().nan_to_num().max().item()})"
+    C.assert_same_bits(got, want, ("out", "lse"), what, "the Triton partial kernel's")
 
 
-WS_RANGE_CASES = [
-    ("h1-multispan-L65", dict(B=1, S=70, G=2, h=1, Dk=128, Dv=128, T=65, n=4), 64),
-    ("h3-empty-rows", dict(B=2, S=40, G=1, h=3, Dk=128, Dv=128, T=300, n=3, empty_frac=0.4), 100),
-    ("h5-partial-tile", dict(B=1, S=90, G=2, h=5, Dk=128, Dv=128, T=1000, n=5), 64),
-    ("h8-multispan", dict(B=1, S=50, G=3, h=8, Dk=128, Dv=128, T=777, n=6), 130),
-]
-
-
-@pytest.mark.parametrize("name,kw,span_len", WS_RANGE_CASES, ids=[c[0] for c in WS_RANGE_CASES])
+@pytest.mark.parametrize("name,kw,span_len", C.GLUON_RANGE_CASES, ids=[c[0] for c in C.GLUON_RANGE_CASES])
 def test_ws_ranges_match_the_triton_kernel_and_the_oracle(gluon_here, name, kw, span_len):
     seed = fresh_seed()
     q, k, v, r = C.ranges_case(kw, span_len, torch.bfloat16, DEV, seed)
