@@ -357,6 +357,22 @@ def assert_same_bits(got, want, names, what, whose):
                                 f"(max |diff| {(a.float() - b.float()).abs().nan_to_num().max().item()})"
 
 
+def q_past_2_31_elements(seed, device="cuda"):
+    """An NSA case whose q has a batch stride past 2^31 elements (B = 2, S = T = 256, G = 1, h = 2, D = 128, bf16,
+    16-byte rows): ``(q, k, v, blocks, T)``; q's storage is freed with q."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    S, G, h, T, D = 256, 1, 2, 256, 128
+    stride_b = (1 << 31) + 4096  # elements between the two batch rows (a multiple of 8: 16-byte rows)
+    base = torch.empty(stride_b + S * G * h * D, dtype=torch.bfloat16, device=device)
+    q = base.as_strided((2, S, G, h, D), (stride_b, G * h * D, h * D, D, 1))
+    q[0].copy_(torch.randn(S, G, h, D, generator=gen, device=device))
+    q[1].copy_(torch.randn(S, G, h, D, generator=gen, device=device))
+    k = torch.randn(2, G, T, D, generator=gen, device=device).to(torch.bfloat16)
+    v = torch.randn(2, G, T, D, generator=gen, device=device).to(torch.bfloat16)
+    blocks = blocks_case(2, S, G, h, D, T, 64, 4, torch.bfloat16, device, seed)[3]
+    return q, k, v, blocks, T
+
+
 def check_training_step_deterministic_and_graph(xs, forward, go):
     """A training step (``forward()`` -> the output, backward with ``go`` into ``xs``' gradients): two eager steps
     give bit-identical gradients, and a step captured in a CUDA graph (after a warm-up on a side stream) replays to

@@ -84,20 +84,11 @@ def test_ws_non_finite_values_give_the_triton_kernels_results(gluon_here, bad):
 def test_ws_offsets_past_2_31_elements(gluon_here):
     """A batch stride past 2^31 elements in q, k and v: the row offsets are int64."""
     seed = fresh_seed()
-    gen = torch.Generator(device=DEV).manual_seed(seed)
-    S, G, h, T, D = 256, 1, 2, 256, 128
-    stride_b = (1 << 31) + 4096  # elements between the two batch rows (a multiple of 8: 16-byte rows)
-    base = torch.empty(stride_b + S * G * h * D, dtype=torch.bfloat16, device=DEV)
-    q = base.as_strided((2, S, G, h, D), (stride_b, G * h * D, h * D, D, 1))
-    q[0].copy_(torch.randn(S, G, h, D, generator=gen, device=DEV))
-    q[1].copy_(torch.randn(S, G, h, D, generator=gen, device=DEV))
-    k = torch.randn(2, G, T, D, generator=gen, device=DEV).to(torch.bfloat16)
-    v = torch.randn(2, G, T, D, generator=gen, device=DEV).to(torch.bfloat16)
-    blocks = C.blocks_case(2, S, G, h, D, T, 64, 4, torch.bfloat16, DEV, seed)[3]
+    q, k, v, blocks, T = C.q_past_2_31_elements(seed, DEV)
     got, want = both(q, k, v, blocks, block_size=64)
     assert_same(got, want, f"seed={seed}")
     q_small = q.contiguous()
-    del base, q
+    del q
     check_against_oracle(*got, q_small, k, v, block_indices_to_ranges(blocks, 64, T), what="ws int64 offsets")
 
 
