@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ledger_factory as F
 from nsa_triton_sel.compat import ledger
 
@@ -93,6 +95,80 @@ def test_advisory_window_is_named_when_one_covers_the_slow_release():
                               'checks = ["bench"]\nmodes = ["gpu"]\nreason = "slow"\n')
     recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", fwd_ms=1.26) + _gpu_run("3.9")
     assert "`slow35` (+50 % vs 3.9.0)" in _render_at(recs, windows=windows)
+
+
+def _speed_note(tmp_path, monkeypatch, point="fwd+bwd 4K", kernels=KH, triton="==3.5.1", gpu="H100"):
+    from nsa_triton_sel.compat.ledger import speed_notes
+
+    path = tmp_path / "speed_notes.toml"
+    path.write_text(f'schema = 1\n[[note]]\nid = "host4k"\ntriton = "{triton}"\ngpu = "{gpu}"\n'
+                    f'point = "{point}"\nkernels = "{kernels}"\nwhy = "repeated runs: no slower"\n'
+                    'evidence = "bench/results/x/README.md"\n')
+    monkeypatch.setattr(speed_notes, "NOTES_FILE", path)
+
+
+def _advisory_of(md, version="3.5.1"):
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| {version} | H100 | ") and "x) |" in ln)
+    return row.rstrip(" |").rpartition(" | ")[2]
+
+
+def test_a_slow_point_answered_by_a_speed_note_names_the_note(tmp_path, monkeypatch):
+    _speed_note(tmp_path, monkeypatch)
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", train_ms=3.6) + _gpu_run("3.9")
+    md = _render_at(recs)
+    assert _advisory_of(md) == "note `host4k` (+20 % vs 3.9.0)"
+    assert "- note `host4k`: Triton ==3.5.1 on the H100, fwd+bwd 4K, kernels 01234567: repeated runs" in md
+
+
+@pytest.mark.parametrize("note, recs_kw", [
+    ({"kernels": "feedfacefeedface"}, {"train_ms": 3.6}),  # the note is about other kernels
+    ({"gpu": "H200"}, {"train_ms": 3.6}),  # about another GPU
+    ({"triton": "==3.9.0"}, {"train_ms": 3.6}),  # about another release
+    ({}, {"train_ms": 3.6, "fwd_ms": 1.26}),  # a second slow point that no note answers
+])
+def test_a_speed_note_answers_only_the_point_it_names(tmp_path, monkeypatch, note, recs_kw):
+    _speed_note(tmp_path, monkeypatch, **note)
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", **recs_kw) + _gpu_run("3.9")
+    assert _advisory_of(_render_at(recs)).startswith("**needs an advisory window** (+")
+
+
+def test_a_speed_note_on_a_point_within_the_rule_changes_nothing(tmp_path, monkeypatch):
+    _speed_note(tmp_path, monkeypatch)
+    recs = F.all_pass("3.5") + F.all_pass("3.9") + _gpu_run("3.5", train_ms=3.3) + _gpu_run("3.9")
+    assert _advisory_of(_render_at(recs)) == "—"
+
+
+def test_the_shipped_speed_notes_load_and_name_files_that_exist():
+    from pathlib import Path
+
+    from nsa_triton_sel.compat.ledger import gpu_tables
+
+    repo = Path(__file__).resolve().parents[3]
+    for n in gpu_tables.load_speed_notes():
+        files = [f.strip() for f in n.evidence.split(";")]
+        assert files and all((repo / f).is_file() for f in files), files
+
+
+@pytest.mark.parametrize("body, words", [
+    ('schema = 2\n', "schema 2 is not supported"),
+    ('schema = 1\n[[note]]\nid = "a"\ntriton = ">=3.7"\ngpu = "H200"\npoint = "bwd 4K"\n'
+     'kernels = "0123456789abcdef"\nwhy = "w"\nevidence = "e"\n', "'bwd 4K' is not a speed point (one of fwd 4K"),
+    ('schema = 1\n[[note]]\nid = "a"\ntriton = "3.7"\ngpu = "H200"\npoint = "fwd 4K"\n'
+     'kernels = "0123456789abcdef"\nwhy = "w"\nevidence = "e"\n', "is not a PEP 440 specifier"),
+    ('schema = 1\n[[note]]\nid = "a"\ntriton = ">=3.7"\ngpu = "H200"\npoint = "fwd 4K"\n'
+     'kernels = "b93c8ecb"\nwhy = "w"\nevidence = "e"\n', "must be a compiler-facing hash (16 hex digits"),
+    ('schema = 1\n[[note]]\nid = "a"\ntriton = ">=3.7"\ngpu = "H200"\npoint = "fwd 4K"\n'
+     'kernels = "0123456789abcdef"\nwhy = "w"\n', "missing ['evidence']"),
+])
+def test_a_bad_speed_note_says_what_is_wrong(tmp_path, body, words):
+    import re
+
+    from nsa_triton_sel.compat.ledger import gpu_tables, speed_notes
+
+    path = tmp_path / "speed_notes.toml"
+    path.write_text(body)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        speed_notes.load(path, points=tuple(p[0] for p in gpu_tables.SPEED_POINTS))
 
 
 def test_gpu_evidence_about_other_kernels_is_stale_and_not_counted():

@@ -12,7 +12,8 @@
   same kernels; the seeds' packed shape (Triton over SDPA); ``auto`` over ``backend="triton"``
   (``test_auto_route``, must be <= 1.05); and the advisory rule: a release that is correct but
   more than 15 % slower than the newest needs an advisory known-bad window (like
-  ``triton30-sm90-slow``), named here when one covers it.
+  ``triton30-sm90-slow``), named here when one covers it, unless every point that slow is answered
+  by a speed note (``speed_notes.toml``: repeated runs show the release is not slower there).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from packaging.version import Version
 
 from ..core.verdicts import BAD, PASS
 from ..canaries import notes as canary_notes
+from . import speed_notes
 from .evidence import COMPILER_FIELD, hashes_text, is_gpu, is_stale, on_gpu_machine, runtime_stale, short_gpu
 
 SLOW = 1.15  # the advisory rule: slower than the newest release by more than 15 %
@@ -121,7 +123,8 @@ def correctness_rows(table, recs: list[dict], current: str | None, windows: list
     return rows
 
 
-def speed_rows(table, recs: list[dict], windows: list) -> list[list[str]]:
+def speed_rows(table, recs: list[dict], windows: list, notes: list | None = None) -> list[list[str]]:
+    notes = load_speed_notes() if notes is None else notes
     runs = [(rel, gpu, mine, _points(mine)) for rel, gpu, mine in _runs(table, recs)]
     newest: dict[tuple, tuple] = {}  # (GPU, kernel hash) -> (version, points) of the newest release with points
     for rel, gpu, mine, pts in runs:
@@ -131,21 +134,29 @@ def speed_rows(table, recs: list[dict], windows: list) -> list[list[str]]:
     rows = []
     for rel, gpu, mine, pts in runs:
         base = newest.get((gpu, _hash_of(mine)), (None, {}))
-        cells, worst = [], 0.0
-        for _, group, impl in SPEED_POINTS:
+        cells, worst, noted = [], 0.0, {}  # noted: the notes answering a slow point -> that point's ratio
+        for label, group, impl in SPEED_POINTS:
             t, ref = pts.get((group, impl)), base[1].get((group, impl))
             if not t:
                 cells.append("—")
                 continue
             ratio = t["median_ms"] / ref["median_ms"] if ref else None
-            worst = max(worst, ratio or 0.0)
+            note = next((n for n in notes if n.covers(rel.triton, short_gpu(gpu), label, _hash_of(mine))), None)
+            if note and ratio and ratio > SLOW:
+                noted[note.id] = max(noted.get(note.id, 0.0), ratio)
+            else:
+                worst = max(worst, ratio or 0.0)
             cells.append(f"{t['median_ms']:.2f}" + (f" ({ratio:.2f}x)" if ratio else ""))
         seeds = [m["speedup_vs_sdpa"] for (g, i), m in pts.items()
                  if i == "triton" and g.startswith(SEEDS_PREFIXES) and "speedup_vs_sdpa" in m]
         rows.append([rel.triton, short_gpu(gpu)] + cells + [
             f"{statistics.median(seeds):.2f}x ({min(seeds):.2f}-{max(seeds):.2f})" if seeds else "—",
-            _auto(mine), _advisory(rel, mine, worst, base[0], windows)])
+            _auto(mine), _advisory(rel, mine, worst, base[0], windows, noted)])
     return rows
+
+
+def load_speed_notes() -> list:
+    return speed_notes.load(points=tuple(p[0] for p in SPEED_POINTS))
 
 
 def _hash_of(recs: list[dict]) -> str:
@@ -163,12 +174,18 @@ def _auto(recs: list[dict]) -> str:
     return f"**{text}**" if bad else text
 
 
-def _advisory(rel, recs: list[dict], worst: float, newest: Version | None, windows: list) -> str:
-    if worst <= SLOW or newest is None:
+def _advisory(rel, recs: list[dict], worst: float, newest: Version | None, windows: list,
+              noted: dict | None = None) -> str:
+    """The advisory cell: the window covering a slow release, else the speed notes answering every slow point
+    (the flag when one is unanswered); ``worst`` is the largest ratio among the points no note answers."""
+    noted = noted or {}
+    if newest is None or (worst <= SLOW and not noted):
         return "—"
+    if worst <= SLOW:
+        return ", ".join(f"note `{i}` (+{(r - 1) * 100:.0f} % vs {newest})" for i, r in noted.items())
     arch = _arch(recs)
     cover = [w.id for w in windows if w.covers(rel.triton, arch, "bench", "gpu")]
-    slower = f"+{(worst - 1) * 100:.0f} % vs {newest}"
+    slower = f"+{(max([worst, *noted.values()]) - 1) * 100:.0f} % vs {newest}"
     return f"`{cover[0]}` ({slower})" if cover else f"**needs an advisory window** ({slower})"
 
 
@@ -212,7 +229,13 @@ def gpu_evidence(table, recs: list[dict], windows: list | None = None, current: 
             "block 64, top-16, random selection; `(x)` = ratio to the newest release on that GPU with the same "
             "kernels); seeds = the seeds' packed shapes, Triton's speedup over SDPA (median, range); auto = "
             f"`backend=\"auto\"` over `backend=\"triton\"` at T=8K (worst of inference, training; must be <= 1.05); "
-            f"advisory: correct but more than {round((SLOW - 1) * 100)} % slower than the newest release.", ""]
+            f"advisory: correct but more than {round((SLOW - 1) * 100)} % slower than the newest release: the "
+            "known-bad window that says so, or the speed note whose repeated runs show it is not "
+            "(`nsa_triton_sel/compat/ledger/speed_notes.toml`).", ""]
+    snotes = load_speed_notes()
     out += _table(["Triton", "GPU"] + [p[0] for p in SPEED_POINTS] + ["seeds vs SDPA", "auto", "advisory"],
-                  speed_rows(table, recs, windows or []))
+                  speed_rows(table, recs, windows or [], snotes))
+    out += ["", "Speed notes:", ""]
+    out += [f"- note `{n.id}`: Triton {n.triton} on the {n.gpu}, {n.point}, kernels {n.kernels[:8]}: {n.why} "
+            f"({n.evidence})" for n in snotes] or ["- no notes"]
     return out
