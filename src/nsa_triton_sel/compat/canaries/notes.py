@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..._toml import loads
+from ..core.notes_file import entries, triton_specifier
 from .gpu import CANARIES
 
 NOTES_FILE = Path(__file__).with_name("notes.toml")
@@ -36,25 +36,14 @@ class CanaryNote:
 
 def load(path: Path = NOTES_FILE) -> list[CanaryNote]:
     """The notes, validated: a bad field names the note, the field and what is accepted."""
-    data = loads(Path(path).read_text())
-    if data.get("schema") != 1:
-        raise ValueError(f"{path}: schema {data.get('schema')!r} is not supported (expected 1)")
-    return [_note(path, i, raw) for i, raw in enumerate(data.get("note", []))]
+    return [_note(where, raw) for where, raw in entries(path, FIELDS)]
 
 
-def _note(path: Path, i: int, raw: dict) -> CanaryNote:
-    where = f"{path}: note {i + 1}"
-    missing = [f for f in FIELDS if not raw.get(f)]
-    if missing or set(raw) - set(FIELDS):
-        raise ValueError(f"{where}: needs exactly the fields {', '.join(FIELDS)} (missing {missing}, "
-                         f"unknown {sorted(set(raw) - set(FIELDS))})")
+def _note(where: str, raw: dict) -> CanaryNote:
     names = [c.name for c in CANARIES]
     if raw["canary"] not in names:
         raise ValueError(f"{where}: canary {raw['canary']!r} is not a GPU canary (one of {', '.join(names)})")
-    try:
-        spec = SpecifierSet(raw["triton"])
-    except InvalidSpecifier as exc:
-        raise ValueError(f"{where}: triton {raw['triton']!r} is not a PEP 440 specifier ({exc})") from None
+    spec = triton_specifier(where, raw["triton"])
     if not isinstance(raw["arch"], list) or not all(isinstance(a, int) for a in raw["arch"]):
         raise ValueError(f"{where}: arch must be a list of compute capabilities as integers, e.g. [90]")
     return CanaryNote(raw["canary"], spec, tuple(raw["arch"]), str(raw["why"]), str(raw["evidence"]))

@@ -8,7 +8,8 @@
 - :mod:`.verdicts`: the verdict vocabulary (compile, record and upgrade verdicts);
 - :mod:`.atomic`: crash-safe writes, the file lock, bounded reads of the files a command is handed;
 - :mod:`.env`: the environment fingerprint and the interpreter probe;
-- :mod:`.command`: what every ``nsa-sel`` command shares (one-line errors, the parser, ``--debug``).
+- :mod:`.command`: what every ``nsa-sel`` command shares (one-line errors, the parser, ``--debug``);
+- :mod:`.notes_file`: the note files' common reading (the GPU canaries' notes, the speed notes).
 
 Of the library it imports only ``provenance``, ``files`` and ``_toml`` (standard library only, like
 this package).  May import: nothing.

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..._toml import loads
+from ..core.notes_file import entries, triton_specifier
 
 NOTES_FILE = Path(__file__).with_name("speed_notes.toml")
 FIELDS = ("id", "triton", "gpu", "point", "kernels", "why", "evidence")
@@ -41,25 +41,13 @@ class SpeedNote:
 def load(path: Path | None = None, points: tuple[str, ...] = ()) -> list[SpeedNote]:
     """The notes of ``path`` (default :data:`NOTES_FILE`), validated: a bad field names the note, the field and
     what is accepted (``points``: the speed points a note may name; empty: any)."""
-    path = NOTES_FILE if path is None else path
-    data = loads(Path(path).read_text())
-    if data.get("schema") != 1:
-        raise ValueError(f"{path}: schema {data.get('schema')!r} is not supported (expected 1)")
-    return [_note(path, i, raw, points) for i, raw in enumerate(data.get("note", []))]
+    return [_note(where, raw, points) for where, raw in entries(NOTES_FILE if path is None else path, FIELDS)]
 
 
-def _note(path: Path, i: int, raw: dict, points: tuple[str, ...]) -> SpeedNote:
-    where = f"{path}: note {i + 1}"
-    missing = [f for f in FIELDS if not raw.get(f)]
-    if missing or set(raw) - set(FIELDS):
-        raise ValueError(f"{where}: needs exactly the fields {', '.join(FIELDS)} (missing {missing}, "
-                         f"unknown {sorted(set(raw) - set(FIELDS))})")
+def _note(where: str, raw: dict, points: tuple[str, ...]) -> SpeedNote:
     if points and raw["point"] not in points:
         raise ValueError(f"{where}: point {raw['point']!r} is not a speed point (one of {', '.join(points)})")
-    try:
-        spec = SpecifierSet(raw["triton"])
-    except InvalidSpecifier as exc:
-        raise ValueError(f"{where}: triton {raw['triton']!r} is not a PEP 440 specifier ({exc})") from None
+    spec = triton_specifier(where, raw["triton"])
     kernels = str(raw["kernels"])
     if len(kernels) != 16 or any(c not in "0123456789abcdef" for c in kernels):
         raise ValueError(f"{where}: kernels {kernels!r} must be a compiler-facing hash (16 hex digits, "
