@@ -8,6 +8,11 @@ here applies to every folder below it).
   Python launch cost (tens of microseconds for a Triton launch, more than a small
   kernel runs) is not timed either; ``extra_info["timer"]`` says which way a
   benchmark was timed and ``host_launch_us`` what one eager call costs the host.
+- A function timed eagerly (one that synchronises with the host, or a training step) gets a
+  hold: a spin kernel of twice its host enqueue time (:class:`HeldRounds`, ``extra_info["hold_ms"]``)
+  runs before the start event while the host enqueues the round.  Without it a step whose host
+  time is about its GPU time (an eager training step at T = 4K) is timed by how fast the host
+  launches: the same tree moved by 20 % from one process to the next.
 - Every round is preceded (in ``setup``, untimed) by zeroing a buffer larger than the
   L2, so each timed run reads its inputs from HBM; the first (compile) call and the
   warm-up rounds are outside the statistics.
@@ -40,6 +45,7 @@ if os.environ.get("NSA_BENCH_PEERS"):  # fla-core / XunhaoLai copies for the con
     add_peers(os.environ["NSA_BENCH_PEERS"])
 DEVICE = "cpu" if DRY else "cuda"
 SLOW_CALL_S = 0.25  # a call at least this long needs no warm-up rounds beyond the one before it
+HOLD_MIN_MS = 1.0  # the shortest hold of an eager round (HeldRounds); the longest is timers.HOLD_MS_RANGE's
 
 NO_CUDA_REASON = ("CUDA is not available: the bench suites time GPU kernels on the GPU clock "
                   "(CPU tests are in tests/; python -m bench.perf.bench_sel_triton --dry-run checks the sweep on a CPU)")
@@ -81,6 +87,31 @@ class GpuClock:
         return self.now
 
 
+class HeldRounds:
+    """pytest-benchmark's ``setup`` for GPU rounds: ``before`` (untimed, e.g. drop the gradients), the L2
+    flush, then a spin kernel of ``hold_ms`` (the host enqueues the round meanwhile), then the start event of
+    the GPU clock.  The hold keeps a host gap out of the round's GPU time; for a function that synchronises
+    with the host it changes nothing (the sync waits for the spin, the gaps after it are the function's)."""
+
+    def __init__(self, l2_flush, hold_ms: float, before=None):
+        self.flush, self.before = l2_flush, before
+        self.cycles = 0
+        if not DRY and hold_ms > 0 and getattr(torch.cuda, "_sleep", None) is not None:
+            self.cycles = int(hold_ms * timers._calibrate_sleep(torch.cuda._sleep))
+
+    def __call__(self) -> None:
+        if self.before is not None:
+            self.before()
+        self.flush()
+        if self.cycles:
+            torch.cuda._sleep(self.cycles)
+
+
+def eager_hold_ms(host_ms: float) -> float:
+    """The hold of an eager round: twice the host's enqueue time, within HOLD_MIN_MS and timers.HOLD_MS_RANGE."""
+    return min(max(HOLD_MIN_MS, timers.HOLD_FACTOR * host_ms), timers.HOLD_MS_RANGE[1])
+
+
 @pytest.fixture(scope="session")
 def l2_flush():
     """A callable zeroing a buffer of max(256 MiB, 2 x L2) bytes (enqueued, not waited for)."""
@@ -106,14 +137,16 @@ def gpu_bench(benchmark, l2_flush):
     than :data:`SLOW_CALL_S` (a reference path that runs for seconds) was its own warm-up, and
     its host time is that call's (the usual ``warmup`` calls and host samples would add seconds
     each and change nothing).  Then records ``fn`` as a CUDA graph (``graph=True``; ``False``
-    for functions that synchronise with the host), and runs ``warmup`` and ``rounds`` rounds of
-    one call or replay each, every round after an L2 flush.  Records bytes/FLOPs, the timer and
-    the ceilings in ``extra_info``; returns ``fn``'s output.
+    for functions that synchronise with the host, and for training steps), and runs ``warmup``
+    and ``rounds`` rounds of one call or replay each, every round after an L2 flush, an eager
+    round also behind a hold (:class:`HeldRounds`, :func:`eager_hold_ms` of its host time).
+    Records bytes/FLOPs, the timer, the hold and the ceilings in ``extra_info``; returns
+    ``fn``'s output.
     """
 
     def run(fn, *, nbytes: int, flops: int, rounds: int = 30, warmup: int = 3, graph: bool = True):
         out = fn()
-        timer, timed = "host (dry run)", fn
+        timer, timed, hold = "host (dry run)", fn, 0.0
         if DRY:  # host clock, few rounds: the numbers mean nothing
             rounds, warmup = 1, 0
         else:
@@ -131,10 +164,13 @@ def gpu_bench(benchmark, l2_flush):
             if graph:
                 g, out = timers.capture_graph(fn)  # a sync inside fn raises here: pass graph=False
                 timed, timer = g.replay, "cuda-graph"
+            else:
+                hold = eager_hold_ms(benchmark.extra_info["host_launch_us"] / 1e3)
             benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
-        benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops), "timer": timer,
+        benchmark.extra_info.update({"bytes": int(nbytes), "flops": int(flops), "timer": timer, "hold_ms": hold,
                                      "l2_flush": not DRY, **ceilings()})
-        benchmark.pedantic(timed, setup=l2_flush, rounds=rounds, warmup_rounds=warmup, iterations=1)
+        benchmark.pedantic(timed, setup=HeldRounds(l2_flush, hold), rounds=rounds, warmup_rounds=warmup,
+                           iterations=1)
         return out
 
     return run

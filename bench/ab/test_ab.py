@@ -32,7 +32,7 @@ import time
 import pytest
 import torch
 
-from bench.conftest import DRY, GpuClock
+from bench.conftest import DRY, GpuClock, HeldRounds, eager_hold_ms
 from bench.train.train_contenders import select_blocks
 
 BS, TOPK, G, H, D = 64, 16, 4, 16, 128
@@ -40,7 +40,6 @@ TS = {"8K": 8192, "32K": 32768, "64K": 65536}
 SMALL_T, SMALL = 32768, {"h1": (32, 1), "h4": (8, 4)}  # small groups: (KV heads, query heads per KV head)
 DECODE_B, DECODE_T = 64, 32768
 CALLS = 20  # eager decode calls per host round (back to back, as a decode loop makes them)
-HOLD_MIN_MS = 1.0
 COPIES = 3  # input sets per row, taken in turn by the rounds
 
 if DRY:  # the plumbing on a CPU (interpreter): tiny shapes, the numbers mean nothing
@@ -119,26 +118,6 @@ def decode_problem() -> dict:
     return _PROBLEM[key]
 
 
-class Rounds:
-    """pytest-benchmark's ``setup`` for GPU rounds: L2 flush, then a spin kernel of ``hold_ms`` (the host
-    enqueues the round meanwhile), then the start event of the GPU clock."""
-
-    def __init__(self, l2_flush, hold_ms: float, before=None):
-        self.flush, self.before = l2_flush, before
-        self.cycles = 0
-        if not DRY and getattr(torch.cuda, "_sleep", None) is not None:
-            from bench.common.timers import _calibrate_sleep
-
-            self.cycles = int(hold_ms * _calibrate_sleep(torch.cuda._sleep))
-
-    def __call__(self) -> None:
-        if self.before is not None:
-            self.before()
-        self.flush()
-        if self.cycles:
-            torch.cuda._sleep(self.cycles)
-
-
 def _host_ms(fn, before=None, n: int = 3) -> float:
     """The host's milliseconds to enqueue one call, the GPU idle at the start (best of ``n``)."""
     best = float("inf")
@@ -170,9 +149,9 @@ def _gpu_rounds(benchmark, l2_flush, fn, *, rounds: int, before=None, graph: boo
             g, _ = capture_graph(fn)
             timed = g.replay
         benchmark._timer = GpuClock()  # private attribute: pinned by the bench extra (>=5.1)
-    hold = max(HOLD_MIN_MS, 2.0 * benchmark.extra_info.get("host_enqueue_ms", 0.0))
+    hold = eager_hold_ms(benchmark.extra_info.get("host_enqueue_ms", 0.0))
     benchmark.extra_info.update({"timer": "cuda-graph" if graph else "cuda-events", "hold_ms": hold})
-    benchmark.pedantic(timed, setup=Rounds(l2_flush, 0.0 if graph else hold, before), rounds=rounds,
+    benchmark.pedantic(timed, setup=HeldRounds(l2_flush, 0.0 if graph else hold, before), rounds=rounds,
                        warmup_rounds=0 if DRY else 2, iterations=1)
 
 

@@ -54,3 +54,26 @@ def test_benchmark_json_hook_derives_rates():
     assert info["speedup_vs_sdpa"] == pytest.approx(3.0)
     assert out["benchmarks"][1]["extra_info"]["speedup_vs_sdpa"] == pytest.approx(1.0)
     assert "gbs" not in out["benchmarks"][2]["extra_info"] and "speedup_vs_sdpa" not in out["benchmarks"][2]["extra_info"]
+
+
+def test_eager_hold_is_twice_the_host_time_within_its_bounds():
+    bench_conftest = _bench_conftest()
+    from bench.common import timers
+
+    assert bench_conftest.eager_hold_ms(2.5) == pytest.approx(5.0)  # a 4K training step: 2.5 ms to enqueue
+    assert bench_conftest.eager_hold_ms(0.01) == bench_conftest.HOLD_MIN_MS
+    assert bench_conftest.eager_hold_ms(1e4) == timers.HOLD_MS_RANGE[1]  # a call of seconds: the longest hold
+
+
+def test_held_rounds_run_before_then_flush_then_spin(monkeypatch):
+    bench_conftest = _bench_conftest()
+    calls = []
+    monkeypatch.setattr(bench_conftest, "DRY", False)
+    monkeypatch.setattr(bench_conftest.timers, "_calibrate_sleep", lambda sleep: 1000.0)  # cycles per ms
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: calls.append(("spin", cycles)), raising=False)
+    held = bench_conftest.HeldRounds(lambda: calls.append("flush"), 5.0, before=lambda: calls.append("before"))
+    held()
+    assert calls == ["before", "flush", ("spin", 5000)]
+    calls.clear()
+    bench_conftest.HeldRounds(lambda: calls.append("flush"), 0.0)()  # a graph replay: no hold
+    assert calls == ["flush"]
