@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TRAIN_CSV = RESULTS / "2026-11-23-h100-triton3.6-contenders-cudnn-kernels-defa1427" / "train_nsa.csv"
-# The GPU refresh's bench runs: the GPU timings of all 13 releases on one machine of two H200s, each benchmark alone
-# on its GPU (kernels b93c8ecb; timings from several machines would not compare)
-LANE_BENCH = RESULTS / "2026-11-30-h200-triton3.0-3.9-gpu-refresh-kernels-b93c8ecb" / "benchmarks"
+# The bench runs of all 13 releases on one machine of two H200s, each benchmark alone on its GPU, every eager round
+# held while the host enqueues it (kernels b93c8ecb; timings from several machines would not compare)
+LANE_BENCH = RESULTS / "2026-11-30-h200-triton3.0-3.9-bench-refresh-held-rounds" / "benchmarks"
 LEDGER = ROOT / "constraints" / "ledger.jsonl"
 LANES = ROOT / "constraints" / "lanes.toml"
 
