@@ -209,5 +209,7 @@ def test_train(gpu_bench, benchmark, shape, impl):
     benchmark.group = gid
     benchmark.extra_info.update({"T": T, "sel": sel, "impl": impl, "G": TC.G, "h": p.q.shape[3], "D": p.q.shape[4],
                                  "block": TC.BS, "topn": TC.TOPK})
-    # The backward's reader list syncs with the host once: timed eagerly (its host work is part of it).
+    # Timed eagerly, every contender alike (packed SDPA synchronises with the host, so no step is captured): each
+    # round is held behind a spin kernel while the host enqueues it, so the time is the step's GPU time, and
+    # extra_info["host_launch_us"] what the host spends on it.
     gpu_bench(step, nbytes=0, flops=int(p.flops()), rounds=5 if impl == "sdpa" else 15, graph=False)
